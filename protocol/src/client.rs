@@ -1,0 +1,130 @@
+//! Messages a device sends to chatd (`ClientMessage`) and their payloads.
+//! Unknown fields are ignored (clients evolve); a missing required field is an error.
+//! camelCase aliases the reference client sends (`chatId`, ...) are accepted.
+
+use crate::{ChatId, EmbedId, Empty, MessageId, TaskId};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+/// Every message a client may send. The envelope is `{"type": <snake_case name>, "payload": {...}}`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+#[serde(tag = "type", content = "payload", rename_all = "snake_case")]
+pub enum ClientMessage {
+    /// Keep-alive; answered with `pong`.
+    Ping(Empty),
+    /// Names the chat this device shows (null: none); answered with `active_chat_set_ack`.
+    SetActiveChat(SetActiveChat),
+    /// A new user message (plaintext); starts or queues an AI turn.
+    ChatMessageAdded(ChatMessageAdded),
+    /// Stops a running AI task; answered with `ai_task_cancel_requested`.
+    CancelAiTask(CancelAiTask),
+}
+
+impl ClientMessage {
+    /// The wire names of every client message type.
+    pub const TYPES: &'static [&'static str] = &[
+        "ping",
+        "set_active_chat",
+        "chat_message_added",
+        "cancel_ai_task",
+    ];
+
+    /// The wire name of this message's type.
+    pub fn type_name(&self) -> &'static str {
+        match self {
+            ClientMessage::Ping(_) => "ping",
+            ClientMessage::SetActiveChat(_) => "set_active_chat",
+            ClientMessage::ChatMessageAdded(_) => "chat_message_added",
+            ClientMessage::CancelAiTask(_) => "cancel_ai_task",
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SetActiveChat {
+    #[serde(alias = "chatId", default)]
+    pub chat_id: Option<ChatId>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ChatMessageAdded {
+    #[serde(alias = "chatId")]
+    pub chat_id: ChatId,
+    pub message: UserMessage,
+    /// Embeds the client re-sends with a history answer (plaintext TOON content).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embeds: Vec<ClientEmbed>,
+}
+
+/// The user's message as sent by the client (plaintext markdown).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UserMessage {
+    #[serde(alias = "messageId")]
+    pub message_id: MessageId,
+    #[serde(default = "default_user_role")]
+    pub role: Role,
+    pub content: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_name: Option<String>,
+    /// Echoed back in `chat_message_confirmed`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub temp_id: Option<String>,
+    #[serde(default)]
+    pub chat_has_title: bool,
+    /// All earlier messages of the chat, oldest first: sent only in answer to `request_chat_history`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_history: Option<Vec<HistoryMessage>>,
+}
+
+fn default_user_role() -> Role {
+    Role::User
+}
+
+/// Author role of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Role {
+    User,
+    Assistant,
+    System,
+}
+
+/// One earlier message re-sent by the client (plaintext).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryMessage {
+    #[serde(alias = "messageId")]
+    pub message_id: MessageId,
+    pub role: Role,
+    pub content: String,
+    pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sender_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+}
+
+/// An embed the client re-sends in plaintext (TOON content) so the server can cache it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ClientEmbed {
+    pub embed_id: EmbedId,
+    #[serde(rename = "type")]
+    pub embed_type: String,
+    /// TOON text.
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default)]
+    pub version_number: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct CancelAiTask {
+    #[serde(alias = "taskId")]
+    pub task_id: TaskId,
+    #[serde(alias = "chatId", default, skip_serializing_if = "Option::is_none")]
+    pub chat_id: Option<ChatId>,
+}

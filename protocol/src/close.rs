@@ -1,0 +1,47 @@
+//! WebSocket close codes chatd sends, with their documented meaning.
+
+/// A close code chatd uses when it ends a connection.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CloseCode {
+    /// 1000: normal closure (answering a client's close).
+    Normal,
+    /// 1001: the server is shutting down; reconnect to another node or later.
+    GoingAway,
+    /// 1007: a text frame held invalid UTF-8.
+    InvalidUtf8,
+    /// 1008: policy violation: authentication missing, invalid or expired after upgrade.
+    PolicyViolation,
+    /// 1009: a message exceeded the transport limit (`server.max_message_bytes`).
+    MessageTooBig,
+    /// 1011: unexpected server error.
+    InternalError,
+    /// 4001: the client read too slowly and its outbox filled up (`server.outbox_capacity`).
+    SlowConsumer,
+}
+
+impl CloseCode {
+    pub fn code(self) -> u16 {
+        match self {
+            CloseCode::Normal => 1000,
+            CloseCode::GoingAway => 1001,
+            CloseCode::InvalidUtf8 => 1007,
+            CloseCode::PolicyViolation => 1008,
+            CloseCode::MessageTooBig => 1009,
+            CloseCode::InternalError => 1011,
+            CloseCode::SlowConsumer => 4001,
+        }
+    }
+
+    /// The reason text sent with the close frame.
+    pub fn reason(self) -> &'static str {
+        match self {
+            CloseCode::Normal => "bye",
+            CloseCode::GoingAway => "server shutting down",
+            CloseCode::InvalidUtf8 => "invalid utf-8 in text frame",
+            CloseCode::PolicyViolation => "authentication required",
+            CloseCode::MessageTooBig => "message too big",
+            CloseCode::InternalError => "internal error",
+            CloseCode::SlowConsumer => "slow consumer: outbox full",
+        }
+    }
+}

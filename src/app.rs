@@ -1,0 +1,160 @@
+//! Building, running and stopping chatd: [`App::build`] binds the listener (port 0 in
+//! tests) and wires the state; [`App::run_until_stopped`] serves until the shutdown token
+//! fires, then cancels turns, closes sockets with 1001 and drains within the grace period.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use axum::serve::ListenerExt;
+use governor::DefaultKeyedRateLimiter;
+use tokio::net::TcpListener;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::{TokenKeys, UserId};
+use crate::chats::Chats;
+use crate::config::{Config, LlmProvider};
+use crate::llm::{self, LlmClient};
+use crate::metrics::Metrics;
+use crate::session::hub::Hub;
+use crate::session::quota;
+use crate::session::turns::Turns;
+
+/// Owners of every spawned task, in two groups shut down in order: turns first (so their
+/// final frames still reach open sockets), then connections.
+pub struct Tasks {
+    pub turns: TaskTracker,
+    pub turns_shutdown: CancellationToken,
+    pub connections: TaskTracker,
+    pub connections_shutdown: CancellationToken,
+}
+
+/// State shared by every connection and turn.
+pub struct AppState {
+    pub config: Config,
+    pub keys: TokenKeys,
+    pub metrics: Arc<Metrics>,
+    pub hub: Arc<Hub>,
+    pub chats: Chats,
+    pub turns: Turns,
+    pub llm: Arc<dyn LlmClient>,
+    /// The model name shown to clients.
+    pub model_name: String,
+    /// Per-user message rate across all of a user's devices.
+    pub user_limiter: DefaultKeyedRateLimiter<UserId>,
+    pub tasks: Tasks,
+}
+
+impl AppState {
+    /// Each dependency's reachability, for `/readyz`.
+    pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
+        vec![("llm", Ok(()))]
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum BuildError {
+    #[error("cannot bind {addr}: {source}")]
+    Bind {
+        addr: SocketAddr,
+        source: std::io::Error,
+    },
+    #[error(transparent)]
+    Auth(#[from] crate::auth::AuthError),
+    #[error(transparent)]
+    Llm(#[from] crate::llm::LlmError),
+}
+
+pub struct App {
+    listener: TcpListener,
+    state: Arc<AppState>,
+}
+
+impl App {
+    pub async fn build(config: Config) -> Result<App, BuildError> {
+        let keys = TokenKeys::load(&config)?;
+        let llm = llm::from_config(&config.llm)?;
+        Self::build_with_llm(config, keys, llm).await
+    }
+
+    /// As [`App::build`], with a given LLM client (tests and benchmarks).
+    pub async fn build_with_llm(
+        config: Config,
+        keys: TokenKeys,
+        llm: Arc<dyn LlmClient>,
+    ) -> Result<App, BuildError> {
+        let addr = config.server.listen;
+        let listener = TcpListener::bind(addr)
+            .await
+            .map_err(|source| BuildError::Bind { addr, source })?;
+        let model_name = match config.llm.provider {
+            LlmProvider::Simulated => "chatd-simulated".to_string(),
+            LlmProvider::OpenaiCompatible => config.llm.model.clone(),
+        };
+        let limits = &config.limits;
+        let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+        let state = Arc::new(AppState {
+            keys,
+            metrics: Arc::new(Metrics::new()),
+            hub: Arc::new(Hub::default()),
+            chats: Chats::default(),
+            turns: Turns::default(),
+            llm,
+            model_name,
+            user_limiter,
+            tasks: Tasks {
+                turns: TaskTracker::new(),
+                turns_shutdown: CancellationToken::new(),
+                connections: TaskTracker::new(),
+                connections_shutdown: CancellationToken::new(),
+            },
+            config,
+        });
+        Ok(App { listener, state })
+    }
+
+    pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
+        self.listener.local_addr()
+    }
+
+    pub fn state(&self) -> &Arc<AppState> {
+        &self.state
+    }
+
+    /// Serves until `shutdown` fires, then drains: stop accepting, cancel turns (their
+    /// final frames go out), close sockets with 1001, wait up to `server.shutdown_grace`.
+    pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
+        let App { listener, state } = self;
+        let router = crate::http::router(state.clone());
+        let stop = shutdown.clone();
+        let listener = listener.tap_io(|tcp| {
+            if let Err(e) = tcp.set_nodelay(true) {
+                tracing::debug!(error = %e, "cannot set TCP_NODELAY");
+            }
+        });
+        axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await })
+            .await?;
+        let grace = state.config.server.shutdown_grace;
+        let deadline = tokio::time::Instant::now() + grace;
+        let tasks = &state.tasks;
+        tasks.turns_shutdown.cancel();
+        tasks.turns.close();
+        if tokio::time::timeout_at(deadline, tasks.turns.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("turns still running after the grace period");
+        }
+        tasks.connections_shutdown.cancel();
+        tasks.connections.close();
+        if tokio::time::timeout_at(deadline, tasks.connections.wait())
+            .await
+            .is_err()
+        {
+            tracing::warn!("connections still open after the grace period");
+        }
+        tracing::info!("chatd stopped");
+        Ok(())
+    }
+}

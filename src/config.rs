@@ -1,0 +1,178 @@
+//! Typed configuration: the compiled-in `config/default.toml`, merged with an optional
+//! file and `CHATD__SECTION__KEY` environment variables. Loaded once at start-up;
+//! tests build a [`Config`] and edit the struct instead of touching the environment.
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use figment::Figment;
+use figment::providers::{Env, Format, Toml};
+use secrecy::SecretString;
+use serde::Deserialize;
+
+/// The defaults, compiled into the binary.
+pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Config {
+    pub server: ServerConfig,
+    pub limits: LimitsConfig,
+    pub auth: AuthConfig,
+    pub llm: LlmConfig,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ServerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    pub max_frame_bytes: usize,
+    pub max_message_bytes: usize,
+    pub read_buffer_bytes: usize,
+    pub outbox_capacity: usize,
+    pub allowed_origins: Vec<String>,
+    #[serde(with = "humantime_serde")]
+    pub shutdown_grace: Duration,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LimitsConfig {
+    pub connection_rate: u32,
+    pub connection_burst: u32,
+    pub user_rate: u32,
+    pub user_burst: u32,
+    pub max_queued_per_chat: usize,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AuthConfig {
+    #[serde(default)]
+    pub secret: Option<SecretString>,
+    #[serde(default)]
+    pub secret_file: Option<PathBuf>,
+    #[serde(with = "humantime_serde")]
+    pub token_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum LlmProvider {
+    Simulated,
+    OpenaiCompatible,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LlmConfig {
+    pub provider: LlmProvider,
+    pub base_url: String,
+    #[serde(default)]
+    pub api_key: Option<SecretString>,
+    pub model: String,
+    #[serde(with = "humantime_serde")]
+    pub connect_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub idle_timeout: Duration,
+    #[serde(with = "humantime_serde")]
+    pub simulated_pace: Duration,
+}
+
+/// A configuration problem, reported by `chatd check-config` and at start-up.
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("config file {0} does not exist")]
+    MissingFile(PathBuf),
+    #[error("{0}")]
+    Parse(Box<figment::Error>),
+    #[error("invalid value for `{key}`: {reason}")]
+    Invalid { key: &'static str, reason: String },
+}
+
+impl Config {
+    /// Defaults + optional file + `CHATD__*` environment.
+    pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut figment = Figment::from(Toml::string(DEFAULT_TOML));
+        if let Some(path) = file {
+            if !path.exists() {
+                return Err(ConfigError::MissingFile(path.to_path_buf()));
+            }
+            figment = figment.merge(Toml::file(path));
+        }
+        figment = figment.merge(Env::prefixed("CHATD__").split("__"));
+        Self::from_figment(figment)
+    }
+
+    /// The compiled-in defaults alone (tests start from this and edit the struct).
+    pub fn defaults() -> Result<Config, ConfigError> {
+        Self::from_figment(Figment::from(Toml::string(DEFAULT_TOML)))
+    }
+
+    fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
+        let config: Config = figment
+            .extract()
+            .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+        config.validate()?;
+        Ok(config)
+    }
+
+    /// Checks the values serde cannot: ranges and cross-field rules.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        let s = &self.server;
+        if s.max_frame_bytes < 1024 {
+            return invalid("server.max_frame_bytes", "must be at least 1024");
+        }
+        if s.max_message_bytes < s.max_frame_bytes {
+            return invalid(
+                "server.max_message_bytes",
+                "must be at least server.max_frame_bytes",
+            );
+        }
+        if !(1024..=1 << 20).contains(&s.read_buffer_bytes) {
+            return invalid(
+                "server.read_buffer_bytes",
+                "must be between 1024 and 1048576",
+            );
+        }
+        if s.outbox_capacity == 0 {
+            return invalid("server.outbox_capacity", "must be at least 1");
+        }
+        let l = &self.limits;
+        if l.connection_rate == 0 || l.user_rate == 0 {
+            return invalid("limits", "rates must be at least 1 per second");
+        }
+        if l.connection_burst < 1 || l.user_burst < 1 {
+            return invalid("limits", "bursts must be at least 1");
+        }
+        if self.llm.provider == LlmProvider::OpenaiCompatible {
+            let url = self.llm.base_url.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return invalid("llm.base_url", "must start with http:// or https://");
+            }
+        }
+        if self.llm.model.trim().is_empty() {
+            return invalid("llm.model", "must not be empty");
+        }
+        if self.auth.token_ttl.is_zero() {
+            return invalid("auth.token_ttl", "must be longer than zero");
+        }
+        Ok(())
+    }
+
+    /// True when chatd runs without any external service.
+    pub fn is_embedded(&self) -> bool {
+        self.llm.provider == LlmProvider::Simulated
+    }
+}
+
+#[cfg(test)]
+mod tests;

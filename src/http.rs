@@ -1,0 +1,64 @@
+//! The HTTP surface: `/v1/ws` (WebSocket), `/healthz` (process up), `/readyz`
+//! (dependencies reachable), `/metrics` (Prometheus text).
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use serde_json::json;
+
+use crate::app::AppState;
+
+pub fn router(app: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/v1/ws", get(crate::ws::upgrade))
+        .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
+        .route("/metrics", get(metrics))
+        .with_state(app)
+}
+
+async fn healthz() -> &'static str {
+    "ok"
+}
+
+/// 200 when every dependency answers, else 503 naming what is down.
+async fn readyz(State(app): State<Arc<AppState>>) -> Response {
+    let checks = app.readiness().await;
+    let down: Vec<&str> = checks
+        .iter()
+        .filter(|(_, r)| r.is_err())
+        .map(|(name, _)| *name)
+        .collect();
+    let body = json!({
+        "status": if down.is_empty() { "ready" } else { "unavailable" },
+        "down": down,
+        "checks": checks
+            .iter()
+            .map(|(name, r)| (name.to_string(), match r {
+                Ok(()) => json!("ok"),
+                Err(e) => json!(e),
+            }))
+            .collect::<serde_json::Map<_, _>>(),
+    });
+    let status = if down.is_empty() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (status, axum::Json(body)).into_response()
+}
+
+async fn metrics(State(app): State<Arc<AppState>>) -> Response {
+    (
+        [(
+            header::CONTENT_TYPE,
+            "application/openmetrics-text; version=1.0.0; charset=utf-8",
+        )],
+        app.metrics.render(),
+    )
+        .into_response()
+}

@@ -1,0 +1,20 @@
+//! chatd: a WebSocket realtime chat-processing server.
+//!
+//! Layout (see README.md for the one-line module map):
+//! - [`app`] builds and runs the server; [`config`] loads typed configuration;
+//! - [`http`] is the HTTP surface, [`ws`] the socket layer (upgrade, auth, outbox);
+//! - [`session`] dispatches client messages, routes events to devices, runs turns;
+//! - [`pipeline`] turns a chat message into a streamed answer (internal types only);
+//! - [`llm`] is the model boundary; [`chats`] holds ownership and history;
+//! - [`auth`] mints and checks session tokens; [`metrics`] exports Prometheus metrics.
+
+pub mod app;
+pub mod auth;
+pub mod chats;
+pub mod config;
+pub mod http;
+pub mod llm;
+pub mod metrics;
+pub mod pipeline;
+pub mod session;
+pub mod ws;

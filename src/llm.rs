@@ -1,0 +1,206 @@
+//! The language-model boundary: [`LlmClient`] streams [`LlmEvent`]s for an [`LlmRequest`].
+//! Two implementations: `openai` (any OpenAI-compatible HTTP endpoint) and `simulated`
+//! (local, deterministic). Nothing above this module knows a provider's JSON.
+
+mod openai;
+mod simulated;
+
+use std::pin::Pin;
+use std::sync::Arc;
+
+use futures_util::Stream;
+use futures_util::future::BoxFuture;
+
+pub use openai::OpenAiClient;
+pub use simulated::SimulatedClient;
+
+use crate::config::{LlmConfig, LlmProvider};
+
+/// One message of the conversation sent to the model.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmMessage {
+    System(String),
+    User(String),
+    Assistant {
+        content: String,
+        tool_calls: Vec<ToolCall>,
+    },
+    Tool {
+        tool_call_id: String,
+        content: String,
+    },
+}
+
+/// A function the model may call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolDef {
+    pub name: String,
+    pub description: String,
+    /// JSON Schema of the arguments.
+    pub parameters: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Default)]
+pub enum ToolChoice {
+    #[default]
+    Auto,
+    None,
+    Required,
+    Function(String),
+}
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct LlmRequest {
+    pub model: String,
+    pub messages: Vec<LlmMessage>,
+    pub tools: Vec<ToolDef>,
+    pub tool_choice: ToolChoice,
+    pub temperature: Option<f32>,
+    pub max_tokens: Option<u32>,
+}
+
+impl LlmRequest {
+    pub fn chat(model: impl Into<String>, messages: Vec<LlmMessage>) -> Self {
+        Self {
+            model: model.into(),
+            messages,
+            tools: Vec::new(),
+            tool_choice: ToolChoice::Auto,
+            temperature: None,
+            max_tokens: None,
+        }
+    }
+}
+
+/// A complete tool call (its argument fragments merged).
+#[derive(Debug, Clone, PartialEq)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    /// The arguments as the model wrote them (JSON text, not yet validated).
+    pub arguments: String,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+/// What a streaming call yields, in order: deltas, optionally usage, then `Done`.
+#[derive(Debug, Clone, PartialEq)]
+pub enum LlmEvent {
+    TextDelta(String),
+    ToolCallDelta {
+        index: usize,
+        id: Option<String>,
+        name: Option<String>,
+        arguments: String,
+    },
+    Usage(Usage),
+    /// The stream ended normally; `tool_calls` holds the merged calls, if any.
+    Done {
+        finish_reason: Option<String>,
+        tool_calls: Vec<ToolCall>,
+    },
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LlmError {
+    #[error("cannot reach the provider: {0}")]
+    Connect(String),
+    #[error("provider answered HTTP {status}")]
+    Status { status: u16, body: String },
+    #[error("provider stream broke: {0}")]
+    Stream(String),
+    #[error("provider sent nothing for {0:?}")]
+    Idle(std::time::Duration),
+    #[error("provider sent something unreadable: {0}")]
+    Protocol(String),
+}
+
+impl LlmError {
+    /// Worth one retry when nothing was streamed yet: connect errors, timeouts and 5xx.
+    pub fn is_retryable(&self) -> bool {
+        match self {
+            LlmError::Connect(_) | LlmError::Idle(_) => true,
+            LlmError::Status { status, .. } => *status >= 500 || *status == 429,
+            LlmError::Stream(_) | LlmError::Protocol(_) => false,
+        }
+    }
+}
+
+pub type LlmStream = Pin<Box<dyn Stream<Item = Result<LlmEvent, LlmError>> + Send>>;
+
+/// A streaming chat-completions client. Dropping the stream aborts the request
+/// (for HTTP providers the connection is closed).
+pub trait LlmClient: Send + Sync {
+    fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>>;
+    /// Provider name for logs and `ai_typing_started`.
+    fn provider_name(&self) -> &str;
+}
+
+/// Builds the configured client.
+pub fn from_config(config: &LlmConfig) -> Result<Arc<dyn LlmClient>, LlmError> {
+    Ok(match config.provider {
+        LlmProvider::Simulated => Arc::new(SimulatedClient::new(config.simulated_pace)),
+        LlmProvider::OpenaiCompatible => Arc::new(OpenAiClient::new(config)?),
+    })
+}
+
+/// Merges streamed tool-call fragments by their `index`.
+#[derive(Debug, Default)]
+pub struct ToolCallAccumulator {
+    calls: Vec<ToolCall>,
+}
+
+impl ToolCallAccumulator {
+    pub fn push(&mut self, index: usize, id: Option<String>, name: Option<String>, args: &str) {
+        // Providers number calls 0..n; a gap would be a provider bug, so cap growth.
+        if index >= 64 {
+            return;
+        }
+        while self.calls.len() <= index {
+            self.calls.push(ToolCall {
+                id: String::new(),
+                name: String::new(),
+                arguments: String::new(),
+            });
+        }
+        let call = &mut self.calls[index];
+        if let Some(id) = id.filter(|s| !s.is_empty()) {
+            call.id = id;
+        }
+        if let Some(name) = name {
+            call.name.push_str(&name);
+        }
+        call.arguments.push_str(args);
+    }
+
+    pub fn finish(self) -> Vec<ToolCall> {
+        self.calls
+            .into_iter()
+            .filter(|c| !c.name.is_empty())
+            .collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn accumulator_merges_by_index() {
+        let mut acc = ToolCallAccumulator::default();
+        acc.push(0, Some("a".into()), Some("search".into()), "");
+        acc.push(1, Some("b".into()), Some("read".into()), "{\"u");
+        acc.push(0, None, None, "{\"q\":");
+        acc.push(0, None, None, "1}");
+        acc.push(1, None, None, "rl\":2}");
+        let calls = acc.finish();
+        assert_eq!(calls.len(), 2);
+        assert_eq!(calls[0].arguments, "{\"q\":1}");
+        assert_eq!(calls[1].name, "read");
+        assert_eq!(calls[1].arguments, "{\"url\":2}");
+    }
+}

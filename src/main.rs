@@ -1,0 +1,144 @@
+//! The `chatd` binary: a thin CLI over the library.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use anyhow::Context;
+use chatd::app::App;
+use chatd::auth::{TokenKeys, UserId};
+use chatd::config::Config;
+use clap::{Parser, Subcommand};
+use tokio_util::sync::CancellationToken;
+
+#[derive(Parser)]
+#[command(
+    name = "chatd",
+    version,
+    about = "WebSocket realtime chat-processing server"
+)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Start the server (embedded defaults when no configuration is given).
+    Serve {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Print a session token for a user, signed with the server's secret.
+    Token {
+        #[arg(long, value_name = "USER_ID")]
+        user: String,
+        /// Lifetime, e.g. "30m", "24h" (default: auth.token_ttl).
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration)]
+        ttl: Option<Duration>,
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+    /// Validate the configuration; exits non-zero with the first problem.
+    CheckConfig {
+        #[arg(long, value_name = "FILE")]
+        config: Option<PathBuf>,
+    },
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    match run(cli) {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(e) => {
+            eprintln!("chatd: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> anyhow::Result<()> {
+    match cli.command {
+        Command::Serve { config } => {
+            let config = Config::load(config.as_deref())?;
+            let runtime = tokio::runtime::Builder::new_multi_thread()
+                .enable_all()
+                .build()
+                .context("starting the async runtime")?;
+            runtime.block_on(serve(config))
+        }
+        Command::Token { user, ttl, config } => {
+            let config = Config::load(config.as_deref())?;
+            let user = UserId::parse(user)?;
+            let keys = TokenKeys::load(&config)?;
+            println!(
+                "{}",
+                keys.mint(&user, ttl.unwrap_or(config.auth.token_ttl))?
+            );
+            Ok(())
+        }
+        Command::CheckConfig { config } => {
+            let config = Config::load(config.as_deref())?;
+            println!(
+                "configuration ok (listen {}, llm {:?})",
+                config.server.listen, config.llm.provider
+            );
+            Ok(())
+        }
+    }
+}
+
+async fn serve(config: Config) -> anyhow::Result<()> {
+    tracing_subscriber::fmt()
+        .with_env_filter(
+            tracing_subscriber::EnvFilter::try_from_env("CHATD_LOG")
+                .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
+        )
+        .init();
+    let embedded = config.is_embedded();
+    let app = App::build(config).await?;
+    let addr = app.local_addr()?;
+    if embedded {
+        tracing::warn!(
+            "EMBEDDED MODE: simulated LLM, in-process history, local keys — no external services. \
+             Not for production; set llm.provider and friends to run for real."
+        );
+    }
+    tracing::info!(%addr, "chatd listening; WebSocket at ws://{addr}/v1/ws");
+    let shutdown = CancellationToken::new();
+    let signal = shutdown.clone();
+    let waiter = async move {
+        wait_for_signal().await;
+        tracing::info!("shutdown signal received; draining");
+        signal.cancel();
+    };
+    let (served, ()) = tokio::join!(app.run_until_stopped(shutdown.clone()), async {
+        tokio::select! {
+            () = waiter => {}
+            () = shutdown.cancelled() => {}
+        }
+    });
+    served?;
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    let ctrl_c = async {
+        let _ = tokio::signal::ctrl_c().await;
+    };
+    #[cfg(unix)]
+    let term = async {
+        match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+            Ok(mut s) => {
+                s.recv().await;
+            }
+            Err(_) => std::future::pending::<()>().await,
+        }
+    };
+    #[cfg(not(unix))]
+    let term = std::future::pending::<()>();
+    tokio::select! {
+        () = ctrl_c => {}
+        () = term => {}
+    }
+}

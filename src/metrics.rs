@@ -1,0 +1,100 @@
+//! Prometheus metrics: one registry per running app (so tests can run several apps in
+//! one process), rendered as text at `GET /metrics`.
+
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TypeLabel {
+    pub r#type: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct CodeLabel {
+    pub code: &'static str,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabel {
+    pub outcome: &'static str,
+}
+
+/// Every metric chatd exports. Cloning shares the underlying values.
+pub struct Metrics {
+    registry: Registry,
+    pub connections_open: Gauge,
+    pub frames_in: Family<TypeLabel, Counter>,
+    pub frames_out: Family<TypeLabel, Counter>,
+    pub errors: Family<CodeLabel, Counter>,
+    pub turns: Family<OutcomeLabel, Counter>,
+    pub turn_seconds: Histogram,
+    pub ttft_seconds: Histogram,
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::with_prefix("chatd");
+        let connections_open = Gauge::default();
+        registry.register(
+            "connections_open",
+            "Open WebSocket connections",
+            connections_open.clone(),
+        );
+        let frames_in = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "frames_in",
+            "Frames received, by message type",
+            frames_in.clone(),
+        );
+        let frames_out = Family::<TypeLabel, Counter>::default();
+        registry.register(
+            "frames_out",
+            "Frames sent, by message type",
+            frames_out.clone(),
+        );
+        let errors = Family::<CodeLabel, Counter>::default();
+        registry.register("errors", "Error frames sent, by error code", errors.clone());
+        let turns = Family::<OutcomeLabel, Counter>::default();
+        registry.register("turns", "AI turns finished, by outcome", turns.clone());
+        let turn_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
+        registry.register(
+            "turn_duration_seconds",
+            "Time from a turn's start to its final frame",
+            turn_seconds.clone(),
+        );
+        let ttft_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
+        registry.register(
+            "turn_first_chunk_seconds",
+            "Time from a turn's start to its first streamed chunk",
+            ttft_seconds.clone(),
+        );
+        Self {
+            registry,
+            connections_open,
+            frames_in,
+            frames_out,
+            errors,
+            turns,
+            turn_seconds,
+            ttft_seconds,
+        }
+    }
+
+    pub fn render(&self) -> String {
+        let mut out = String::new();
+        if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {
+            out.clear();
+        }
+        out
+    }
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}

@@ -1,0 +1,245 @@
+//! A connection's session: rate limits, parsing, and exhaustive dispatch of every
+//! [`ClientMessage`] with ownership checks. Bad input becomes a typed `error` frame and the
+//! connection stays usable.
+
+pub mod events;
+pub mod hub;
+pub mod runner;
+pub mod turns;
+
+use std::num::NonZeroU32;
+use std::sync::Arc;
+
+use chatd_protocol::{
+    ActiveChatSetAck, AiTaskCancelRequested, CancelAiTask, ChatMessageAdded, ChatMessageConfirmed,
+    ClientMessage, Empty, ErrorCode, ErrorPayload, MessageQueued, NewChatMessage, Role,
+    ServerMessage, SetActiveChat, parse_client_message,
+};
+use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
+
+use crate::app::AppState;
+use crate::metrics::TypeLabel;
+use crate::pipeline::{HistoryEntry, HistoryRole};
+use hub::{Audience, Device};
+use turns::{Admission, CancelError};
+
+/// Longest user message accepted, in bytes.
+const MAX_CONTENT_BYTES: usize = 256 * 1024;
+
+pub struct Session {
+    app: Arc<AppState>,
+    device: Arc<Device>,
+    limiter: DefaultDirectRateLimiter,
+}
+
+pub fn quota(rate: u32, burst: u32) -> Quota {
+    let rate = NonZeroU32::new(rate).unwrap_or(NonZeroU32::MIN);
+    let burst = NonZeroU32::new(burst).unwrap_or(NonZeroU32::MIN);
+    Quota::per_second(rate).allow_burst(burst)
+}
+
+impl Session {
+    pub fn new(app: Arc<AppState>, device: Arc<Device>) -> Self {
+        let limits = &app.config.limits;
+        let limiter = RateLimiter::direct(quota(limits.connection_rate, limits.connection_burst));
+        Self {
+            app,
+            device,
+            limiter,
+        }
+    }
+
+    pub fn device(&self) -> &Arc<Device> {
+        &self.device
+    }
+
+    fn reply(&self, msg: ServerMessage) {
+        self.device.send(&msg);
+    }
+
+    fn error(&self, code: ErrorCode, message: impl Into<String>) {
+        self.reply(ServerMessage::Error(ErrorPayload::new(code, message)));
+    }
+
+    /// Handles one inbound text frame.
+    pub fn handle_text(&self, text: &str) {
+        if text.len() > self.app.config.server.max_frame_bytes {
+            self.count_in("oversized");
+            self.error(
+                ErrorCode::PayloadTooLarge,
+                format!(
+                    "frame of {} bytes exceeds the limit of {} bytes",
+                    text.len(),
+                    self.app.config.server.max_frame_bytes
+                ),
+            );
+            return;
+        }
+        if self.limiter.check().is_err()
+            || self.app.user_limiter.check_key(&self.device.user).is_err()
+        {
+            self.count_in("rate_limited");
+            self.error(ErrorCode::RateLimited, "too many messages; slow down");
+            return;
+        }
+        match parse_client_message(text) {
+            Ok(msg) => {
+                self.count_in(msg.type_name());
+                self.dispatch(msg);
+            }
+            Err(e) => {
+                self.count_in("invalid");
+                let mut payload = ErrorPayload::new(e.code(), "the frame could not be read");
+                payload.details = Some(e.to_string());
+                self.reply(ServerMessage::Error(payload));
+            }
+        }
+    }
+
+    /// A binary frame: chatd speaks JSON text frames only.
+    pub fn handle_binary(&self) {
+        self.count_in("binary");
+        self.error(
+            ErrorCode::MalformedJson,
+            "binary frames are not supported; send JSON text frames",
+        );
+    }
+
+    fn count_in(&self, kind: &'static str) {
+        self.app
+            .metrics
+            .frames_in
+            .get_or_create(&TypeLabel { r#type: kind })
+            .inc();
+    }
+
+    fn dispatch(&self, msg: ClientMessage) {
+        match msg {
+            ClientMessage::Ping(Empty {}) => self.reply(ServerMessage::Pong(Empty {})),
+            ClientMessage::SetActiveChat(m) => self.set_active_chat(m),
+            ClientMessage::ChatMessageAdded(m) => self.chat_message_added(m),
+            ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
+        }
+    }
+
+    fn set_active_chat(&self, m: SetActiveChat) {
+        if let Some(chat) = &m.chat_id
+            && self.app.chats.authorize(&self.device.user, chat).is_err()
+        {
+            self.forbidden(chat, None);
+            return;
+        }
+        self.device.set_active_chat(m.chat_id.clone());
+        self.reply(ServerMessage::ActiveChatSetAck(ActiveChatSetAck {
+            chat_id: m.chat_id,
+        }));
+    }
+
+    fn forbidden(&self, chat: &chatd_protocol::ChatId, message: Option<chatd_protocol::MessageId>) {
+        let mut p = ErrorPayload::new(ErrorCode::Forbidden, "this chat belongs to another user");
+        p.chat_id = Some(chat.clone());
+        p.message_id = message;
+        self.reply(ServerMessage::Error(p));
+    }
+
+    fn chat_message_added(&self, m: ChatMessageAdded) {
+        let user = &self.device.user;
+        let msg = m.message;
+        if msg.role != Role::User {
+            self.error(ErrorCode::InvalidPayload, "message.role must be \"user\"");
+            return;
+        }
+        if msg.content.trim().is_empty() || msg.content.len() > MAX_CONTENT_BYTES {
+            self.error(
+                ErrorCode::InvalidPayload,
+                format!("message.content must be 1 to {MAX_CONTENT_BYTES} bytes"),
+            );
+            return;
+        }
+        let entry = HistoryEntry {
+            role: HistoryRole::User,
+            content: msg.content.clone(),
+            created_at: msg.created_at,
+        };
+        let appended = match self
+            .app
+            .chats
+            .append(user, &m.chat_id, &msg.message_id, entry)
+        {
+            Ok(a) => a,
+            Err(_) => return self.forbidden(&m.chat_id, Some(msg.message_id)),
+        };
+        self.device.set_active_chat(Some(m.chat_id.clone()));
+        let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+            chat_id: m.chat_id.clone(),
+            message_id: msg.message_id.clone(),
+            temp_id: msg.temp_id.clone(),
+            new_messages_v: appended.messages_v,
+            new_last_edited_overall_timestamp: appended.last_edited,
+        });
+        self.app.hub.send(user, Audience::All, &confirmed);
+        if appended.is_new {
+            let new = ServerMessage::NewChatMessage(NewChatMessage {
+                chat_id: m.chat_id.clone(),
+                message_id: msg.message_id.clone(),
+                role: Role::User,
+                sender_name: msg.sender_name.clone(),
+                content: msg.content,
+                created_at: msg.created_at,
+                messages_v: appended.messages_v,
+                last_edited_overall_timestamp: appended.last_edited,
+            });
+            self.app
+                .hub
+                .send(user, Audience::AllExcept(self.device.conn_id), &new);
+        }
+        let admission = self.app.turns.admit(
+            user,
+            &m.chat_id,
+            msg.message_id.clone(),
+            self.device.conn_id,
+            &self.app.tasks.turns_shutdown,
+            self.app.config.limits.max_queued_per_chat,
+        );
+        match admission {
+            Admission::Start(ticket) => {
+                runner::spawn_turns(self.app.clone(), user.clone(), m.chat_id, ticket)
+            }
+            Admission::Queued { active_task_id } => {
+                self.reply(ServerMessage::MessageQueued(MessageQueued {
+                    chat_id: m.chat_id,
+                    user_message_id: msg.message_id,
+                    active_task_id,
+                    message: "A response is in progress; this message will be answered next."
+                        .into(),
+                }))
+            }
+            Admission::QueueFull => {
+                let mut p = ErrorPayload::new(
+                    ErrorCode::Overloaded,
+                    "too many messages are waiting in this chat",
+                );
+                p.chat_id = Some(m.chat_id);
+                p.message_id = Some(msg.message_id);
+                self.reply(ServerMessage::Error(p));
+            }
+        }
+    }
+
+    fn cancel_ai_task(&self, m: CancelAiTask) {
+        match self.app.turns.cancel(&self.device.user, &m.task_id) {
+            Ok(()) => self.reply(ServerMessage::AiTaskCancelRequested(
+                AiTaskCancelRequested {
+                    task_id: m.task_id,
+                    status: "revocation_sent".into(),
+                },
+            )),
+            Err(CancelError::NotFound) => {
+                self.error(ErrorCode::NotFound, "no running task with this id")
+            }
+            Err(CancelError::Forbidden) => {
+                self.error(ErrorCode::Forbidden, "this task belongs to another user")
+            }
+        }
+    }
+}

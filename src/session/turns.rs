@@ -1,0 +1,248 @@
+//! One active AI turn per chat: admission (start, queue or refuse), cancellation by the
+//! owner, and hand-over to the next turn when queued messages are waiting (all messages
+//! queued behind a turn are answered together by one follow-up turn).
+
+use std::collections::{HashMap, VecDeque};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chatd_protocol::{ChatId, MessageId, TaskId};
+use tokio_util::sync::CancellationToken;
+
+use super::hub::ConnectionId;
+use crate::auth::UserId;
+use crate::pipeline::Interruption;
+
+/// What a started turn needs to run and to be cancelled.
+#[derive(Clone)]
+pub struct TurnTicket {
+    pub task_id: TaskId,
+    pub user_message_id: MessageId,
+    /// Devices that sent the messages this turn answers (they get `ai_task_initiated`).
+    pub requesters: Vec<ConnectionId>,
+    pub cancel: CancellationToken,
+    revoked: Arc<AtomicBool>,
+}
+
+impl TurnTicket {
+    /// Why `cancel` fired: a user's `cancel_ai_task`, or else server shutdown.
+    pub fn interruption(&self) -> Interruption {
+        if self.revoked.load(Ordering::Acquire) {
+            Interruption::Cancelled
+        } else {
+            Interruption::Shutdown
+        }
+    }
+}
+
+pub enum Admission {
+    Start(TurnTicket),
+    Queued { active_task_id: TaskId },
+    QueueFull,
+}
+
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum CancelError {
+    #[error("no running task with this id")]
+    NotFound,
+    #[error("the task belongs to another user")]
+    Forbidden,
+}
+
+struct ActiveTurn {
+    owner: UserId,
+    ticket: TurnTicket,
+    queue: VecDeque<(MessageId, ConnectionId)>,
+}
+
+#[derive(Default)]
+struct Inner {
+    by_chat: HashMap<ChatId, ActiveTurn>,
+    by_task: HashMap<TaskId, ChatId>,
+}
+
+/// A std Mutex: every critical section is a few map operations, never an await.
+#[derive(Default)]
+pub struct Turns {
+    inner: Mutex<Inner>,
+}
+
+impl Turns {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a turn for the message, or queues it behind the running one.
+    pub fn admit(
+        &self,
+        user: &UserId,
+        chat: &ChatId,
+        message_id: MessageId,
+        conn: ConnectionId,
+        parent: &CancellationToken,
+        max_queue: usize,
+    ) -> Admission {
+        let mut inner = self.lock();
+        if let Some(active) = inner.by_chat.get_mut(chat) {
+            if active.queue.iter().any(|(m, _)| m == &message_id) {
+                return Admission::Queued {
+                    active_task_id: active.ticket.task_id.clone(),
+                };
+            }
+            if active.queue.len() >= max_queue {
+                return Admission::QueueFull;
+            }
+            active.queue.push_back((message_id, conn));
+            return Admission::Queued {
+                active_task_id: active.ticket.task_id.clone(),
+            };
+        }
+        let ticket = new_ticket(message_id, vec![conn], parent);
+        inner.by_task.insert(ticket.task_id.clone(), chat.clone());
+        inner.by_chat.insert(
+            chat.clone(),
+            ActiveTurn {
+                owner: user.clone(),
+                ticket: ticket.clone(),
+                queue: VecDeque::new(),
+            },
+        );
+        Admission::Start(ticket)
+    }
+
+    /// The running task of a chat, if any.
+    pub fn active_task(&self, chat: &ChatId) -> Option<TaskId> {
+        self.lock()
+            .by_chat
+            .get(chat)
+            .map(|a| a.ticket.task_id.clone())
+    }
+
+    /// Cancels a running task on behalf of `user`.
+    pub fn cancel(&self, user: &UserId, task: &TaskId) -> Result<(), CancelError> {
+        let inner = self.lock();
+        let chat = inner.by_task.get(task).ok_or(CancelError::NotFound)?;
+        let active = inner.by_chat.get(chat).ok_or(CancelError::NotFound)?;
+        if &active.owner != user {
+            return Err(CancelError::Forbidden);
+        }
+        active.ticket.revoked.store(true, Ordering::Release);
+        active.ticket.cancel.cancel();
+        Ok(())
+    }
+
+    /// Ends `task`; if messages were queued meanwhile, returns the ticket of the turn that
+    /// answers them all (the chat stays busy), else frees the chat.
+    pub fn finish(
+        &self,
+        chat: &ChatId,
+        task: &TaskId,
+        parent: &CancellationToken,
+    ) -> Option<TurnTicket> {
+        let mut inner = self.lock();
+        inner.by_task.remove(task);
+        let active = inner.by_chat.get_mut(chat)?;
+        if &active.ticket.task_id != task {
+            return None;
+        }
+        if active.queue.is_empty() || parent.is_cancelled() {
+            inner.by_chat.remove(chat);
+            return None;
+        }
+        let queued: Vec<_> = active.queue.drain(..).collect();
+        let last = queued.last().map(|(m, _)| m.clone())?;
+        let mut requesters: Vec<ConnectionId> = queued.iter().map(|(_, c)| *c).collect();
+        requesters.dedup();
+        let ticket = new_ticket(last, requesters, parent);
+        active.ticket = ticket.clone();
+        inner.by_task.insert(ticket.task_id.clone(), chat.clone());
+        Some(ticket)
+    }
+}
+
+fn new_ticket(
+    user_message_id: MessageId,
+    requesters: Vec<ConnectionId>,
+    parent: &CancellationToken,
+) -> TurnTicket {
+    TurnTicket {
+        task_id: TaskId::random(),
+        user_message_id,
+        requesters,
+        cancel: parent.child_token(),
+        revoked: Arc::new(AtomicBool::new(false)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn ids() -> (UserId, UserId, ChatId) {
+        (
+            UserId::parse("a").unwrap(),
+            UserId::parse("b").unwrap(),
+            ChatId::parse("c").unwrap(),
+        )
+    }
+
+    #[test]
+    fn one_turn_per_chat_then_merged_follow_up() {
+        let (a, _, chat) = ids();
+        let root = CancellationToken::new();
+        let turns = Turns::default();
+        let Admission::Start(t1) =
+            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 10)
+        else {
+            panic!("first message must start a turn")
+        };
+        for m in ["m2", "m3"] {
+            assert!(matches!(
+                turns.admit(&a, &chat, MessageId::parse(m).unwrap(), 2, &root, 10),
+                Admission::Queued { ref active_task_id } if active_task_id == &t1.task_id
+            ));
+        }
+        let t2 = turns.finish(&chat, &t1.task_id, &root).unwrap();
+        assert_eq!(t2.user_message_id.as_str(), "m3");
+        assert_eq!(t2.requesters, vec![2]);
+        assert!(turns.finish(&chat, &t2.task_id, &root).is_none());
+        assert!(turns.active_task(&chat).is_none());
+    }
+
+    #[test]
+    fn cancel_checks_owner_and_marks_revocation() {
+        let (a, b, chat) = ids();
+        let root = CancellationToken::new();
+        let turns = Turns::default();
+        let Admission::Start(t) =
+            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 10)
+        else {
+            panic!()
+        };
+        assert_eq!(turns.cancel(&b, &t.task_id), Err(CancelError::Forbidden));
+        assert!(!t.cancel.is_cancelled());
+        assert_eq!(
+            turns.cancel(&a, &TaskId::random()),
+            Err(CancelError::NotFound)
+        );
+        turns.cancel(&a, &t.task_id).unwrap();
+        assert!(t.cancel.is_cancelled());
+        assert_eq!(t.interruption(), Interruption::Cancelled);
+    }
+
+    #[test]
+    fn queue_is_bounded() {
+        let (a, _, chat) = ids();
+        let root = CancellationToken::new();
+        let turns = Turns::default();
+        let _ = turns.admit(&a, &chat, MessageId::parse("m0").unwrap(), 1, &root, 1);
+        assert!(matches!(
+            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 1),
+            Admission::Queued { .. }
+        ));
+        assert!(matches!(
+            turns.admit(&a, &chat, MessageId::parse("m2").unwrap(), 1, &root, 1),
+            Admission::QueueFull
+        ));
+    }
+}

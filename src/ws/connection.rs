@@ -1,0 +1,156 @@
+//! One socket's life: register the device, run the reader (which dispatches to the
+//! session) and the single writer (which drains the outbox), close with the right code,
+//! and finish the closing handshake by reading until the stream ends.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use chatd_protocol::CloseCode;
+use futures_util::stream::{SplitSink, SplitStream};
+use futures_util::{SinkExt, StreamExt};
+
+use super::outbox::{Outbox, OutboxReceiver, outbox};
+use crate::app::AppState;
+use crate::auth::UserId;
+use crate::session::Session;
+use crate::session::hub::Device;
+
+/// How long a closing socket may take to finish the handshake before it is dropped.
+const CLOSE_HANDSHAKE: Duration = Duration::from_secs(3);
+/// How long one write may block (a client that stops reading entirely).
+const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+
+#[tracing::instrument(skip_all, fields(user_id = %user))]
+pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id: String) {
+    let (out, out_rx) = outbox(app.config.server.outbox_capacity, app.metrics.clone());
+    let device = Arc::new(Device::new(
+        app.hub.next_connection_id(),
+        session_id,
+        user.clone(),
+        out.clone(),
+    ));
+    app.hub.register(device.clone());
+    app.metrics.connections_open.inc();
+    let (sink, stream) = socket.split();
+    let session = Session::new(app.clone(), device.clone());
+    let shutdown = app.tasks.connections_shutdown.clone();
+    let reader = read_loop(stream, &session, &out, &shutdown);
+    let writer = write_loop(sink, out_rx);
+    tokio::join!(reader, writer);
+    app.hub.unregister(&user, device.conn_id);
+    app.metrics.connections_open.dec();
+}
+
+async fn read_loop(
+    mut stream: SplitStream<WebSocket>,
+    session: &Session,
+    out: &Outbox,
+    shutdown: &tokio_util::sync::CancellationToken,
+) {
+    loop {
+        if out.is_closed() {
+            // Closing: keep reading (and ignoring) until the peer's close ends the stream.
+            if tokio::time::timeout(CLOSE_HANDSHAKE, drain(&mut stream))
+                .await
+                .is_err()
+            {
+                tracing::debug!("close handshake timed out");
+            }
+            return;
+        }
+        let next = tokio::select! {
+            next = stream.next() => next,
+            _ = shutdown.cancelled() => {
+                out.close_with(CloseCode::GoingAway);
+                continue;
+            }
+            _ = out.closing() => continue,
+        };
+        match next {
+            None => break,
+            Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()),
+            Some(Ok(Message::Binary(_))) => session.handle_binary(),
+            Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
+            // The library queues the close reply; reading on until the stream ends flushes
+            // it and completes the handshake.
+            Some(Ok(Message::Close(_))) => {}
+            Some(Err(e)) => {
+                let code = close_code_for(&e);
+                tracing::debug!(error = %e, "socket read error");
+                match code {
+                    Some(code) => out.close_with(code),
+                    None => break,
+                }
+            }
+        }
+    }
+    // The stream ended (peer closed or the socket broke): stop the writer.
+    out.close_with(CloseCode::Normal);
+}
+
+async fn drain(stream: &mut SplitStream<WebSocket>) {
+    while let Some(msg) = stream.next().await {
+        if msg.is_err() {
+            break;
+        }
+    }
+}
+
+/// Read errors chatd answers with a close frame rather than a dropped socket.
+fn close_code_for(e: &axum::Error) -> Option<CloseCode> {
+    use std::error::Error;
+    let mut source: Option<&(dyn Error + 'static)> = e.source();
+    while let Some(s) = source {
+        if let Some(t) = s.downcast_ref::<tokio_tungstenite::tungstenite::Error>() {
+            return match t {
+                tokio_tungstenite::tungstenite::Error::Utf8(_) => Some(CloseCode::InvalidUtf8),
+                tokio_tungstenite::tungstenite::Error::Capacity(_) => {
+                    Some(CloseCode::MessageTooBig)
+                }
+                tokio_tungstenite::tungstenite::Error::Protocol(_) => {
+                    Some(CloseCode::PolicyViolation)
+                }
+                _ => None,
+            };
+        }
+        source = s.source();
+    }
+    None
+}
+
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut rx: OutboxReceiver) {
+    loop {
+        tokio::select! {
+            biased;
+            frame = rx.rx.recv() => {
+                let Some(frame) = frame else { break };
+                match tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Text(frame.text))).await {
+                    Ok(Ok(())) => {}
+                    _ => {
+                        rx.close.cancel();
+                        return;
+                    }
+                }
+            }
+            _ = rx.close.cancelled() => break,
+        }
+    }
+    // Flush what is queued unless the client is too slow, then send the close frame.
+    let code = rx.close_code().unwrap_or(CloseCode::Normal);
+    if code != CloseCode::SlowConsumer {
+        while let Ok(frame) = rx.rx.try_recv() {
+            if tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Text(frame.text)))
+                .await
+                .map_or(true, |r| r.is_err())
+            {
+                return;
+            }
+        }
+    }
+    let close = Message::Close(Some(CloseFrame {
+        code: code.code(),
+        reason: code.reason().into(),
+    }));
+    let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.send(close)).await;
+}
