@@ -126,34 +126,31 @@ impl App {
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let App { listener, state } = self;
         let router = crate::http::router(state.clone());
-        let stop = shutdown.clone();
         let listener = listener.tap_io(|tcp| {
             if let Err(e) = tcp.set_nodelay(true) {
                 tracing::debug!(error = %e, "cannot set TCP_NODELAY");
             }
         });
-        axum::serve(listener, router)
-            .with_graceful_shutdown(async move { stop.cancelled().await })
-            .await?;
-        let grace = state.config.server.shutdown_grace;
-        let deadline = tokio::time::Instant::now() + grace;
-        let tasks = &state.tasks;
-        tasks.turns_shutdown.cancel();
-        tasks.turns.close();
-        if tokio::time::timeout_at(deadline, tasks.turns.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("turns still running after the grace period");
-        }
-        tasks.connections_shutdown.cancel();
-        tasks.connections.close();
-        if tokio::time::timeout_at(deadline, tasks.connections.wait())
-            .await
-            .is_err()
-        {
-            tracing::warn!("connections still open after the grace period");
-        }
+        let stop = shutdown.clone();
+        let serve = axum::serve(listener, router)
+            .with_graceful_shutdown(async move { stop.cancelled().await });
+        let drain = async {
+            shutdown.cancelled().await;
+            let deadline = tokio::time::Instant::now() + state.config.server.shutdown_grace;
+            let tasks = &state.tasks;
+            tasks.turns_shutdown.cancel();
+            tasks.turns.close();
+            if tokio::time::timeout_at(deadline, tasks.turns.wait()).await.is_err() {
+                tracing::warn!("turns still running after the grace period");
+            }
+            tasks.connections_shutdown.cancel();
+            tasks.connections.close();
+            if tokio::time::timeout_at(deadline, tasks.connections.wait()).await.is_err() {
+                tracing::warn!("connections still open after the grace period");
+            }
+        };
+        let (served, ()) = tokio::join!(serve, drain);
+        served?;
         tracing::info!("chatd stopped");
         Ok(())
     }

@@ -18,3 +18,5 @@ pub mod metrics;
 pub mod pipeline;
 pub mod session;
 pub mod ws;
+pub mod cache;
+pub mod crypto;

@@ -1,1 +1,23 @@
-//! stub
+//! chatd's test harness: real services on free ports, stopped on drop, and test clients.
+//! - [`redis::RedisServer`]: `redis-server` without persistence
+//! - [`openbao::OpenBao`]: `bao server -dev` with transit enabled
+//! - [`blackhole::Blackhole`]: accepts TCP and never answers
+//! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
+//! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
+//!
+//! A missing binary is an error with an install hint, never a skipped test.
+
+pub mod blackhole;
+pub mod fake_llm;
+pub mod openbao;
+pub mod process;
+pub mod redis;
+pub mod ws_client;
+
+/// A port that was free a moment ago on 127.0.0.1.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .and_then(|l| l.local_addr())
+        .map(|a| a.port())
+        .unwrap_or_else(|e| panic!("cannot find a free port: {e}"))
+}

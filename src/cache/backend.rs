@@ -1,0 +1,140 @@
+//! The storage interface every cache backend implements, at the level of the operations
+//! chatd needs (so compound ones, like writing a chat and evicting the least recently used,
+//! are atomic in each backend). Values are opaque bytes: sealed or client-encrypted.
+
+use std::time::Duration;
+
+use chatd_protocol::{ChatId, EmbedId};
+use futures_util::future::BoxFuture;
+
+use crate::crypto::UserHash;
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheError {
+    #[error("cache backend unavailable: {0}")]
+    Unavailable(String),
+    #[error("cache backend did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("cache backend answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+/// Bounds of the AI cache.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct AiPolicy {
+    /// Lifetime of a chat's messages, refreshed on every read and write.
+    pub ttl: Duration,
+    /// Messages kept per chat (the newest).
+    pub max_messages: usize,
+    /// Chats kept per user; writing another evicts the least recently used.
+    pub max_chats: usize,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum WriteMode {
+    Append,
+    /// Drop what the chat had, then write (used after a history re-send).
+    Replace,
+}
+
+pub trait CacheBackend: Send + Sync {
+    /// Writes sealed messages to a chat's AI list (newest last), trims it to
+    /// `max_messages`, refreshes its TTL, marks the chat most recently used, and evicts
+    /// the least recently used chats beyond `max_chats` together with their embeds that no
+    /// remaining chat references, their embed index and their settings/memories entries —
+    /// all in one atomic step. Returns the evicted chats.
+    fn ai_write<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        mode: WriteMode,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+    ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>>;
+
+    /// A chat's AI list, oldest first (`None` if absent); refreshes its TTL and recency.
+    fn ai_read<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        policy: AiPolicy,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
+
+    /// Removes a chat from the AI cache with its embeds index, exclusive embeds and
+    /// settings/memories entries.
+    fn ai_delete<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    /// Stores an embed and indexes it under the chat.
+    fn embed_put<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        embed: &'a EmbedId,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    fn embed_get<'a>(&'a self, embed: &'a EmbedId) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
+
+    /// Stores one app settings/memories entry of a chat and indexes it.
+    fn settings_put<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        app_key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    fn settings_get<'a>(&'a self, chat: &'a ChatId, app_key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
+
+    /// Replaces a chat's sync-cache blobs (client-encrypted) and indexes the chat.
+    fn sync_put<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        blobs: Vec<Vec<u8>>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    fn sync_get<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
+
+    /// Removes every sync-cache entry of the user.
+    fn sync_clear<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    /// Small values: wrapped data keys, flags, markers.
+    fn kv_put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> BoxFuture<'a, Result<(), CacheError>>;
+    fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
+    fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    /// Reachability for `/readyz`.
+    fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>>;
+}
+
+/// The key names, shared by every backend.
+pub mod keys {
+    use super::*;
+
+    pub fn ai_messages(user: &UserHash, chat: &str) -> String {
+        format!("user:{}:chat:{chat}:messages:ai", user.as_str())
+    }
+    pub fn ai_lru(user: &UserHash) -> String {
+        format!("user:{}:ai_cache_lru", user.as_str())
+    }
+    pub fn embed(embed: &str) -> String {
+        format!("embed:{embed}")
+    }
+    pub fn embed_index(chat: &str) -> String {
+        format!("chat:{chat}:embed_ids")
+    }
+    pub fn settings(chat: &str, app_key: &str) -> String {
+        format!("chat:{chat}:app_settings_memories:{app_key}")
+    }
+    pub fn settings_index(chat: &str) -> String {
+        format!("chat:{chat}:app_settings_memories_keys")
+    }
+    pub fn sync(user: &UserHash, chat: &str) -> String {
+        format!("user:{}:chat:{chat}:messages:sync", user.as_str())
+    }
+    pub fn sync_index(user: &UserHash) -> String {
+        format!("user:{}:sync_chats", user.as_str())
+    }
+}

@@ -1,0 +1,364 @@
+//! The Redis cache backend (the only module that imports `redis`): one multiplexed
+//! connection manager that reconnects on its own, our own deadline around every call, and
+//! Lua scripts for the compound operations so each is atomic on the server.
+//! The scripts build some key names from arguments, so they need a single Redis (or keys
+//! that hash to one slot); Redis Cluster deployments would tag keys by user.
+
+use std::time::Duration;
+
+use chatd_protocol::{ChatId, EmbedId};
+use futures_util::future::BoxFuture;
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
+use redis::{Script, Value};
+
+use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
+use crate::crypto::UserHash;
+
+/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_hash, chat, entries...
+const AI_WRITE: &str = r#"
+local msgs, lru = KEYS[1], KEYS[2]
+local ttl, maxm, maxc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+local uh, chat = ARGV[6], ARGV[7]
+if ARGV[1] == 'replace' then redis.call('DEL', msgs) end
+for i = 8, #ARGV do redis.call('RPUSH', msgs, ARGV[i]) end
+redis.call('LTRIM', msgs, -maxm, -1)
+redis.call('EXPIRE', msgs, ttl)
+redis.call('ZADD', lru, ARGV[5], chat)
+redis.call('EXPIRE', lru, ttl)
+local evicted = {}
+local n = redis.call('ZCARD', lru)
+if n > maxc then
+  local old = redis.call('ZRANGE', lru, 0, n - maxc - 1)
+  local keep = redis.call('ZRANGE', lru, n - maxc, -1)
+  for _, c in ipairs(old) do
+    redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
+    local idx = 'chat:' .. c .. ':embed_ids'
+    for _, e in ipairs(redis.call('SMEMBERS', idx)) do
+      local shared = false
+      for _, k in ipairs(keep) do
+        if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
+      end
+      if not shared then redis.call('DEL', 'embed:' .. e) end
+    end
+    redis.call('DEL', idx)
+    local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
+    for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
+      redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
+    end
+    redis.call('DEL', sidx)
+    redis.call('ZREM', lru, c)
+    table.insert(evicted, c)
+  end
+end
+return evicted
+"#;
+
+/// KEYS: lru. ARGV: user_hash, chat. Removes one chat like an eviction.
+const AI_DELETE: &str = r#"
+local lru, uh, c = KEYS[1], ARGV[1], ARGV[2]
+redis.call('ZREM', lru, c)
+local keep = redis.call('ZRANGE', lru, 0, -1)
+redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
+local idx = 'chat:' .. c .. ':embed_ids'
+for _, e in ipairs(redis.call('SMEMBERS', idx)) do
+  local shared = false
+  for _, k in ipairs(keep) do
+    if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
+  end
+  if not shared then redis.call('DEL', 'embed:' .. e) end
+end
+redis.call('DEL', idx)
+local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
+for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
+  redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
+end
+redis.call('DEL', sidx)
+return 1
+"#;
+
+/// KEYS: messages, lru. ARGV: ttl, score, chat. Reads a chat and refreshes TTL and recency.
+const AI_READ: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 0 then return false end
+redis.call('EXPIRE', KEYS[1], ARGV[1])
+redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
+return redis.call('LRANGE', KEYS[1], 0, -1)
+"#;
+
+/// KEYS: sync index. ARGV: user_hash.
+const SYNC_CLEAR: &str = r#"
+for _, c in ipairs(redis.call('SMEMBERS', KEYS[1])) do
+  redis.call('DEL', 'user:' .. ARGV[1] .. ':chat:' .. c .. ':messages:sync')
+end
+redis.call('DEL', KEYS[1])
+return 1
+"#;
+
+pub struct RedisBackend {
+    conn: ConnectionManager,
+    timeout: Duration,
+    ai_write: Script,
+    ai_read: Script,
+    ai_delete: Script,
+    sync_clear: Script,
+}
+
+impl RedisBackend {
+    /// Connects lazily: the server starts even while Redis is down, and `/readyz` says so.
+    pub fn new(url: &str, timeout: Duration) -> Result<Self, CacheError> {
+        let client = redis::Client::open(url).map_err(|e| CacheError::Unavailable(format!("cache.redis_url: {e}")))?;
+        let config = ConnectionManagerConfig::new()
+            .set_connection_timeout(Some(timeout))
+            .set_response_timeout(Some(timeout))
+            .set_number_of_retries(1)
+            .set_max_delay(Duration::from_millis(500));
+        let conn = ConnectionManager::new_lazy_with_config(client, config)
+            .map_err(|e| CacheError::Unavailable(e.to_string()))?;
+        Ok(Self {
+            conn,
+            timeout,
+            ai_write: Script::new(AI_WRITE),
+            ai_read: Script::new(AI_READ),
+            ai_delete: Script::new(AI_DELETE),
+            sync_clear: Script::new(SYNC_CLEAR),
+        })
+    }
+
+    async fn run<T>(&self, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, CacheError> {
+        match tokio::time::timeout(self.timeout, f).await {
+            Err(_) => Err(CacheError::Timeout(self.timeout)),
+            Ok(Ok(v)) => Ok(v),
+            Ok(Err(e)) => Err(CacheError::Unavailable(e.to_string())),
+        }
+    }
+
+    fn conn(&self) -> ConnectionManager {
+        self.conn.clone()
+    }
+}
+
+/// A recency score: microseconds since the epoch, strictly increasing within this process.
+fn score() -> u64 {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static LAST: AtomicU64 = AtomicU64::new(0);
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_micros() as u64)
+        .unwrap_or(0);
+    let prev = LAST.fetch_max(now, Ordering::Relaxed);
+    if prev >= now {
+        LAST.fetch_add(1, Ordering::Relaxed) + 1
+    } else {
+        now
+    }
+}
+
+fn secs(d: Duration) -> u64 {
+    d.as_secs().max(1)
+}
+
+fn bytes_list(v: Value) -> Result<Option<Vec<Vec<u8>>>, CacheError> {
+    match v {
+        Value::Nil => Ok(None),
+        Value::Array(items) => items
+            .into_iter()
+            .map(|i| match i {
+                Value::BulkString(b) => Ok(b),
+                other => Err(CacheError::Protocol(format!("expected bytes, got {other:?}"))),
+            })
+            .collect::<Result<Vec<_>, _>>()
+            .map(Some),
+        other => Err(CacheError::Protocol(format!("expected a list, got {other:?}"))),
+    }
+}
+
+impl CacheBackend for RedisBackend {
+    fn ai_write<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        mode: WriteMode,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+    ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>> {
+        Box::pin(async move {
+            let mut inv = self.ai_write.prepare_invoke();
+            inv.key(keys::ai_messages(user, chat.as_str()))
+                .key(keys::ai_lru(user))
+                .arg(match mode {
+                    WriteMode::Append => "append",
+                    WriteMode::Replace => "replace",
+                })
+                .arg(secs(policy.ttl))
+                .arg(policy.max_messages)
+                .arg(policy.max_chats)
+                .arg(score())
+                .arg(user.as_str())
+                .arg(chat.as_str());
+            for e in &entries {
+                inv.arg(e.as_slice());
+            }
+            let mut conn = self.conn();
+            let evicted: Vec<String> = self.run(inv.invoke_async(&mut conn)).await?;
+            Ok(evicted.into_iter().filter_map(|c| ChatId::parse(c).ok()).collect())
+        })
+    }
+
+    fn ai_read<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        policy: AiPolicy,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+        Box::pin(async move {
+            let mut inv = self.ai_read.prepare_invoke();
+            inv.key(keys::ai_messages(user, chat.as_str()))
+                .key(keys::ai_lru(user))
+                .arg(secs(policy.ttl))
+                .arg(score())
+                .arg(chat.as_str());
+            let mut conn = self.conn();
+            let v: Value = self.run(inv.invoke_async(&mut conn)).await?;
+            bytes_list(v)
+        })
+    }
+
+    fn ai_delete<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut inv = self.ai_delete.prepare_invoke();
+            inv.key(keys::ai_lru(user)).arg(user.as_str()).arg(chat.as_str());
+            let mut conn = self.conn();
+            let _: i64 = self.run(inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn embed_put<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        embed: &'a EmbedId,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let index = keys::embed_index(chat.as_str());
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("SET").arg(keys::embed(embed.as_str())).arg(value).arg("EX").arg(secs(ttl)).ignore()
+                .cmd("SADD").arg(&index).arg(embed.as_str()).ignore()
+                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+            let mut conn = self.conn();
+            self.run(pipe.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn embed_get<'a>(&'a self, embed: &'a EmbedId) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+        Box::pin(async move { self.kv_get_owned(keys::embed(embed.as_str())).await })
+    }
+
+    fn settings_put<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        app_key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let index = keys::settings_index(chat.as_str());
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("SET").arg(keys::settings(chat.as_str(), app_key)).arg(value).arg("EX").arg(secs(ttl)).ignore()
+                .cmd("SADD").arg(&index).arg(app_key).ignore()
+                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+            let mut conn = self.conn();
+            self.run(pipe.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn settings_get<'a>(&'a self, chat: &'a ChatId, app_key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+        Box::pin(async move { self.kv_get_owned(keys::settings(chat.as_str(), app_key)).await })
+    }
+
+    fn sync_put<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        blobs: Vec<Vec<u8>>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let key = keys::sync(user, chat.as_str());
+            let index = keys::sync_index(user);
+            let mut pipe = redis::pipe();
+            pipe.atomic().cmd("DEL").arg(&key).ignore();
+            if !blobs.is_empty() {
+                pipe.cmd("RPUSH").arg(&key).arg(blobs).ignore();
+                pipe.cmd("EXPIRE").arg(&key).arg(secs(ttl)).ignore();
+            }
+            pipe.cmd("SADD").arg(&index).arg(chat.as_str()).ignore()
+                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+            let mut conn = self.conn();
+            self.run(pipe.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn sync_get<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+        Box::pin(async move {
+            let key = keys::sync(user, chat.as_str());
+            let mut pipe = redis::pipe();
+            pipe.cmd("EXISTS").arg(&key).cmd("LRANGE").arg(&key).arg(0).arg(-1);
+            let mut conn = self.conn();
+            let (exists, items): (bool, Vec<Vec<u8>>) = self.run(pipe.query_async(&mut conn)).await?;
+            Ok(exists.then_some(items))
+        })
+    }
+
+    fn sync_clear<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut inv = self.sync_clear.prepare_invoke();
+            inv.key(keys::sync_index(user)).arg(user.as_str());
+            let mut conn = self.conn();
+            let _: i64 = self.run(inv.invoke_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+
+    fn kv_put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key).arg(value).arg("EX").arg(secs(ttl));
+            self.run(cmd.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+        Box::pin(self.kv_get_owned(key.to_string()))
+    }
+
+    fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let mut cmd = redis::cmd("DEL");
+            cmd.arg(key);
+            self.run(cmd.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let cmd = redis::cmd("PING");
+            let _: String = self.run(cmd.query_async(&mut conn)).await?;
+            Ok(())
+        })
+    }
+}
+
+impl RedisBackend {
+    async fn kv_get_owned(&self, key: String) -> Result<Option<Vec<u8>>, CacheError> {
+        let mut conn = self.conn();
+        let mut cmd = redis::cmd("GET");
+        cmd.arg(key);
+        self.run(cmd.query_async(&mut conn)).await
+    }
+}

@@ -1,0 +1,227 @@
+//! Seals and opens values with per-user data keys. The current data key of a user is
+//! cached in memory for `keys.data_key_ttl` (zeroized on drop), so the key service is not
+//! on the per-message path; its wrapped form is kept in the cache backend under
+//! `dek:{user_hash}:{key_id}` so any node (or this one after a restart) can unwrap it.
+//!
+//! Sealed value: `0x01 || key_id (16 bytes) || nonce (12) || ciphertext+tag`, with associated
+//! data `chatd:v1|{user_hash}|{chat}|{purpose}|{key_id}`: a value moved to another user,
+//! chat, purpose or key does not open.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use dashmap::DashMap;
+use sha2::{Digest, Sha256};
+use tokio::time::Instant;
+
+use super::{KeyError, KeyProvider, SecretKey, UserHash, aead};
+use crate::cache::{CacheBackend, CacheError};
+
+const VERSION: u8 = 1;
+const KEY_ID_LEN: usize = 16;
+/// Wrapped data keys outlive the values they sealed (whose TTLs are refreshed on use).
+const WRAPPED_KEY_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+type KeyId = [u8; KEY_ID_LEN];
+
+/// What a sealed value is for; part of its associated data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Purpose {
+    AiMessage,
+    Embed,
+    SettingsMemory,
+}
+
+impl Purpose {
+    fn as_str(self) -> &'static str {
+        match self {
+            Purpose::AiMessage => "ai_message",
+            Purpose::Embed => "embed",
+            Purpose::SettingsMemory => "settings_memory",
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum SealError {
+    #[error(transparent)]
+    Key(#[from] KeyError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum OpenError {
+    /// The value cannot be opened: unknown or rejected key, tampered bytes, wrong binding.
+    /// For the caller this is a cache miss, never an error shown to the user.
+    #[error("value does not open")]
+    Failed,
+    /// The key service or the cache backend is down: retry later.
+    #[error(transparent)]
+    Unavailable(#[from] SealError),
+}
+
+struct CachedKey {
+    id: KeyId,
+    key: SecretKey,
+    loaded: Instant,
+}
+
+pub struct Keyring {
+    provider: Arc<dyn KeyProvider>,
+    backend: Arc<dyn CacheBackend>,
+    ttl: Duration,
+    /// user → the data key new values are sealed with.
+    current: DashMap<UserHash, Arc<CachedKey>>,
+    /// (user, key id) → unwrapped keys for opening.
+    opened: DashMap<(UserHash, KeyId), Arc<CachedKey>>,
+}
+
+fn key_id(wrapped: &str) -> KeyId {
+    let digest = Sha256::digest(wrapped.as_bytes());
+    let mut id = [0u8; KEY_ID_LEN];
+    id.copy_from_slice(&digest[..KEY_ID_LEN]);
+    id
+}
+
+fn wrapped_key_name(user: &UserHash, id: &KeyId) -> String {
+    format!("dek:{}:{}", user.as_str(), hex::encode(id))
+}
+
+fn aad(user: &UserHash, scope: &str, purpose: Purpose, id: &KeyId) -> Vec<u8> {
+    format!("chatd:v1|{}|{scope}|{}|{}", user.as_str(), purpose.as_str(), hex::encode(id)).into_bytes()
+}
+
+impl Keyring {
+    pub fn new(provider: Arc<dyn KeyProvider>, backend: Arc<dyn CacheBackend>, ttl: Duration) -> Self {
+        Self {
+            provider,
+            backend,
+            ttl,
+            current: DashMap::new(),
+            opened: DashMap::new(),
+        }
+    }
+
+    pub fn provider(&self) -> &Arc<dyn KeyProvider> {
+        &self.provider
+    }
+
+    fn fresh(&self, k: &CachedKey) -> bool {
+        !self.ttl.is_zero() && k.loaded.elapsed() < self.ttl
+    }
+
+    async fn current_key(&self, user: &UserHash) -> Result<Arc<CachedKey>, SealError> {
+        if let Some(k) = self.current.get(user).map(|k| k.clone())
+            && self.fresh(&k)
+        {
+            return Ok(k);
+        }
+        let new = self.provider.new_data_key(user).await?;
+        let id = key_id(&new.wrapped);
+        self.backend
+            .kv_put(&wrapped_key_name(user, &id), new.wrapped.into_bytes(), WRAPPED_KEY_TTL)
+            .await?;
+        let cached = Arc::new(CachedKey {
+            id,
+            key: new.key,
+            loaded: Instant::now(),
+        });
+        if !self.ttl.is_zero() {
+            self.current.insert(user.clone(), cached.clone());
+            self.opened.insert((user.clone(), id), cached.clone());
+        }
+        Ok(cached)
+    }
+
+    async fn key_for_open(&self, user: &UserHash, id: KeyId) -> Result<Arc<CachedKey>, OpenError> {
+        if let Some(k) = self.opened.get(&(user.clone(), id)).map(|k| k.clone())
+            && self.fresh(&k)
+        {
+            return Ok(k);
+        }
+        let wrapped = self
+            .backend
+            .kv_get(&wrapped_key_name(user, &id))
+            .await
+            .map_err(|e| OpenError::Unavailable(e.into()))?
+            .ok_or(OpenError::Failed)?;
+        let wrapped = String::from_utf8(wrapped).map_err(|_| OpenError::Failed)?;
+        let key = match self.provider.unwrap_data_key(user, &wrapped).await {
+            Ok(k) => k,
+            Err(KeyError::Rejected(_)) => return Err(OpenError::Failed),
+            Err(e) => return Err(OpenError::Unavailable(e.into())),
+        };
+        let cached = Arc::new(CachedKey {
+            id,
+            key,
+            loaded: Instant::now(),
+        });
+        if !self.ttl.is_zero() {
+            self.opened.insert((user.clone(), id), cached.clone());
+        }
+        Ok(cached)
+    }
+
+    /// Seals `plaintext` for `user`, bound to `scope` (a chat id) and `purpose`.
+    pub async fn seal(&self, user: &UserHash, scope: &str, purpose: Purpose, plaintext: &[u8]) -> Result<Vec<u8>, SealError> {
+        let key = self.current_key(user).await?;
+        let body = aead::seal(&key.key, &aad(user, scope, purpose, &key.id), plaintext)
+            .map_err(|e| SealError::Key(KeyError::Unavailable(e.to_string())))?;
+        let mut out = Vec::with_capacity(1 + KEY_ID_LEN + body.len());
+        out.push(VERSION);
+        out.extend_from_slice(&key.id);
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Opens a value sealed by [`Keyring::seal`] with the same binding.
+    pub async fn open(&self, user: &UserHash, scope: &str, purpose: Purpose, sealed: &[u8]) -> Result<Vec<u8>, OpenError> {
+        if sealed.len() < 1 + KEY_ID_LEN || sealed[0] != VERSION {
+            return Err(OpenError::Failed);
+        }
+        let mut id = [0u8; KEY_ID_LEN];
+        id.copy_from_slice(&sealed[1..1 + KEY_ID_LEN]);
+        let key = self.key_for_open(user, id).await?;
+        aead::open(&key.key, &aad(user, scope, purpose, &id), &sealed[1 + KEY_ID_LEN..]).map_err(|_| OpenError::Failed)
+    }
+
+    /// Forgets every cached data key (tests, and a future key-rotation hook).
+    pub fn forget_keys(&self) {
+        self.current.clear();
+        self.opened.clear();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::UserId;
+    use crate::cache::memory::MemoryBackend;
+    use crate::crypto::LocalKeyProvider;
+
+    fn ring(ttl: Duration) -> Keyring {
+        let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([3u8; 32])));
+        Keyring::new(provider, Arc::new(MemoryBackend::new(1000)), ttl)
+    }
+
+    #[tokio::test]
+    async fn seal_open_and_bindings() {
+        let ring = ring(Duration::from_secs(60));
+        let a = UserHash::of(&UserId::parse("alice").unwrap());
+        let b = UserHash::of(&UserId::parse("bob").unwrap());
+        let sealed = ring.seal(&a, "chat1", Purpose::AiMessage, b"secret text").await.unwrap();
+        assert_eq!(ring.open(&a, "chat1", Purpose::AiMessage, &sealed).await.unwrap(), b"secret text");
+        assert!(matches!(ring.open(&a, "chat2", Purpose::AiMessage, &sealed).await, Err(OpenError::Failed)));
+        assert!(matches!(ring.open(&a, "chat1", Purpose::Embed, &sealed).await, Err(OpenError::Failed)));
+        assert!(matches!(ring.open(&b, "chat1", Purpose::AiMessage, &sealed).await, Err(OpenError::Failed)));
+        // One key-service call for the data key; opening uses the cached key.
+        assert_eq!(ring.provider().calls(), 1);
+        ring.seal(&a, "chat1", Purpose::AiMessage, b"more").await.unwrap();
+        assert_eq!(ring.provider().calls(), 1);
+        // After forgetting, the wrapped key is unwrapped once from the backend.
+        ring.forget_keys();
+        assert_eq!(ring.open(&a, "chat1", Purpose::AiMessage, &sealed).await.unwrap(), b"secret text");
+        assert_eq!(ring.provider().calls(), 2);
+    }
+}

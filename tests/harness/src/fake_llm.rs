@@ -1,0 +1,377 @@
+//! A fake LLM: a real HTTP server speaking the OpenAI chat-completions streaming protocol
+//! (`POST /v1/chat/completions`, Server-Sent Events, `data: [DONE]`), with scripted replies
+//! (text, tool calls, HTTP errors, a cut connection, a stall a test can observe and release),
+//! a record of every request body, and detection of clients that hang up mid-stream.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use axum::Router;
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::post;
+use futures_util::stream;
+use serde_json::{Value, json};
+use tokio::sync::{Notify, watch};
+use tokio_util::sync::CancellationToken;
+
+/// How long the `wait_for_*` helpers wait before failing the test.
+const WAIT: Duration = Duration::from_secs(15);
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Usage {
+    pub prompt_tokens: u64,
+    pub completion_tokens: u64,
+}
+
+#[derive(Debug, Clone)]
+pub struct ToolCall {
+    pub id: String,
+    pub name: String,
+    pub arguments: String,
+}
+
+/// One scripted answer.
+#[derive(Debug, Clone)]
+pub enum Reply {
+    /// Streams each chunk as a content delta, `delay` apart, then `stop`, usage, `[DONE]`.
+    Text { chunks: Vec<String>, delay: Duration, usage: Option<Usage> },
+    /// Streams tool calls the way OpenAI does (id and name first, arguments in pieces).
+    ToolCalls { calls: Vec<ToolCall>, text_before: Option<String> },
+    /// A plain HTTP error response.
+    HttpError { status: u16, body: String },
+    /// Streams the chunks, then drops the connection without finishing.
+    CutAfter { chunks: Vec<String> },
+    /// Streams the chunks, waits until the gate is released, then continues with `then`.
+    Stall { chunks: Vec<String>, gate: Gate, then: Box<Reply> },
+    /// A non-streaming 200 JSON body.
+    Json(Value),
+}
+
+/// A point a stalled reply waits at: the test awaits `reached()` and calls `release()`.
+#[derive(Debug, Clone)]
+pub struct Gate {
+    reached: Arc<watch::Sender<bool>>,
+    released: Arc<watch::Sender<bool>>,
+}
+
+impl Default for Gate {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Gate {
+    pub fn new() -> Self {
+        Self {
+            reached: Arc::new(watch::channel(false).0),
+            released: Arc::new(watch::channel(false).0),
+        }
+    }
+
+    pub fn release(&self) {
+        self.released.send_replace(true);
+    }
+
+    /// Resolves once a stream is waiting at this gate.
+    pub async fn reached(&self) {
+        let mut rx = self.reached.subscribe();
+        let wait = rx.wait_for(|r| *r);
+        if tokio::time::timeout(WAIT, wait).await.is_err() {
+            panic!("fake LLM: no stream reached the gate within {WAIT:?}");
+        }
+    }
+
+    async fn wait_released(&self) {
+        self.reached.send_replace(true);
+        let mut rx = self.released.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+    }
+}
+
+type Responder = Box<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
+
+struct Shared {
+    requests: Mutex<Vec<Value>>,
+    request_seen: Notify,
+    queue: Mutex<VecDeque<Reply>>,
+    default: Mutex<Reply>,
+    responder: Mutex<Option<Responder>>,
+    disconnects: AtomicUsize,
+    disconnect_seen: Notify,
+}
+
+pub struct FakeLlm {
+    addr: std::net::SocketAddr,
+    shared: Arc<Shared>,
+    stop: CancellationToken,
+}
+
+impl FakeLlm {
+    pub async fn start() -> anyhow::Result<FakeLlm> {
+        let shared = Arc::new(Shared {
+            requests: Mutex::new(Vec::new()),
+            request_seen: Notify::new(),
+            queue: Mutex::new(VecDeque::new()),
+            default: Mutex::new(Reply::Text {
+                chunks: vec!["Hello from the fake LLM.\n\n".into(), "Second paragraph.".into()],
+                delay: Duration::ZERO,
+                usage: None,
+            }),
+            responder: Mutex::new(None),
+            disconnects: AtomicUsize::new(0),
+            disconnect_seen: Notify::new(),
+        });
+        let app = Router::new()
+            .route("/v1/chat/completions", post(completions))
+            .route("/chat/completions", post(completions))
+            .with_state(shared.clone());
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let stop = CancellationToken::new();
+        let token = stop.clone();
+        let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+            let _ = tcp.set_nodelay(true);
+        });
+        tokio::spawn(async move {
+            let _ = axum::serve(listener, app)
+                .with_graceful_shutdown(async move { token.cancelled().await })
+                .await;
+        });
+        Ok(FakeLlm { addr, shared, stop })
+    }
+
+    /// `http://127.0.0.1:PORT/v1`: clients POST to `{base_url}/chat/completions`.
+    pub fn base_url(&self) -> String {
+        format!("http://{}/v1", self.addr)
+    }
+
+    pub fn push(&self, reply: Reply) {
+        lock(&self.shared.queue).push_back(reply);
+    }
+
+    pub fn set_default(&self, reply: Reply) {
+        *lock(&self.shared.default) = reply;
+    }
+
+    /// Consulted before the queue; `None` falls through to the queue, then the default.
+    pub fn set_responder(&self, f: impl Fn(&Value) -> Option<Reply> + Send + Sync + 'static) {
+        *lock(&self.shared.responder) = Some(Box::new(f));
+    }
+
+    /// Every request body received so far, in order.
+    pub fn requests(&self) -> Vec<Value> {
+        lock(&self.shared.requests).clone()
+    }
+
+    pub async fn wait_for_requests(&self, n: usize) {
+        let wait = async {
+            loop {
+                let seen = self.shared.request_seen.notified();
+                if lock(&self.shared.requests).len() >= n {
+                    return;
+                }
+                seen.await;
+            }
+        };
+        if tokio::time::timeout(WAIT, wait).await.is_err() {
+            panic!("fake LLM: fewer than {n} requests within {WAIT:?}");
+        }
+    }
+
+    /// Streams whose client hung up before the stream finished.
+    pub fn disconnects(&self) -> usize {
+        self.shared.disconnects.load(Ordering::SeqCst)
+    }
+
+    pub async fn wait_for_disconnect(&self) {
+        let wait = async {
+            loop {
+                let seen = self.shared.disconnect_seen.notified();
+                if self.disconnects() > 0 {
+                    return;
+                }
+                seen.await;
+            }
+        };
+        if tokio::time::timeout(WAIT, wait).await.is_err() {
+            panic!("fake LLM: no client disconnect within {WAIT:?}");
+        }
+    }
+}
+
+impl Drop for FakeLlm {
+    fn drop(&mut self) {
+        self.stop.cancel();
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+    let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    let reply = {
+        let from_responder = lock(&shared.responder).as_ref().and_then(|f| f(&request));
+        from_responder
+            .or_else(|| lock(&shared.queue).pop_front())
+            .unwrap_or_else(|| lock(&shared.default).clone())
+    };
+    lock(&shared.requests).push(request);
+    shared.request_seen.notify_waiters();
+    match reply {
+        Reply::HttpError { status, body } => {
+            let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+            let body = if body.is_empty() {
+                json!({"error": {"message": "scripted failure", "type": "server_error"}}).to_string()
+            } else {
+                body
+            };
+            (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
+        }
+        Reply::Json(v) => axum::Json(v).into_response(),
+        streaming => {
+            let steps = steps(streaming);
+            let guard = DisconnectGuard { shared, finished: false };
+            let body = stream::unfold((VecDeque::from(steps), guard), |(mut steps, mut guard)| async move {
+                loop {
+                    match steps.pop_front()? {
+                        Step::Send(data, delay) => {
+                            if !delay.is_zero() {
+                                tokio::time::sleep(delay).await;
+                            }
+                            if steps.is_empty() {
+                                guard.finished = true;
+                            }
+                            return Some((Ok::<_, std::io::Error>(Bytes::from(data)), (steps, guard)));
+                        }
+                        Step::Wait(gate) => {
+                            // Heartbeat comments while stalled, so a client that hung up is
+                            // noticed (the write fails and the body is dropped).
+                            let beat = tokio::time::sleep(Duration::from_millis(50));
+                            tokio::select! {
+                                () = gate.wait_released() => continue,
+                                () = beat => {
+                                    steps.push_front(Step::Wait(gate));
+                                    return Some((Ok(Bytes::from_static(b": waiting\n\n")), (steps, guard)));
+                                }
+                            }
+                        }
+                        Step::Cut => {
+                            guard.finished = true;
+                            return Some((Err(std::io::Error::other("scripted cut")), (steps, guard)));
+                        }
+                    }
+                }
+            });
+            Response::builder()
+                .header(header::CONTENT_TYPE, "text/event-stream")
+                .header(header::CACHE_CONTROL, "no-cache")
+                .body(Body::from_stream(body))
+                .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+        }
+    }
+}
+
+/// Records a client that went away before the stream finished.
+struct DisconnectGuard {
+    shared: Arc<Shared>,
+    finished: bool,
+}
+
+impl Drop for DisconnectGuard {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.shared.disconnects.fetch_add(1, Ordering::SeqCst);
+            self.shared.disconnect_seen.notify_waiters();
+        }
+    }
+}
+
+enum Step {
+    Send(String, Duration),
+    Wait(Gate),
+    Cut,
+}
+
+fn event(v: Value) -> String {
+    format!("data: {v}\n\n")
+}
+
+fn content_delta(text: &str) -> String {
+    event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}))
+}
+
+fn finish(reason: &str) -> String {
+    event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}))
+}
+
+fn steps(reply: Reply) -> Vec<Step> {
+    let mut out = Vec::new();
+    push_steps(reply, &mut out);
+    out
+}
+
+fn push_steps(reply: Reply, out: &mut Vec<Step>) {
+    match reply {
+        Reply::Text { chunks, delay, usage } => {
+            for c in chunks {
+                out.push(Step::Send(content_delta(&c), delay));
+            }
+            out.push(Step::Send(finish("stop"), Duration::ZERO));
+            if let Some(u) = usage {
+                out.push(Step::Send(
+                    event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "choices": [],
+                        "usage": {"prompt_tokens": u.prompt_tokens, "completion_tokens": u.completion_tokens,
+                                  "total_tokens": u.prompt_tokens + u.completion_tokens}})),
+                    Duration::ZERO,
+                ));
+            }
+            out.push(Step::Send("data: [DONE]\n\n".into(), Duration::ZERO));
+        }
+        Reply::ToolCalls { calls, text_before } => {
+            if let Some(t) = text_before {
+                out.push(Step::Send(content_delta(&t), Duration::ZERO));
+            }
+            for (index, call) in calls.iter().enumerate() {
+                out.push(Step::Send(
+                    event(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index, "id": call.id,
+                        "type": "function", "function": {"name": call.name, "arguments": ""}}]}}]})),
+                    Duration::ZERO,
+                ));
+                let args: Vec<char> = call.arguments.chars().collect();
+                for piece in args.chunks(args.len().div_ceil(3).max(1)) {
+                    let piece: String = piece.iter().collect();
+                    out.push(Step::Send(
+                        event(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": index,
+                            "function": {"arguments": piece}}]}}]})),
+                        Duration::ZERO,
+                    ));
+                }
+            }
+            out.push(Step::Send(finish("tool_calls"), Duration::ZERO));
+            out.push(Step::Send("data: [DONE]\n\n".into(), Duration::ZERO));
+        }
+        Reply::CutAfter { chunks } => {
+            for c in chunks {
+                out.push(Step::Send(content_delta(&c), Duration::ZERO));
+            }
+            out.push(Step::Cut);
+        }
+        Reply::Stall { chunks, gate, then } => {
+            for c in chunks {
+                out.push(Step::Send(content_delta(&c), Duration::ZERO));
+            }
+            out.push(Step::Wait(gate));
+            push_steps(*then, out);
+        }
+        Reply::HttpError { .. } | Reply::Json(_) => {}
+    }
+}

@@ -1,0 +1,107 @@
+//! The `chatd` binary: `token`, `check-config`, and a real `serve` on embedded defaults
+//! that accepts a token minted by `chatd token` against the same data directory.
+
+use std::process::{Command, Stdio};
+
+use chatd_protocol::ServerMessage;
+use chatd_test_harness::ws_client::WsClient;
+
+const BIN: &str = env!("CARGO_BIN_EXE_chatd");
+
+fn chatd(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
+    Command::new(BIN)
+        .args(args)
+        .current_dir(dir)
+        .env_remove("CHATD__SERVER__LISTEN")
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn check_config_reports_the_first_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let ok = chatd(dir.path(), &["check-config"]);
+    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+
+    std::fs::write(dir.path().join("bad.toml"), "[server]\nlisten = \"not an address\"\n").unwrap();
+    let bad = chatd(dir.path(), &["check-config", "--config", "bad.toml"]);
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("listen"), "{}", String::from_utf8_lossy(&bad.stderr));
+
+    std::fs::write(dir.path().join("typo.toml"), "[llm]\nprovder = \"x\"\n").unwrap();
+    let typo = chatd(dir.path(), &["check-config", "--config", "typo.toml"]);
+    assert!(!typo.status.success());
+    assert!(String::from_utf8_lossy(&typo.stderr).contains("provder"));
+
+    let env = Command::new(BIN)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env("CHATD__SERVER__LISTEN", "0.0.0.0:9100")
+        .output()
+        .unwrap();
+    assert!(String::from_utf8_lossy(&env.stdout).contains("0.0.0.0:9100"));
+    let env_bad = Command::new(BIN)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env("CHATD__SERVER__MAX_FRAME_BYTES", "12")
+        .output()
+        .unwrap();
+    assert!(!env_bad.status.success());
+    assert!(String::from_utf8_lossy(&env_bad.stderr).contains("server.max_frame_bytes"));
+}
+
+#[tokio::test]
+async fn serve_on_embedded_defaults_accepts_a_cli_token() {
+    let dir = tempfile::tempdir().unwrap();
+    let port = chatd_test_harness::free_port();
+    let listen = format!("127.0.0.1:{port}");
+    let token = chatd(dir.path(), &["token", "--user", "alice", "--ttl", "10m"]);
+    assert!(token.status.success());
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    let secret = dir.path().join("data").join("token_secret");
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::PermissionsExt;
+        assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    let mut child = tokio::process::Command::new(BIN)
+        .arg("serve")
+        .current_dir(dir.path())
+        .env("CHATD__SERVER__LISTEN", &listen)
+        .env("CHATD__LLM__SIMULATED_PACE", "1ms")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    // Wait for the loud embedded-mode line: the server is up once it logged its address.
+    let stderr = child.stderr.take().unwrap();
+    let mut lines = tokio::io::AsyncBufReadExt::lines(tokio::io::BufReader::new(stderr));
+    let mut embedded_line = false;
+    loop {
+        let line = tokio::time::timeout(std::time::Duration::from_secs(20), lines.next_line())
+            .await
+            .expect("server did not start")
+            .unwrap()
+            .expect("server exited");
+        embedded_line |= line.contains("EMBEDDED MODE");
+        if line.contains("chatd listening") {
+            break;
+        }
+    }
+    assert!(embedded_line, "embedded mode must be announced");
+    let mut ws = WsClient::connect(&format!("ws://{listen}/v1/ws?token={token}")).await.unwrap();
+    ws.send(&crate::support::user_message("c1", "m1", "hi")).await;
+    let (_, last) = crate::support::collect_answer(&mut ws).await;
+    assert!(last.full_content_so_far.contains("simulated"));
+    ws.send_json(serde_json::json!({"type": "ping"})).await;
+    assert!(matches!(ws.recv().await, ServerMessage::Pong(_)));
+
+    // SIGTERM: the server closes the socket with 1001 and exits cleanly.
+    let pid = child.id().unwrap().to_string();
+    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert_eq!(ws.expect_close().await.0, 1001);
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    assert!(status.success());
+}

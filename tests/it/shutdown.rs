@@ -1,0 +1,38 @@
+//! Graceful shutdown: running turns end with a final frame, sockets close with 1001,
+//! and the server stops accepting.
+
+use std::time::Duration;
+
+use chatd_protocol::ServerMessage;
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
+use chatd_test_harness::ws_client::WsClient;
+
+use crate::support::{collect_answer, spawn_app, use_llm, user_message};
+
+#[tokio::test]
+async fn shutdown_cancels_turns_closes_sockets_and_stops_accepting() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["Streaming when the server stops.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(Reply::Text { chunks: vec!["never".into()], delay: Duration::ZERO, usage: None }),
+    });
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut ws = app.connect_showing("alice", "chat-s").await;
+    let mut idle = app.connect("bob").await;
+    ws.send(&user_message("chat-s", "m1", "hello")).await;
+    ws.recv_until(|m| matches!(m, ServerMessage::AiTaskInitiated(_)).then_some(())).await;
+    gate.reached().await;
+
+    let url = app.ws_url(&format!("token={}", app.token("carol")));
+    app.start_shutdown();
+    let (_, last) = collect_answer(&mut ws).await;
+    assert!(last.interrupted_by_shutdown);
+    assert_eq!(last.full_content_so_far, "Streaming when the server stops.\n\n");
+    assert_eq!(ws.expect_close().await.0, 1001);
+    assert_eq!(idle.expect_close().await.0, 1001);
+    fake.wait_for_disconnect().await;
+    app.shutdown().await.unwrap();
+    assert!(WsClient::connect(&url).await.is_err(), "no new connections after shutdown");
+}

@@ -1,0 +1,166 @@
+//! `spawn_app`: a chatd on a free port with a temp data dir, configured by editing the
+//! config struct; plus small builders for client messages.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd::app::{App, AppState};
+use chatd::auth::{TokenKeys, UserId};
+use chatd::config::{Config, LlmProvider};
+use chatd_protocol::{ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage, UserMessage};
+use chatd_test_harness::ws_client::WsClient;
+use tokio::task::JoinHandle;
+use tokio_util::sync::CancellationToken;
+
+pub const SECRET: &str = "integration-test-secret";
+
+pub struct TestApp {
+    pub addr: SocketAddr,
+    pub state: Arc<AppState>,
+    keys: TokenKeys,
+    shutdown: CancellationToken,
+    server: Option<JoinHandle<std::io::Result<()>>>,
+    _dir: tempfile::TempDir,
+}
+
+/// A test config: free port, temp data dir, fixed secret, instant simulated model.
+pub fn test_config(dir: &std::path::Path) -> Config {
+    let mut config = Config::defaults().unwrap();
+    config.server.listen = "127.0.0.1:0".parse().unwrap();
+    config.server.data_dir = dir.to_path_buf();
+    config.server.shutdown_grace = Duration::from_secs(5);
+    config.auth.secret = Some(SECRET.to_string().into());
+    config.llm.simulated_pace = Duration::ZERO;
+    config
+}
+
+pub async fn spawn_app(edit: impl FnOnce(&mut Config)) -> TestApp {
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = test_config(dir.path());
+    edit(&mut config);
+    let app = App::build(config).await.unwrap();
+    let addr = app.local_addr().unwrap();
+    let state = app.state().clone();
+    let shutdown = CancellationToken::new();
+    let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    TestApp {
+        addr,
+        state,
+        keys: TokenKeys::from_secret(SECRET.as_bytes()),
+        shutdown,
+        server: Some(server),
+        _dir: dir,
+    }
+}
+
+/// Points every stage at an OpenAI-compatible base URL (the fake LLM).
+pub fn use_llm(config: &mut Config, base_url: String) {
+    config.llm.provider = LlmProvider::OpenaiCompatible;
+    config.llm.base_url = base_url;
+    config.llm.model = "fake-model".into();
+    config.llm.idle_timeout = Duration::from_secs(10);
+}
+
+impl TestApp {
+    pub fn token(&self, user: &str) -> String {
+        self.keys.mint(&UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
+    }
+
+    pub fn ws_url(&self, query: &str) -> String {
+        format!("ws://{}/v1/ws?{query}", self.addr)
+    }
+
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://{}{path}", self.addr)
+    }
+
+    pub async fn connect(&self, user: &str) -> WsClient {
+        WsClient::connect(&self.ws_url(&format!("token={}", self.token(user)))).await.unwrap()
+    }
+
+    /// Connects and makes `chat` the device's active chat.
+    pub async fn connect_showing(&self, user: &str, chat: &str) -> WsClient {
+        let mut ws = self.connect(user).await;
+        ws.send(&set_active_chat(Some(chat))).await;
+        ws.recv_until(|m| matches!(m, ServerMessage::ActiveChatSetAck(_)).then_some(())).await;
+        ws
+    }
+
+    /// Fires the shutdown token and waits for the server to drain.
+    pub async fn shutdown(mut self) -> std::io::Result<()> {
+        self.shutdown.cancel();
+        match self.server.take() {
+            Some(handle) => tokio::time::timeout(Duration::from_secs(20), handle)
+                .await
+                .expect("server did not stop within 20 s")
+                .expect("server task panicked"),
+            None => Ok(()),
+        }
+    }
+
+    pub fn start_shutdown(&self) {
+        self.shutdown.cancel();
+    }
+}
+
+impl Drop for TestApp {
+    fn drop(&mut self) {
+        self.shutdown.cancel();
+    }
+}
+
+pub fn chat_id(s: &str) -> ChatId {
+    ChatId::parse(s).unwrap()
+}
+
+pub fn set_active_chat(chat: Option<&str>) -> ClientMessage {
+    ClientMessage::SetActiveChat(chatd_protocol::SetActiveChat { chat_id: chat.map(chat_id) })
+}
+
+pub fn user_message(chat: &str, message_id: &str, content: &str) -> ClientMessage {
+    ClientMessage::ChatMessageAdded(ChatMessageAdded {
+        chat_id: chat_id(chat),
+        message: UserMessage {
+            message_id: MessageId::parse(message_id).unwrap(),
+            role: Role::User,
+            content: content.to_string(),
+            created_at: 1_700_000_000,
+            sender_name: None,
+            temp_id: None,
+            chat_has_title: false,
+            message_history: None,
+        },
+        embeds: Vec::new(),
+    })
+}
+
+pub fn error_code(msg: &ServerMessage) -> Option<chatd_protocol::ErrorCode> {
+    match msg {
+        ServerMessage::Error(e) => Some(e.code),
+        _ => None,
+    }
+}
+
+/// Receives frames until the final `ai_message_update`, checking that sequences increase
+/// and content is cumulative; returns (frames seen, final frame).
+pub async fn collect_answer(ws: &mut WsClient) -> (Vec<ServerMessage>, chatd_protocol::AiMessageUpdate) {
+    let mut seen = Vec::new();
+    let mut last_seq = 0;
+    let mut last_text = String::new();
+    loop {
+        let msg = ws.recv().await;
+        if let ServerMessage::AiMessageUpdate(u) = &msg {
+            assert!(u.sequence > last_seq, "sequence must increase: {} after {}", u.sequence, last_seq);
+            assert!(u.full_content_so_far.starts_with(&last_text) || u.is_final_chunk, "content must be cumulative");
+            last_seq = u.sequence;
+            last_text = u.full_content_so_far.clone();
+            if u.is_final_chunk {
+                let u = u.clone();
+                seen.push(msg);
+                return (seen, u);
+            }
+        }
+        seen.push(msg);
+    }
+}
