@@ -140,12 +140,18 @@ impl App {
             let tasks = &state.tasks;
             tasks.turns_shutdown.cancel();
             tasks.turns.close();
-            if tokio::time::timeout_at(deadline, tasks.turns.wait()).await.is_err() {
+            if tokio::time::timeout_at(deadline, tasks.turns.wait())
+                .await
+                .is_err()
+            {
                 tracing::warn!("turns still running after the grace period");
             }
             tasks.connections_shutdown.cancel();
             tasks.connections.close();
-            if tokio::time::timeout_at(deadline, tasks.connections.wait()).await.is_err() {
+            if tokio::time::timeout_at(deadline, tasks.connections.wait())
+                .await
+                .is_err()
+            {
                 tracing::warn!("connections still open after the grace period");
             }
         };

@@ -15,7 +15,6 @@ use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
-
 pub use local::LocalKeyProvider;
 pub use vault::VaultKeyProvider;
 
@@ -71,7 +70,10 @@ pub enum KeyError {
 /// Wraps and unwraps data keys under a per-user key.
 pub trait KeyProvider: Send + Sync {
     /// A new data key for the user, creating the user's key on first use.
-    fn new_data_key<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<NewDataKey, KeyError>>;
+    fn new_data_key<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<NewDataKey, KeyError>>;
     /// Unwraps a data key made by `new_data_key`.
     fn unwrap_data_key<'a>(
         &'a self,

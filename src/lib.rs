@@ -10,13 +10,13 @@
 
 pub mod app;
 pub mod auth;
+pub mod cache;
 pub mod chats;
 pub mod config;
+pub mod crypto;
 pub mod http;
 pub mod llm;
 pub mod metrics;
 pub mod pipeline;
 pub mod session;
 pub mod ws;
-pub mod cache;
-pub mod crypto;

@@ -94,6 +94,8 @@ async fn serve(config: Config) -> anyhow::Result<()> {
             tracing_subscriber::EnvFilter::try_from_env("CHATD_LOG")
                 .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info")),
         )
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let embedded = config.is_embedded();
     let app = App::build(config).await?;

@@ -62,7 +62,11 @@ pub trait CacheBackend: Send + Sync {
 
     /// Removes a chat from the AI cache with its embeds index, exclusive embeds and
     /// settings/memories entries.
-    fn ai_delete<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<(), CacheError>>;
+    fn ai_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
 
     /// Stores an embed and indexes it under the chat.
     fn embed_put<'a>(
@@ -73,7 +77,10 @@ pub trait CacheBackend: Send + Sync {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>>;
 
-    fn embed_get<'a>(&'a self, embed: &'a EmbedId) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
+    fn embed_get<'a>(
+        &'a self,
+        embed: &'a EmbedId,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
 
     /// Stores one app settings/memories entry of a chat and indexes it.
     fn settings_put<'a>(
@@ -84,7 +91,11 @@ pub trait CacheBackend: Send + Sync {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>>;
 
-    fn settings_get<'a>(&'a self, chat: &'a ChatId, app_key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
+    fn settings_get<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        app_key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
 
     /// Replaces a chat's sync-cache blobs (client-encrypted) and indexes the chat.
     fn sync_put<'a>(
@@ -95,13 +106,22 @@ pub trait CacheBackend: Send + Sync {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>>;
 
-    fn sync_get<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
+    fn sync_get<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
 
     /// Removes every sync-cache entry of the user.
     fn sync_clear<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<(), CacheError>>;
 
     /// Small values: wrapped data keys, flags, markers.
-    fn kv_put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> BoxFuture<'a, Result<(), CacheError>>;
+    fn kv_put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
     fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>>;
 

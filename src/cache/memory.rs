@@ -3,8 +3,8 @@
 //! take one short std Mutex so they are atomic, as the Redis backend's Lua script is.
 
 use std::collections::{HashMap, HashSet};
-use std::sync::{Mutex, PoisonError};
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use chatd_protocol::{ChatId, EmbedId};
@@ -56,7 +56,8 @@ impl MemoryBackend {
             Some(e) => return Some(e.value.clone()),
         };
         if expired {
-            self.map.remove_if(key, |_, e| e.expires.is_some_and(|t| t <= now));
+            self.map
+                .remove_if(key, |_, e| e.expires.is_some_and(|t| t <= now));
         }
         None
     }
@@ -95,7 +96,7 @@ impl MemoryBackend {
     /// Drops expired entries; if still over the bound, the entries closest to expiry.
     fn shrink(&self) {
         let now = Instant::now();
-        self.map.retain(|_, e| !e.expires.is_some_and(|t| t <= now));
+        self.map.retain(|_, e| e.expires.is_none_or(|t| t > now));
         let excess = self.map.len().saturating_sub(self.max_entries);
         if excess == 0 {
             return;
@@ -103,7 +104,13 @@ impl MemoryBackend {
         let mut by_expiry: Vec<(Instant, String)> = self
             .map
             .iter()
-            .map(|e| (e.expires.unwrap_or(now + Duration::from_secs(u32::MAX as u64)), e.key().clone()))
+            .map(|e| {
+                (
+                    e.expires
+                        .unwrap_or(now + Duration::from_secs(u32::MAX as u64)),
+                    e.key().clone(),
+                )
+            })
             .collect();
         by_expiry.sort();
         for (_, key) in by_expiry.into_iter().take(excess) {
@@ -123,7 +130,10 @@ impl MemoryBackend {
     fn evict_chat(&self, user: &UserHash, chat: &str, keep: &[String]) {
         self.del(&keys::ai_messages(user, chat));
         let index = keys::embed_index(chat);
-        let kept: Vec<HashSet<String>> = keep.iter().map(|k| self.set_members(&keys::embed_index(k))).collect();
+        let kept: Vec<HashSet<String>> = keep
+            .iter()
+            .map(|k| self.set_members(&keys::embed_index(k)))
+            .collect();
         for embed in self.set_members(&index) {
             if !kept.iter().any(|s| s.contains(&embed)) {
                 self.del(&keys::embed(&embed));
@@ -207,14 +217,24 @@ impl CacheBackend for MemoryBackend {
         ready(Ok(Some(list)))
     }
 
-    fn ai_delete<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<(), CacheError>> {
+    fn ai_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
         let _guard = self.lock();
         let lru_key = keys::ai_lru(user);
         let mut keep = Vec::new();
         if let Some(Value::ZSet(mut lru)) = self.get(&lru_key) {
             lru.remove(chat.as_str());
             keep = lru.keys().cloned().collect();
-            self.map.insert(lru_key, Entry { value: Value::ZSet(lru), expires: self.map_expiry(&keys::ai_lru(user)) });
+            self.map.insert(
+                lru_key,
+                Entry {
+                    value: Value::ZSet(lru),
+                    expires: self.map_expiry(&keys::ai_lru(user)),
+                },
+            );
         }
         self.evict_chat(user, chat.as_str(), &keep);
         ready(Ok(()))
@@ -233,7 +253,10 @@ impl CacheBackend for MemoryBackend {
         ready(Ok(()))
     }
 
-    fn embed_get<'a>(&'a self, embed: &'a EmbedId) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+    fn embed_get<'a>(
+        &'a self,
+        embed: &'a EmbedId,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
         ready(Ok(match self.get(&keys::embed(embed.as_str())) {
             Some(Value::Bytes(b)) => Some(b),
             _ => None,
@@ -248,16 +271,26 @@ impl CacheBackend for MemoryBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         let _guard = self.lock();
-        self.set(keys::settings(chat.as_str(), app_key), Value::Bytes(value), Some(ttl));
+        self.set(
+            keys::settings(chat.as_str(), app_key),
+            Value::Bytes(value),
+            Some(ttl),
+        );
         self.set_add(&keys::settings_index(chat.as_str()), app_key, ttl);
         ready(Ok(()))
     }
 
-    fn settings_get<'a>(&'a self, chat: &'a ChatId, app_key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        ready(Ok(match self.get(&keys::settings(chat.as_str(), app_key)) {
-            Some(Value::Bytes(b)) => Some(b),
-            _ => None,
-        }))
+    fn settings_get<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        app_key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+        ready(Ok(
+            match self.get(&keys::settings(chat.as_str(), app_key)) {
+                Some(Value::Bytes(b)) => Some(b),
+                _ => None,
+            },
+        ))
     }
 
     fn sync_put<'a>(
@@ -268,12 +301,20 @@ impl CacheBackend for MemoryBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         let _guard = self.lock();
-        self.set(keys::sync(user, chat.as_str()), Value::List(blobs), Some(ttl));
+        self.set(
+            keys::sync(user, chat.as_str()),
+            Value::List(blobs),
+            Some(ttl),
+        );
         self.set_add(&keys::sync_index(user), chat.as_str(), ttl);
         ready(Ok(()))
     }
 
-    fn sync_get<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+    fn sync_get<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
         ready(Ok(match self.get(&keys::sync(user, chat.as_str())) {
             Some(Value::List(l)) => Some(l),
             _ => None,
@@ -290,7 +331,12 @@ impl CacheBackend for MemoryBackend {
         ready(Ok(()))
     }
 
-    fn kv_put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> BoxFuture<'a, Result<(), CacheError>> {
+    fn kv_put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
         self.set(key.to_string(), Value::Bytes(value), Some(ttl));
         ready(Ok(()))
     }

@@ -105,7 +105,8 @@ pub struct RedisBackend {
 impl RedisBackend {
     /// Connects lazily: the server starts even while Redis is down, and `/readyz` says so.
     pub fn new(url: &str, timeout: Duration) -> Result<Self, CacheError> {
-        let client = redis::Client::open(url).map_err(|e| CacheError::Unavailable(format!("cache.redis_url: {e}")))?;
+        let client = redis::Client::open(url)
+            .map_err(|e| CacheError::Unavailable(format!("cache.redis_url: {e}")))?;
         let config = ConnectionManagerConfig::new()
             .set_connection_timeout(Some(timeout))
             .set_response_timeout(Some(timeout))
@@ -123,7 +124,10 @@ impl RedisBackend {
         })
     }
 
-    async fn run<T>(&self, f: impl std::future::Future<Output = redis::RedisResult<T>>) -> Result<T, CacheError> {
+    async fn run<T>(
+        &self,
+        f: impl std::future::Future<Output = redis::RedisResult<T>>,
+    ) -> Result<T, CacheError> {
         match tokio::time::timeout(self.timeout, f).await {
             Err(_) => Err(CacheError::Timeout(self.timeout)),
             Ok(Ok(v)) => Ok(v),
@@ -163,11 +167,15 @@ fn bytes_list(v: Value) -> Result<Option<Vec<Vec<u8>>>, CacheError> {
             .into_iter()
             .map(|i| match i {
                 Value::BulkString(b) => Ok(b),
-                other => Err(CacheError::Protocol(format!("expected bytes, got {other:?}"))),
+                other => Err(CacheError::Protocol(format!(
+                    "expected bytes, got {other:?}"
+                ))),
             })
             .collect::<Result<Vec<_>, _>>()
             .map(Some),
-        other => Err(CacheError::Protocol(format!("expected a list, got {other:?}"))),
+        other => Err(CacheError::Protocol(format!(
+            "expected a list, got {other:?}"
+        ))),
     }
 }
 
@@ -199,7 +207,10 @@ impl CacheBackend for RedisBackend {
             }
             let mut conn = self.conn();
             let evicted: Vec<String> = self.run(inv.invoke_async(&mut conn)).await?;
-            Ok(evicted.into_iter().filter_map(|c| ChatId::parse(c).ok()).collect())
+            Ok(evicted
+                .into_iter()
+                .filter_map(|c| ChatId::parse(c).ok())
+                .collect())
         })
     }
 
@@ -222,10 +233,16 @@ impl CacheBackend for RedisBackend {
         })
     }
 
-    fn ai_delete<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<(), CacheError>> {
+    fn ai_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
             let mut inv = self.ai_delete.prepare_invoke();
-            inv.key(keys::ai_lru(user)).arg(user.as_str()).arg(chat.as_str());
+            inv.key(keys::ai_lru(user))
+                .arg(user.as_str())
+                .arg(chat.as_str());
             let mut conn = self.conn();
             let _: i64 = self.run(inv.invoke_async(&mut conn)).await?;
             Ok(())
@@ -243,15 +260,29 @@ impl CacheBackend for RedisBackend {
             let index = keys::embed_index(chat.as_str());
             let mut pipe = redis::pipe();
             pipe.atomic()
-                .cmd("SET").arg(keys::embed(embed.as_str())).arg(value).arg("EX").arg(secs(ttl)).ignore()
-                .cmd("SADD").arg(&index).arg(embed.as_str()).ignore()
-                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+                .cmd("SET")
+                .arg(keys::embed(embed.as_str()))
+                .arg(value)
+                .arg("EX")
+                .arg(secs(ttl))
+                .ignore()
+                .cmd("SADD")
+                .arg(&index)
+                .arg(embed.as_str())
+                .ignore()
+                .cmd("EXPIRE")
+                .arg(&index)
+                .arg(secs(ttl))
+                .ignore();
             let mut conn = self.conn();
             self.run(pipe.query_async::<()>(&mut conn)).await
         })
     }
 
-    fn embed_get<'a>(&'a self, embed: &'a EmbedId) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+    fn embed_get<'a>(
+        &'a self,
+        embed: &'a EmbedId,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
         Box::pin(async move { self.kv_get_owned(keys::embed(embed.as_str())).await })
     }
 
@@ -266,16 +297,34 @@ impl CacheBackend for RedisBackend {
             let index = keys::settings_index(chat.as_str());
             let mut pipe = redis::pipe();
             pipe.atomic()
-                .cmd("SET").arg(keys::settings(chat.as_str(), app_key)).arg(value).arg("EX").arg(secs(ttl)).ignore()
-                .cmd("SADD").arg(&index).arg(app_key).ignore()
-                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+                .cmd("SET")
+                .arg(keys::settings(chat.as_str(), app_key))
+                .arg(value)
+                .arg("EX")
+                .arg(secs(ttl))
+                .ignore()
+                .cmd("SADD")
+                .arg(&index)
+                .arg(app_key)
+                .ignore()
+                .cmd("EXPIRE")
+                .arg(&index)
+                .arg(secs(ttl))
+                .ignore();
             let mut conn = self.conn();
             self.run(pipe.query_async::<()>(&mut conn)).await
         })
     }
 
-    fn settings_get<'a>(&'a self, chat: &'a ChatId, app_key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(async move { self.kv_get_owned(keys::settings(chat.as_str(), app_key)).await })
+    fn settings_get<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        app_key: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
+        Box::pin(async move {
+            self.kv_get_owned(keys::settings(chat.as_str(), app_key))
+                .await
+        })
     }
 
     fn sync_put<'a>(
@@ -294,20 +343,36 @@ impl CacheBackend for RedisBackend {
                 pipe.cmd("RPUSH").arg(&key).arg(blobs).ignore();
                 pipe.cmd("EXPIRE").arg(&key).arg(secs(ttl)).ignore();
             }
-            pipe.cmd("SADD").arg(&index).arg(chat.as_str()).ignore()
-                .cmd("EXPIRE").arg(&index).arg(secs(ttl)).ignore();
+            pipe.cmd("SADD")
+                .arg(&index)
+                .arg(chat.as_str())
+                .ignore()
+                .cmd("EXPIRE")
+                .arg(&index)
+                .arg(secs(ttl))
+                .ignore();
             let mut conn = self.conn();
             self.run(pipe.query_async::<()>(&mut conn)).await
         })
     }
 
-    fn sync_get<'a>(&'a self, user: &'a UserHash, chat: &'a ChatId) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+    fn sync_get<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
         Box::pin(async move {
             let key = keys::sync(user, chat.as_str());
             let mut pipe = redis::pipe();
-            pipe.cmd("EXISTS").arg(&key).cmd("LRANGE").arg(&key).arg(0).arg(-1);
+            pipe.cmd("EXISTS")
+                .arg(&key)
+                .cmd("LRANGE")
+                .arg(&key)
+                .arg(0)
+                .arg(-1);
             let mut conn = self.conn();
-            let (exists, items): (bool, Vec<Vec<u8>>) = self.run(pipe.query_async(&mut conn)).await?;
+            let (exists, items): (bool, Vec<Vec<u8>>) =
+                self.run(pipe.query_async(&mut conn)).await?;
             Ok(exists.then_some(items))
         })
     }
@@ -322,7 +387,12 @@ impl CacheBackend for RedisBackend {
         })
     }
 
-    fn kv_put<'a>(&'a self, key: &'a str, value: Vec<u8>, ttl: Duration) -> BoxFuture<'a, Result<(), CacheError>> {
+    fn kv_put<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
             let mut conn = self.conn();
             let mut cmd = redis::cmd("SET");

@@ -13,7 +13,13 @@ pub fn seal(key: &[u8; 32], aad: &[u8], plaintext: &[u8]) -> Result<Vec<u8>, Aea
     let cipher = Aes256Gcm::new(key.into());
     let nonce: [u8; NONCE_LEN] = rand::random();
     let ct = cipher
-        .encrypt(&Nonce::from(nonce), Payload { msg: plaintext, aad })
+        .encrypt(
+            &Nonce::from(nonce),
+            Payload {
+                msg: plaintext,
+                aad,
+            },
+        )
         .map_err(|_| AeadError)?;
     let mut out = Vec::with_capacity(NONCE_LEN + ct.len());
     out.extend_from_slice(&nonce);
@@ -47,6 +53,10 @@ mod tests {
         let last = tampered.len() - 1;
         tampered[last] ^= 1;
         assert_eq!(open(&key, b"aad-a", &tampered), Err(AeadError));
-        assert_ne!(seal(&key, b"a", b"x").unwrap(), seal(&key, b"a", b"x").unwrap(), "fresh nonce");
+        assert_ne!(
+            seal(&key, b"a", b"x").unwrap(),
+            seal(&key, b"a", b"x").unwrap(),
+            "fresh nonce"
+        );
     }
 }

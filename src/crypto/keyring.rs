@@ -89,11 +89,21 @@ fn wrapped_key_name(user: &UserHash, id: &KeyId) -> String {
 }
 
 fn aad(user: &UserHash, scope: &str, purpose: Purpose, id: &KeyId) -> Vec<u8> {
-    format!("chatd:v1|{}|{scope}|{}|{}", user.as_str(), purpose.as_str(), hex::encode(id)).into_bytes()
+    format!(
+        "chatd:v1|{}|{scope}|{}|{}",
+        user.as_str(),
+        purpose.as_str(),
+        hex::encode(id)
+    )
+    .into_bytes()
 }
 
 impl Keyring {
-    pub fn new(provider: Arc<dyn KeyProvider>, backend: Arc<dyn CacheBackend>, ttl: Duration) -> Self {
+    pub fn new(
+        provider: Arc<dyn KeyProvider>,
+        backend: Arc<dyn CacheBackend>,
+        ttl: Duration,
+    ) -> Self {
         Self {
             provider,
             backend,
@@ -120,7 +130,11 @@ impl Keyring {
         let new = self.provider.new_data_key(user).await?;
         let id = key_id(&new.wrapped);
         self.backend
-            .kv_put(&wrapped_key_name(user, &id), new.wrapped.into_bytes(), WRAPPED_KEY_TTL)
+            .kv_put(
+                &wrapped_key_name(user, &id),
+                new.wrapped.into_bytes(),
+                WRAPPED_KEY_TTL,
+            )
             .await?;
         let cached = Arc::new(CachedKey {
             id,
@@ -164,7 +178,13 @@ impl Keyring {
     }
 
     /// Seals `plaintext` for `user`, bound to `scope` (a chat id) and `purpose`.
-    pub async fn seal(&self, user: &UserHash, scope: &str, purpose: Purpose, plaintext: &[u8]) -> Result<Vec<u8>, SealError> {
+    pub async fn seal(
+        &self,
+        user: &UserHash,
+        scope: &str,
+        purpose: Purpose,
+        plaintext: &[u8],
+    ) -> Result<Vec<u8>, SealError> {
         let key = self.current_key(user).await?;
         let body = aead::seal(&key.key, &aad(user, scope, purpose, &key.id), plaintext)
             .map_err(|e| SealError::Key(KeyError::Unavailable(e.to_string())))?;
@@ -176,14 +196,25 @@ impl Keyring {
     }
 
     /// Opens a value sealed by [`Keyring::seal`] with the same binding.
-    pub async fn open(&self, user: &UserHash, scope: &str, purpose: Purpose, sealed: &[u8]) -> Result<Vec<u8>, OpenError> {
+    pub async fn open(
+        &self,
+        user: &UserHash,
+        scope: &str,
+        purpose: Purpose,
+        sealed: &[u8],
+    ) -> Result<Vec<u8>, OpenError> {
         if sealed.len() < 1 + KEY_ID_LEN || sealed[0] != VERSION {
             return Err(OpenError::Failed);
         }
         let mut id = [0u8; KEY_ID_LEN];
         id.copy_from_slice(&sealed[1..1 + KEY_ID_LEN]);
         let key = self.key_for_open(user, id).await?;
-        aead::open(&key.key, &aad(user, scope, purpose, &id), &sealed[1 + KEY_ID_LEN..]).map_err(|_| OpenError::Failed)
+        aead::open(
+            &key.key,
+            &aad(user, scope, purpose, &id),
+            &sealed[1 + KEY_ID_LEN..],
+        )
+        .map_err(|_| OpenError::Failed)
     }
 
     /// Forgets every cached data key (tests, and a future key-rotation hook).
@@ -210,18 +241,42 @@ mod tests {
         let ring = ring(Duration::from_secs(60));
         let a = UserHash::of(&UserId::parse("alice").unwrap());
         let b = UserHash::of(&UserId::parse("bob").unwrap());
-        let sealed = ring.seal(&a, "chat1", Purpose::AiMessage, b"secret text").await.unwrap();
-        assert_eq!(ring.open(&a, "chat1", Purpose::AiMessage, &sealed).await.unwrap(), b"secret text");
-        assert!(matches!(ring.open(&a, "chat2", Purpose::AiMessage, &sealed).await, Err(OpenError::Failed)));
-        assert!(matches!(ring.open(&a, "chat1", Purpose::Embed, &sealed).await, Err(OpenError::Failed)));
-        assert!(matches!(ring.open(&b, "chat1", Purpose::AiMessage, &sealed).await, Err(OpenError::Failed)));
+        let sealed = ring
+            .seal(&a, "chat1", Purpose::AiMessage, b"secret text")
+            .await
+            .unwrap();
+        assert_eq!(
+            ring.open(&a, "chat1", Purpose::AiMessage, &sealed)
+                .await
+                .unwrap(),
+            b"secret text"
+        );
+        assert!(matches!(
+            ring.open(&a, "chat2", Purpose::AiMessage, &sealed).await,
+            Err(OpenError::Failed)
+        ));
+        assert!(matches!(
+            ring.open(&a, "chat1", Purpose::Embed, &sealed).await,
+            Err(OpenError::Failed)
+        ));
+        assert!(matches!(
+            ring.open(&b, "chat1", Purpose::AiMessage, &sealed).await,
+            Err(OpenError::Failed)
+        ));
         // One key-service call for the data key; opening uses the cached key.
         assert_eq!(ring.provider().calls(), 1);
-        ring.seal(&a, "chat1", Purpose::AiMessage, b"more").await.unwrap();
+        ring.seal(&a, "chat1", Purpose::AiMessage, b"more")
+            .await
+            .unwrap();
         assert_eq!(ring.provider().calls(), 1);
         // After forgetting, the wrapped key is unwrapped once from the backend.
         ring.forget_keys();
-        assert_eq!(ring.open(&a, "chat1", Purpose::AiMessage, &sealed).await.unwrap(), b"secret text");
+        assert_eq!(
+            ring.open(&a, "chat1", Purpose::AiMessage, &sealed)
+                .await
+                .unwrap(),
+            b"secret text"
+        );
         assert_eq!(ring.provider().calls(), 2);
     }
 }

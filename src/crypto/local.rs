@@ -34,7 +34,8 @@ impl LocalKeyProvider {
         let hex_key = match std::env::var("CHATD_MASTER_KEY") {
             Ok(v) => Zeroizing::new(v.into_bytes()),
             Err(_) => Zeroizing::new(
-                crate::auth::load_or_create_secret(path).map_err(|e| KeyError::Unavailable(e.to_string()))?,
+                crate::auth::load_or_create_secret(path)
+                    .map_err(|e| KeyError::Unavailable(e.to_string()))?,
             ),
         };
         let mut master = Zeroizing::new([0u8; 32]);
@@ -47,13 +48,19 @@ impl LocalKeyProvider {
         let hk = Hkdf::<Sha256>::new(None, self.master.as_slice());
         let mut kek = Zeroizing::new([0u8; 32]);
         // 32 bytes is always a valid HKDF-SHA256 output length.
-        let _ = hk.expand(format!("chatd-kek:{}", user.key_name()).as_bytes(), kek.as_mut_slice());
+        let _ = hk.expand(
+            format!("chatd-kek:{}", user.key_name()).as_bytes(),
+            kek.as_mut_slice(),
+        );
         kek
     }
 }
 
 impl KeyProvider for LocalKeyProvider {
-    fn new_data_key<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<NewDataKey, KeyError>> {
+    fn new_data_key<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<NewDataKey, KeyError>> {
         Box::pin(async move {
             self.calls.fetch_add(1, Ordering::Relaxed);
             let key: SecretKey = Zeroizing::new(rand::random());
@@ -76,14 +83,18 @@ impl KeyProvider for LocalKeyProvider {
             let body = wrapped
                 .strip_prefix(PREFIX)
                 .ok_or_else(|| KeyError::Rejected("not a local wrapped key".into()))?;
-            let sealed = B64.decode(body).map_err(|_| KeyError::Rejected("bad encoding".into()))?;
+            let sealed = B64
+                .decode(body)
+                .map_err(|_| KeyError::Rejected("bad encoding".into()))?;
             let plain = Zeroizing::new(
                 aead::open(&self.kek(user), user.key_name().as_bytes(), &sealed)
                     .map_err(|_| KeyError::Rejected("wrapped key does not open".into()))?,
             );
             let mut key = Zeroizing::new([0u8; 32]);
             if plain.len() != 32 {
-                return Err(KeyError::Rejected("wrapped key has the wrong length".into()));
+                return Err(KeyError::Rejected(
+                    "wrapped key has the wrong length".into(),
+                ));
             }
             key.copy_from_slice(&plain);
             Ok(key)
@@ -112,7 +123,10 @@ mod tests {
         let dk = p.new_data_key(&alice).await.unwrap();
         let back = p.unwrap_data_key(&alice, &dk.wrapped).await.unwrap();
         assert_eq!(back.as_slice(), dk.key.as_slice());
-        assert!(matches!(p.unwrap_data_key(&bob, &dk.wrapped).await, Err(KeyError::Rejected(_))));
+        assert!(matches!(
+            p.unwrap_data_key(&bob, &dk.wrapped).await,
+            Err(KeyError::Rejected(_))
+        ));
         assert!(!format!("{dk:?}").contains(&hex::encode(dk.key.as_slice())));
     }
 }

@@ -32,14 +32,16 @@ pub struct VaultKeyProvider {
 
 impl VaultKeyProvider {
     pub fn new(addr: &str, token: &str, mount: &str, timeout: Duration) -> Result<Self, KeyError> {
-        let url = reqwest::Url::parse(addr).map_err(|e| KeyError::Unavailable(format!("keys.vault_addr: {e}")))?;
+        let url = reqwest::Url::parse(addr)
+            .map_err(|e| KeyError::Unavailable(format!("keys.vault_addr: {e}")))?;
         let settings = VaultClientSettingsBuilder::default()
             .address(url.as_str())
             .token(token)
             .timeout(Some(timeout))
             .build()
             .map_err(|e| KeyError::Unavailable(format!("vault settings: {e}")))?;
-        let client = VaultClient::new(settings).map_err(|e| KeyError::Unavailable(e.to_string()))?;
+        let client =
+            VaultClient::new(settings).map_err(|e| KeyError::Unavailable(e.to_string()))?;
         Ok(Self {
             client,
             mount: mount.to_string(),
@@ -55,7 +57,10 @@ impl VaultKeyProvider {
     ) -> Result<T, KeyError> {
         self.calls.fetch_add(1, Ordering::Relaxed);
         match tokio::time::timeout(self.timeout, f).await {
-            Err(_) => Err(KeyError::Unavailable(format!("no answer within {:?}", self.timeout))),
+            Err(_) => Err(KeyError::Unavailable(format!(
+                "no answer within {:?}",
+                self.timeout
+            ))),
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(self.classify(e)),
         }
@@ -67,7 +72,9 @@ impl VaultKeyProvider {
                 let text = errors.join("; ");
                 match code {
                     400 => KeyError::Rejected(text),
-                    404 if text.contains("no handler") || text.is_empty() => KeyError::MountMissing(self.mount.clone()),
+                    404 if text.contains("no handler") || text.is_empty() => {
+                        KeyError::MountMissing(self.mount.clone())
+                    }
                     _ => KeyError::Unavailable(format!("HTTP {code}: {text}")),
                 }
             }
@@ -82,8 +89,13 @@ impl VaultKeyProvider {
         let mut opts = CreateKeyRequest::builder();
         opts.key_type(KeyType::Aes256Gcm96).derived(true);
         // Creating an existing key is a no-op in transit, so this is safe to repeat.
-        self.call(vaultrs::transit::key::create(&self.client, &self.mount, name, Some(&mut opts)))
-            .await?;
+        self.call(vaultrs::transit::key::create(
+            &self.client,
+            &self.mount,
+            name,
+            Some(&mut opts),
+        ))
+        .await?;
         self.known.insert(name.to_string());
         Ok(())
     }
@@ -95,7 +107,8 @@ fn context(name: &str) -> String {
 
 fn decode_key(plaintext_b64: &str) -> Result<SecretKey, KeyError> {
     let bytes = Zeroizing::new(
-        B64.decode(plaintext_b64).map_err(|_| KeyError::Rejected("data key is not base64".into()))?,
+        B64.decode(plaintext_b64)
+            .map_err(|_| KeyError::Rejected("data key is not base64".into()))?,
     );
     if bytes.len() != 32 {
         return Err(KeyError::Rejected("data key has the wrong length".into()));
@@ -106,7 +119,10 @@ fn decode_key(plaintext_b64: &str) -> Result<SecretKey, KeyError> {
 }
 
 impl KeyProvider for VaultKeyProvider {
-    fn new_data_key<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<NewDataKey, KeyError>> {
+    fn new_data_key<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<NewDataKey, KeyError>> {
         Box::pin(async move {
             let name = user.key_name();
             self.ensure_key(&name).await?;
@@ -121,10 +137,10 @@ impl KeyProvider for VaultKeyProvider {
                     Some(&mut opts),
                 ))
                 .await?;
-            let plaintext = Zeroizing::new(
-                resp.plaintext
-                    .ok_or_else(|| KeyError::Unavailable("no plaintext data key returned".into()))?,
-            );
+            let plaintext =
+                Zeroizing::new(resp.plaintext.ok_or_else(|| {
+                    KeyError::Unavailable("no plaintext data key returned".into())
+                })?);
             Ok(NewDataKey {
                 key: decode_key(&plaintext)?,
                 wrapped: resp.ciphertext,

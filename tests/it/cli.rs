@@ -21,12 +21,24 @@ fn chatd(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
 fn check_config_reports_the_first_problem() {
     let dir = tempfile::tempdir().unwrap();
     let ok = chatd(dir.path(), &["check-config"]);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
 
-    std::fs::write(dir.path().join("bad.toml"), "[server]\nlisten = \"not an address\"\n").unwrap();
+    std::fs::write(
+        dir.path().join("bad.toml"),
+        "[server]\nlisten = \"not an address\"\n",
+    )
+    .unwrap();
     let bad = chatd(dir.path(), &["check-config", "--config", "bad.toml"]);
     assert!(!bad.status.success());
-    assert!(String::from_utf8_lossy(&bad.stderr).contains("listen"), "{}", String::from_utf8_lossy(&bad.stderr));
+    assert!(
+        String::from_utf8_lossy(&bad.stderr).contains("listen"),
+        "{}",
+        String::from_utf8_lossy(&bad.stderr)
+    );
 
     std::fs::write(dir.path().join("typo.toml"), "[llm]\nprovder = \"x\"\n").unwrap();
     let typo = chatd(dir.path(), &["check-config", "--config", "typo.toml"]);
@@ -62,7 +74,10 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            std::fs::metadata(&secret).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     let mut child = tokio::process::Command::new(BIN)
@@ -91,8 +106,11 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
         }
     }
     assert!(embedded_line, "embedded mode must be announced");
-    let mut ws = WsClient::connect(&format!("ws://{listen}/v1/ws?token={token}")).await.unwrap();
-    ws.send(&crate::support::user_message("c1", "m1", "hi")).await;
+    let mut ws = WsClient::connect(&format!("ws://{listen}/v1/ws?token={token}"))
+        .await
+        .unwrap();
+    ws.send(&crate::support::user_message("c1", "m1", "hi"))
+        .await;
     let (_, last) = crate::support::collect_answer(&mut ws).await;
     assert!(last.full_content_so_far.contains("simulated"));
     ws.send_json(serde_json::json!({"type": "ping"})).await;
@@ -100,8 +118,17 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
 
     // SIGTERM: the server closes the socket with 1001 and exits cleanly.
     let pid = child.id().unwrap().to_string();
-    assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    assert!(
+        Command::new("kill")
+            .args(["-TERM", &pid])
+            .status()
+            .unwrap()
+            .success()
+    );
     assert_eq!(ws.expect_close().await.0, 1001);
-    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait()).await.unwrap().unwrap();
+    let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
+        .await
+        .unwrap()
+        .unwrap();
     assert!(status.success());
 }

@@ -19,11 +19,19 @@ async fn health_readiness_and_metrics() {
 
     let mut ws = app.connect_showing("alice", "chat-m").await;
     ws.send_text("{oops").await;
-    ws.recv_until(|m| matches!(m, ServerMessage::Error(_)).then_some(())).await;
+    ws.recv_until(|m| matches!(m, ServerMessage::Error(_)).then_some(()))
+        .await;
     ws.send(&user_message("chat-m", "m1", "count me")).await;
     collect_answer(&mut ws).await;
 
-    let text = http.get(app.http_url("/metrics")).send().await.unwrap().text().await.unwrap();
+    let text = http
+        .get(app.http_url("/metrics"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
     for needle in [
         "chatd_connections_open 1",
         "chatd_frames_in_total{type=\"chat_message_added\"} 1",

@@ -1,6 +1,11 @@
 //! chatd's integration tests: one binary, real sockets, real services started by the
 //! harness on free ports, a fake LLM that is a real HTTP server.
-#![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic, clippy::disallowed_methods)]
+#![allow(
+    clippy::unwrap_used,
+    clippy::expect_used,
+    clippy::panic,
+    clippy::disallowed_methods
+)]
 
 mod support;
 

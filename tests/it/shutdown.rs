@@ -16,23 +16,37 @@ async fn shutdown_cancels_turns_closes_sockets_and_stops_accepting() {
     fake.push(Reply::Stall {
         chunks: vec!["Streaming when the server stops.\n\n".into()],
         gate: gate.clone(),
-        then: Box::new(Reply::Text { chunks: vec!["never".into()], delay: Duration::ZERO, usage: None }),
+        then: Box::new(Reply::Text {
+            chunks: vec!["never".into()],
+            delay: Duration::ZERO,
+            usage: None,
+        }),
     });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-s").await;
     let mut idle = app.connect("bob").await;
     ws.send(&user_message("chat-s", "m1", "hello")).await;
-    ws.recv_until(|m| matches!(m, ServerMessage::AiTaskInitiated(_)).then_some(())).await;
+    ws.recv_until(|m| matches!(m, ServerMessage::AiTaskInitiated(_)).then_some(()))
+        .await;
     gate.reached().await;
+    // The first paragraph has reached the client: the turn is mid-stream.
+    ws.recv_until(|m| matches!(m, ServerMessage::AiMessageUpdate(_)).then_some(()))
+        .await;
 
     let url = app.ws_url(&format!("token={}", app.token("carol")));
     app.start_shutdown();
     let (_, last) = collect_answer(&mut ws).await;
     assert!(last.interrupted_by_shutdown);
-    assert_eq!(last.full_content_so_far, "Streaming when the server stops.\n\n");
+    assert_eq!(
+        last.full_content_so_far,
+        "Streaming when the server stops.\n\n"
+    );
     assert_eq!(ws.expect_close().await.0, 1001);
     assert_eq!(idle.expect_close().await.0, 1001);
     fake.wait_for_disconnect().await;
     app.shutdown().await.unwrap();
-    assert!(WsClient::connect(&url).await.is_err(), "no new connections after shutdown");
+    assert!(
+        WsClient::connect(&url).await.is_err(),
+        "no new connections after shutdown"
+    );
 }

@@ -8,7 +8,9 @@ use std::time::Duration;
 use chatd::app::{App, AppState};
 use chatd::auth::{TokenKeys, UserId};
 use chatd::config::{Config, LlmProvider};
-use chatd_protocol::{ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage, UserMessage};
+use chatd_protocol::{
+    ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage, UserMessage,
+};
 use chatd_test_harness::ws_client::WsClient;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -17,6 +19,7 @@ pub const SECRET: &str = "integration-test-secret";
 
 pub struct TestApp {
     pub addr: SocketAddr,
+    #[allow(dead_code)] // for tests that inspect server state directly
     pub state: Arc<AppState>,
     keys: TokenKeys,
     shutdown: CancellationToken,
@@ -64,7 +67,9 @@ pub fn use_llm(config: &mut Config, base_url: String) {
 
 impl TestApp {
     pub fn token(&self, user: &str) -> String {
-        self.keys.mint(&UserId::parse(user).unwrap(), Duration::from_secs(600)).unwrap()
+        self.keys
+            .mint(&UserId::parse(user).unwrap(), Duration::from_secs(600))
+            .unwrap()
     }
 
     pub fn ws_url(&self, query: &str) -> String {
@@ -76,14 +81,17 @@ impl TestApp {
     }
 
     pub async fn connect(&self, user: &str) -> WsClient {
-        WsClient::connect(&self.ws_url(&format!("token={}", self.token(user)))).await.unwrap()
+        WsClient::connect(&self.ws_url(&format!("token={}", self.token(user))))
+            .await
+            .unwrap()
     }
 
     /// Connects and makes `chat` the device's active chat.
     pub async fn connect_showing(&self, user: &str, chat: &str) -> WsClient {
         let mut ws = self.connect(user).await;
         ws.send(&set_active_chat(Some(chat))).await;
-        ws.recv_until(|m| matches!(m, ServerMessage::ActiveChatSetAck(_)).then_some(())).await;
+        ws.recv_until(|m| matches!(m, ServerMessage::ActiveChatSetAck(_)).then_some(()))
+            .await;
         ws
     }
 
@@ -115,7 +123,9 @@ pub fn chat_id(s: &str) -> ChatId {
 }
 
 pub fn set_active_chat(chat: Option<&str>) -> ClientMessage {
-    ClientMessage::SetActiveChat(chatd_protocol::SetActiveChat { chat_id: chat.map(chat_id) })
+    ClientMessage::SetActiveChat(chatd_protocol::SetActiveChat {
+        chat_id: chat.map(chat_id),
+    })
 }
 
 pub fn user_message(chat: &str, message_id: &str, content: &str) -> ClientMessage {
@@ -144,15 +154,25 @@ pub fn error_code(msg: &ServerMessage) -> Option<chatd_protocol::ErrorCode> {
 
 /// Receives frames until the final `ai_message_update`, checking that sequences increase
 /// and content is cumulative; returns (frames seen, final frame).
-pub async fn collect_answer(ws: &mut WsClient) -> (Vec<ServerMessage>, chatd_protocol::AiMessageUpdate) {
+pub async fn collect_answer(
+    ws: &mut WsClient,
+) -> (Vec<ServerMessage>, chatd_protocol::AiMessageUpdate) {
     let mut seen = Vec::new();
     let mut last_seq = 0;
     let mut last_text = String::new();
     loop {
         let msg = ws.recv().await;
         if let ServerMessage::AiMessageUpdate(u) = &msg {
-            assert!(u.sequence > last_seq, "sequence must increase: {} after {}", u.sequence, last_seq);
-            assert!(u.full_content_so_far.starts_with(&last_text) || u.is_final_chunk, "content must be cumulative");
+            assert!(
+                u.sequence > last_seq,
+                "sequence must increase: {} after {}",
+                u.sequence,
+                last_seq
+            );
+            assert!(
+                u.full_content_so_far.starts_with(&last_text) || u.is_final_chunk,
+                "content must be cumulative"
+            );
             last_seq = u.sequence;
             last_text = u.full_content_so_far.clone();
             if u.is_final_chunk {

@@ -29,12 +29,24 @@ async fn a_turn_reaches_both_devices_active_and_background() {
     let mut active = app.connect_showing("alice", "chat-1").await;
     let mut other = app.connect("alice").await;
 
-    active.send(&user_message("chat-1", "m1", "Hello there")).await;
+    active
+        .send(&user_message("chat-1", "m1", "Hello there"))
+        .await;
     let (frames, last) = collect_answer(&mut active).await;
     let kinds: Vec<&str> = frames.iter().map(ServerMessage::type_name).collect();
-    assert_eq!(kinds[..3], ["chat_message_confirmed", "ai_task_initiated", "ai_typing_started"]);
+    assert_eq!(
+        kinds[..3],
+        [
+            "chat_message_confirmed",
+            "ai_task_initiated",
+            "ai_typing_started"
+        ]
+    );
     let chunks = kinds.iter().filter(|k| **k == "ai_message_update").count();
-    assert!(chunks >= 4, "a multi-paragraph answer streams several chunks: {kinds:?}");
+    assert!(
+        chunks >= 4,
+        "a multi-paragraph answer streams several chunks: {kinds:?}"
+    );
     assert!(last.full_content_so_far.contains("Hello there"));
     assert!(last.full_content_so_far.contains("](https://"));
     assert!(!last.interrupted_by_revocation);
@@ -50,7 +62,14 @@ async fn a_turn_reaches_both_devices_active_and_background() {
         seen.push(msg);
     };
     let kinds: Vec<&str> = seen.iter().map(ServerMessage::type_name).collect();
-    assert_eq!(kinds, ["chat_message_confirmed", "new_chat_message", "ai_typing_started"]);
+    assert_eq!(
+        kinds,
+        [
+            "chat_message_confirmed",
+            "new_chat_message",
+            "ai_typing_started"
+        ]
+    );
     match &seen[1] {
         ServerMessage::NewChatMessage(m) => assert_eq!(m.content, "Hello there"),
         other => panic!("unexpected {other:?}"),
@@ -63,7 +82,11 @@ async fn a_turn_reaches_both_devices_active_and_background() {
 async fn another_user_cannot_write_show_or_cancel_a_foreign_chat() {
     let fake = FakeLlm::start().await.unwrap();
     let gate = Gate::new();
-    fake.push(Reply::Stall { chunks: vec!["Working on it.\n\n".into()], gate: gate.clone(), then: Box::new(text(&["Done."])) });
+    fake.push(Reply::Stall {
+        chunks: vec!["Working on it.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text(&["Done."])),
+    });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut alice = app.connect_showing("alice", "chat-a").await;
     let mut bob = app.connect("bob").await;
@@ -74,9 +97,14 @@ async fn another_user_cannot_write_show_or_cancel_a_foreign_chat() {
 
     bob.send(&user_message("chat-a", "m2", "let me in")).await;
     assert_eq!(error_code(&bob.recv().await), Some(ErrorCode::Forbidden));
-    bob.send(&crate::support::set_active_chat(Some("chat-a"))).await;
+    bob.send(&crate::support::set_active_chat(Some("chat-a")))
+        .await;
     assert_eq!(error_code(&bob.recv().await), Some(ErrorCode::Forbidden));
-    bob.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask { task_id: task.clone(), chat_id: None })).await;
+    bob.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask {
+        task_id: task.clone(),
+        chat_id: None,
+    }))
+    .await;
     assert_eq!(error_code(&bob.recv().await), Some(ErrorCode::Forbidden));
 
     gate.release();
@@ -92,7 +120,11 @@ async fn another_user_cannot_write_show_or_cancel_a_foreign_chat() {
 async fn a_second_message_is_queued_and_answered_after_the_first() {
     let fake = FakeLlm::start().await.unwrap();
     let gate = Gate::new();
-    fake.push(Reply::Stall { chunks: vec!["First answer.\n\n".into()], gate: gate.clone(), then: Box::new(text(&["End one."])) });
+    fake.push(Reply::Stall {
+        chunks: vec!["First answer.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text(&["End one."])),
+    });
     fake.push(text(&["Second answer."]));
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-q").await;
@@ -101,11 +133,12 @@ async fn a_second_message_is_queued_and_answered_after_the_first() {
     let first = ws.recv_until(task_of).await;
     gate.reached().await;
     ws.send(&user_message("chat-q", "m2", "two")).await;
-    let queued = ws.recv_until(|m| match m {
-        ServerMessage::MessageQueued(q) => Some(q.clone()),
-        _ => None,
-    })
-    .await;
+    let queued = ws
+        .recv_until(|m| match m {
+            ServerMessage::MessageQueued(q) => Some(q.clone()),
+            _ => None,
+        })
+        .await;
     assert_eq!(queued.active_task_id, first);
     assert_eq!(queued.user_message_id.as_str(), "m2");
 
@@ -123,25 +156,55 @@ async fn a_second_message_is_queued_and_answered_after_the_first() {
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
     let messages = requests[1]["messages"].as_array().unwrap();
-    let contents: Vec<&str> = messages.iter().filter_map(|m| m["content"].as_str()).collect();
-    assert!(contents.contains(&"one") && contents.contains(&"two"), "{contents:?}");
-    assert!(contents.iter().any(|c| c.starts_with("First answer.")), "{contents:?}");
+    let contents: Vec<&str> = messages
+        .iter()
+        .filter_map(|m| m["content"].as_str())
+        .collect();
+    assert!(
+        contents.contains(&"one") && contents.contains(&"two"),
+        "{contents:?}"
+    );
+    assert!(
+        contents.iter().any(|c| c.starts_with("First answer.")),
+        "{contents:?}"
+    );
 }
 
 #[tokio::test]
 async fn cancel_stops_the_stream_and_closes_the_provider_connection() {
     let fake = FakeLlm::start().await.unwrap();
     let gate = Gate::new();
-    fake.push(Reply::Stall { chunks: vec!["Partial paragraph.\n\n".into()], gate: gate.clone(), then: Box::new(text(&["never"])) });
+    fake.push(Reply::Stall {
+        chunks: vec!["Partial paragraph.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text(&["never"])),
+    });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-c").await;
 
-    ws.send(&user_message("chat-c", "m1", "tell me a long story")).await;
+    ws.send(&user_message("chat-c", "m1", "tell me a long story"))
+        .await;
     let task = ws.recv_until(task_of).await;
     gate.reached().await;
-    ws.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask { task_id: task.clone(), chat_id: None })).await;
+    // The first paragraph has reached the client before we cancel.
+    let first = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(first.full_content_so_far, "Partial paragraph.\n\n");
+    ws.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask {
+        task_id: task.clone(),
+        chat_id: None,
+    }))
+    .await;
     let (frames, last) = collect_answer(&mut ws).await;
-    assert!(frames.iter().any(|m| matches!(m, ServerMessage::AiTaskCancelRequested(c) if c.task_id == task)));
+    assert!(
+        frames
+            .iter()
+            .any(|m| matches!(m, ServerMessage::AiTaskCancelRequested(c) if c.task_id == task))
+    );
     assert!(last.interrupted_by_revocation);
     assert_eq!(last.full_content_so_far, "Partial paragraph.\n\n");
     fake.wait_for_disconnect().await;
@@ -157,9 +220,16 @@ async fn cancel_stops_the_stream_and_closes_the_provider_connection() {
 async fn a_turn_through_the_fake_llm_over_http() {
     let fake = FakeLlm::start().await.unwrap();
     fake.push(Reply::Text {
-        chunks: vec!["Para".into(), "graph one.\n\nPara".into(), "graph two.".into()],
+        chunks: vec![
+            "Para".into(),
+            "graph one.\n\nPara".into(),
+            "graph two.".into(),
+        ],
         delay: Duration::ZERO,
-        usage: Some(chatd_test_harness::fake_llm::Usage { prompt_tokens: 11, completion_tokens: 7 }),
+        usage: Some(chatd_test_harness::fake_llm::Usage {
+            prompt_tokens: 11,
+            completion_tokens: 7,
+        }),
     });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-h").await;
@@ -198,7 +268,9 @@ async fn a_turn_through_the_fake_llm_over_http() {
 #[tokio::test]
 async fn a_provider_failure_mid_stream_ends_the_turn_with_llm_unavailable() {
     let fake = FakeLlm::start().await.unwrap();
-    fake.push(Reply::CutAfter { chunks: vec!["Before the cut.\n\n".into(), "half a sent".into()] });
+    fake.push(Reply::CutAfter {
+        chunks: vec!["Before the cut.\n\n".into(), "half a sent".into()],
+    });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-f").await;
     ws.send(&user_message("chat-f", "m1", "go")).await;
@@ -207,7 +279,8 @@ async fn a_provider_failure_mid_stream_ends_the_turn_with_llm_unavailable() {
         ServerMessage::Error(e) => Some(e.clone()),
         _ => None,
     });
-    let error = error.expect("an error frame before the final frame");
+    let error =
+        error.unwrap_or_else(|| panic!("an error frame before the final frame: {frames:?}"));
     assert_eq!(error.code, ErrorCode::LlmUnavailable);
     assert_eq!(error.chat_id.as_ref().map(|c| c.as_str()), Some("chat-f"));
     assert_eq!(last.error_code, Some(ErrorCode::LlmUnavailable));
@@ -219,8 +292,14 @@ async fn a_provider_failure_mid_stream_ends_the_turn_with_llm_unavailable() {
 #[tokio::test]
 async fn an_unreachable_provider_is_retried_once_then_reported() {
     let fake = FakeLlm::start().await.unwrap();
-    fake.push(Reply::HttpError { status: 503, body: String::new() });
-    fake.push(Reply::HttpError { status: 502, body: String::new() });
+    fake.push(Reply::HttpError {
+        status: 503,
+        body: String::new(),
+    });
+    fake.push(Reply::HttpError {
+        status: 502,
+        body: String::new(),
+    });
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-u").await;
     ws.send(&user_message("chat-u", "m1", "anyone?")).await;
@@ -228,7 +307,10 @@ async fn an_unreachable_provider_is_retried_once_then_reported() {
     assert_eq!(last.error_code, Some(ErrorCode::LlmUnavailable));
     assert_eq!(fake.requests().len(), 2, "one retry before the first token");
 
-    fake.push(Reply::HttpError { status: 503, body: String::new() });
+    fake.push(Reply::HttpError {
+        status: 503,
+        body: String::new(),
+    });
     fake.push(text(&["Recovered."]));
     ws.send(&user_message("chat-u", "m2", "now?")).await;
     let (_, last) = collect_answer(&mut ws).await;

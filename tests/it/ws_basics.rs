@@ -19,16 +19,22 @@ async fn auth_accepts_query_cookie_and_bearer() {
     let app = spawn_app(|_| {}).await;
     let token = app.token("alice");
 
-    let mut ws = WsClient::connect(&app.ws_url(&format!("token={token}&sessionId=tab-1"))).await.unwrap();
+    let mut ws = WsClient::connect(&app.ws_url(&format!("token={token}&sessionId=tab-1")))
+        .await
+        .unwrap();
     expect_pong(&mut ws).await;
 
     let mut req = app.ws_url("").into_client_request().unwrap();
-    req.headers_mut().insert("cookie", format!("theme=dark; chatd_token={token}").parse().unwrap());
+    req.headers_mut().insert(
+        "cookie",
+        format!("theme=dark; chatd_token={token}").parse().unwrap(),
+    );
     let mut ws = WsClient::connect_request(req).await.unwrap();
     expect_pong(&mut ws).await;
 
     let mut req = app.ws_url("").into_client_request().unwrap();
-    req.headers_mut().insert("authorization", format!("Bearer {token}").parse().unwrap());
+    req.headers_mut()
+        .insert("authorization", format!("Bearer {token}").parse().unwrap());
     let mut ws = WsClient::connect_request(req).await.unwrap();
     expect_pong(&mut ws).await;
 }
@@ -46,7 +52,10 @@ async fn auth_refuses_missing_invalid_and_expired_tokens() {
     assert_eq!(refused(app.ws_url("")).await, 401);
     assert_eq!(refused(app.ws_url("token=not-a-jwt")).await, 401);
     let foreign = chatd::auth::TokenKeys::from_secret(b"another secret")
-        .mint(&chatd::auth::UserId::parse("alice").unwrap(), Duration::from_secs(60))
+        .mint(
+            &chatd::auth::UserId::parse("alice").unwrap(),
+            Duration::from_secs(60),
+        )
         .unwrap();
     assert_eq!(refused(app.ws_url(&format!("token={foreign}"))).await, 401);
     let expired = expired_token();
@@ -57,7 +66,12 @@ async fn auth_refuses_missing_invalid_and_expired_tokens() {
 fn expired_token() -> String {
     use jsonwebtoken::{EncodingKey, Header, encode};
     let claims = json!({"sub": "alice", "iat": 1_600_000_000u64, "exp": 1_600_000_060u64});
-    encode(&Header::default(), &claims, &EncodingKey::from_secret(crate::support::SECRET.as_bytes())).unwrap()
+    encode(
+        &Header::default(),
+        &claims,
+        &EncodingKey::from_secret(crate::support::SECRET.as_bytes()),
+    )
+    .unwrap()
 }
 
 #[tokio::test]
@@ -66,11 +80,16 @@ async fn origin_allowlist_is_enforced_on_upgrade() {
     let url = app.ws_url(&format!("token={}", app.token("alice")));
 
     let mut req = url.as_str().into_client_request().unwrap();
-    req.headers_mut().insert("origin", "https://evil.example".parse().unwrap());
-    assert!(matches!(WsClient::connect_request(req).await, Err(Refused::Http(403))));
+    req.headers_mut()
+        .insert("origin", "https://evil.example".parse().unwrap());
+    assert!(matches!(
+        WsClient::connect_request(req).await,
+        Err(Refused::Http(403))
+    ));
 
     let mut req = url.as_str().into_client_request().unwrap();
-    req.headers_mut().insert("origin", "https://chat.example".parse().unwrap());
+    req.headers_mut()
+        .insert("origin", "https://chat.example".parse().unwrap());
     let mut ws = WsClient::connect_request(req).await.unwrap();
     expect_pong(&mut ws).await;
 }
@@ -83,24 +102,49 @@ async fn bad_frames_get_typed_errors_and_the_socket_survives() {
         ("{not json", ErrorCode::MalformedJson),
         ("[1,2,3]", ErrorCode::MalformedJson),
         (r#"{"payload":{}}"#, ErrorCode::MalformedJson),
-        (r#"{"type":"teleport","payload":{}}"#, ErrorCode::UnknownType),
-        (r#"{"type":"cancel_ai_task","payload":{}}"#, ErrorCode::InvalidPayload),
-        (r#"{"type":"cancel_ai_task","payload":{"task_id":42}}"#, ErrorCode::InvalidPayload),
-        (r#"{"type":"set_active_chat","payload":{"chat_id":"has spaces"}}"#, ErrorCode::InvalidPayload),
-        (r#"{"type":"chat_message_added","payload":{"chat_id":"c1","message":{"message_id":"m1"}}}"#, ErrorCode::InvalidPayload),
-        (r#"{"type":"chat_message_added","payload":{"chat_id":"c1","message":{"message_id":"m1","content":"  ","created_at":1}}}"#, ErrorCode::InvalidPayload),
-        (r#"{"type":"cancel_ai_task","payload":{"task_id":"no-such-task"}}"#, ErrorCode::NotFound),
+        (
+            r#"{"type":"teleport","payload":{}}"#,
+            ErrorCode::UnknownType,
+        ),
+        (
+            r#"{"type":"cancel_ai_task","payload":{}}"#,
+            ErrorCode::InvalidPayload,
+        ),
+        (
+            r#"{"type":"cancel_ai_task","payload":{"task_id":42}}"#,
+            ErrorCode::InvalidPayload,
+        ),
+        (
+            r#"{"type":"set_active_chat","payload":{"chat_id":"has spaces"}}"#,
+            ErrorCode::InvalidPayload,
+        ),
+        (
+            r#"{"type":"chat_message_added","payload":{"chat_id":"c1","message":{"message_id":"m1"}}}"#,
+            ErrorCode::InvalidPayload,
+        ),
+        (
+            r#"{"type":"chat_message_added","payload":{"chat_id":"c1","message":{"message_id":"m1","content":"  ","created_at":1}}}"#,
+            ErrorCode::InvalidPayload,
+        ),
+        (
+            r#"{"type":"cancel_ai_task","payload":{"task_id":"no-such-task"}}"#,
+            ErrorCode::NotFound,
+        ),
     ];
     for (text, code) in cases {
         ws.send_text(text).await;
         let msg = ws.recv().await;
         assert_eq!(error_code(&msg), Some(code), "for {text}: got {msg:?}");
     }
-    ws.send_raw(tokio_tungstenite::tungstenite::Message::binary(vec![1, 2, 3])).await;
+    ws.send_raw(tokio_tungstenite::tungstenite::Message::binary(vec![
+        1, 2, 3,
+    ]))
+    .await;
     assert_eq!(error_code(&ws.recv().await), Some(ErrorCode::MalformedJson));
     expect_pong(&mut ws).await;
     // Unknown fields are tolerated.
-    ws.send_json(json!({"type": "ping", "payload": {"extra": true}, "also": 1})).await;
+    ws.send_json(json!({"type": "ping", "payload": {"extra": true}, "also": 1}))
+        .await;
     assert!(matches!(ws.recv().await, ServerMessage::Pong(_)));
 }
 
@@ -114,7 +158,10 @@ async fn oversized_frame_gets_an_error_and_an_oversized_message_closes_1009() {
     let mut ws = app.connect("alice").await;
     let big = json!({"type": "ping", "payload": {"pad": "x".repeat(10_000)}});
     ws.send_json(big).await;
-    assert_eq!(error_code(&ws.recv().await), Some(ErrorCode::PayloadTooLarge));
+    assert_eq!(
+        error_code(&ws.recv().await),
+        Some(ErrorCode::PayloadTooLarge)
+    );
     expect_pong(&mut ws).await;
 
     let huge = json!({"type": "ping", "payload": {"pad": "x".repeat(100_000)}});
@@ -137,7 +184,10 @@ async fn client_close_completes_the_handshake() {
     let app = spawn_app(|_| {}).await;
     let mut ws = app.connect("alice").await;
     expect_pong(&mut ws).await;
-    assert!(ws.close().await, "the server must answer the close frame and end the stream");
+    assert!(
+        ws.close().await,
+        "the server must answer the close frame and end the stream"
+    );
 }
 
 #[tokio::test]

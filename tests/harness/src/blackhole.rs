@@ -33,7 +33,11 @@ impl Blackhole {
                 }
             }
         });
-        Ok(Blackhole { port, accepted, stop })
+        Ok(Blackhole {
+            port,
+            accepted,
+            stop,
+        })
     }
 
     pub fn port(&self) -> u16 {

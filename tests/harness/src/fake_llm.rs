@@ -39,15 +39,26 @@ pub struct ToolCall {
 #[derive(Debug, Clone)]
 pub enum Reply {
     /// Streams each chunk as a content delta, `delay` apart, then `stop`, usage, `[DONE]`.
-    Text { chunks: Vec<String>, delay: Duration, usage: Option<Usage> },
+    Text {
+        chunks: Vec<String>,
+        delay: Duration,
+        usage: Option<Usage>,
+    },
     /// Streams tool calls the way OpenAI does (id and name first, arguments in pieces).
-    ToolCalls { calls: Vec<ToolCall>, text_before: Option<String> },
+    ToolCalls {
+        calls: Vec<ToolCall>,
+        text_before: Option<String>,
+    },
     /// A plain HTTP error response.
     HttpError { status: u16, body: String },
     /// Streams the chunks, then drops the connection without finishing.
     CutAfter { chunks: Vec<String> },
     /// Streams the chunks, waits until the gate is released, then continues with `then`.
-    Stall { chunks: Vec<String>, gate: Gate, then: Box<Reply> },
+    Stall {
+        chunks: Vec<String>,
+        gate: Gate,
+        then: Box<Reply>,
+    },
     /// A non-streaming 200 JSON body.
     Json(Value),
 }
@@ -118,7 +129,10 @@ impl FakeLlm {
             request_seen: Notify::new(),
             queue: Mutex::new(VecDeque::new()),
             default: Mutex::new(Reply::Text {
-                chunks: vec!["Hello from the fake LLM.\n\n".into(), "Second paragraph.".into()],
+                chunks: vec![
+                    "Hello from the fake LLM.\n\n".into(),
+                    "Second paragraph.".into(),
+                ],
                 delay: Duration::ZERO,
                 usage: None,
             }),
@@ -228,7 +242,8 @@ async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response
         Reply::HttpError { status, body } => {
             let status = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
             let body = if body.is_empty() {
-                json!({"error": {"message": "scripted failure", "type": "server_error"}}).to_string()
+                json!({"error": {"message": "scripted failure", "type": "server_error"}})
+                    .to_string()
             } else {
                 body
             };
@@ -237,38 +252,55 @@ async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response
         Reply::Json(v) => axum::Json(v).into_response(),
         streaming => {
             let steps = steps(streaming);
-            let guard = DisconnectGuard { shared, finished: false };
-            let body = stream::unfold((VecDeque::from(steps), guard), |(mut steps, mut guard)| async move {
-                loop {
-                    match steps.pop_front()? {
-                        Step::Send(data, delay) => {
-                            if !delay.is_zero() {
-                                tokio::time::sleep(delay).await;
+            let guard = DisconnectGuard {
+                shared,
+                finished: false,
+            };
+            let body = stream::unfold(
+                (VecDeque::from(steps), guard),
+                |(mut steps, mut guard)| async move {
+                    loop {
+                        match steps.pop_front()? {
+                            Step::Send(data, delay) => {
+                                if !delay.is_zero() {
+                                    tokio::time::sleep(delay).await;
+                                }
+                                if steps.is_empty() {
+                                    guard.finished = true;
+                                }
+                                return Some((
+                                    Ok::<_, std::io::Error>(Bytes::from(data)),
+                                    (steps, guard),
+                                ));
                             }
-                            if steps.is_empty() {
-                                guard.finished = true;
-                            }
-                            return Some((Ok::<_, std::io::Error>(Bytes::from(data)), (steps, guard)));
-                        }
-                        Step::Wait(gate) => {
-                            // Heartbeat comments while stalled, so a client that hung up is
-                            // noticed (the write fails and the body is dropped).
-                            let beat = tokio::time::sleep(Duration::from_millis(50));
-                            tokio::select! {
-                                () = gate.wait_released() => continue,
-                                () = beat => {
-                                    steps.push_front(Step::Wait(gate));
-                                    return Some((Ok(Bytes::from_static(b": waiting\n\n")), (steps, guard)));
+                            Step::Wait(gate) => {
+                                // Heartbeat comments while stalled, so a client that hung up is
+                                // noticed (the write fails and the body is dropped).
+                                let beat = tokio::time::sleep(Duration::from_millis(50));
+                                tokio::select! {
+                                    () = gate.wait_released() => continue,
+                                    () = beat => {
+                                        steps.push_front(Step::Wait(gate));
+                                        return Some((Ok(Bytes::from_static(b": waiting\n\n")), (steps, guard)));
+                                    }
                                 }
                             }
-                        }
-                        Step::Cut => {
-                            guard.finished = true;
-                            return Some((Err(std::io::Error::other("scripted cut")), (steps, guard)));
+                            Step::Cut => {
+                                // Give the server a chance to flush what was sent before the
+                                // connection is aborted (it flushes when the body is pending).
+                                for _ in 0..3 {
+                                    tokio::task::yield_now().await;
+                                }
+                                guard.finished = true;
+                                return Some((
+                                    Err(std::io::Error::other("scripted cut")),
+                                    (steps, guard),
+                                ));
+                            }
                         }
                     }
-                }
-            });
+                },
+            );
             Response::builder()
                 .header(header::CONTENT_TYPE, "text/event-stream")
                 .header(header::CACHE_CONTROL, "no-cache")
@@ -304,13 +336,17 @@ fn event(v: Value) -> String {
 }
 
 fn content_delta(text: &str) -> String {
-    event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
-        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}))
+    event(
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": {"content": text}, "finish_reason": null}]}),
+    )
 }
 
 fn finish(reason: &str) -> String {
-    event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
-        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}))
+    event(
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": {}, "finish_reason": reason}]}),
+    )
 }
 
 fn steps(reply: Reply) -> Vec<Step> {
@@ -321,7 +357,11 @@ fn steps(reply: Reply) -> Vec<Step> {
 
 fn push_steps(reply: Reply, out: &mut Vec<Step>) {
     match reply {
-        Reply::Text { chunks, delay, usage } => {
+        Reply::Text {
+            chunks,
+            delay,
+            usage,
+        } => {
             for c in chunks {
                 out.push(Step::Send(content_delta(&c), delay));
             }

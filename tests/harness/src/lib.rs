@@ -6,6 +6,10 @@
 //! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
 //!
 //! A missing binary is an error with an install hint, never a skipped test.
+//!
+//! Background tasks here (accept loops, log readers) are owned by the service value: each
+//! stops on its cancellation token or when its child process exits, both tied to `Drop`.
+#![allow(clippy::disallowed_methods)]
 
 pub mod blackhole;
 pub mod fake_llm;

@@ -70,9 +70,13 @@ impl OpenBao {
             .await
             .context("bao did not print its unseal key")?
             .context("bao did not print its unseal key")?;
-        self.http("POST", "/v1/sys/mounts/transit", Some(json!({"type": "transit"})))
-            .await
-            .context("enabling transit")?;
+        self.http(
+            "POST",
+            "/v1/sys/mounts/transit",
+            Some(json!({"type": "transit"})),
+        )
+        .await
+        .context("enabling transit")?;
         Ok(())
     }
 
@@ -89,9 +93,17 @@ impl OpenBao {
     }
 
     /// Calls the HTTP API with the root token; returns the JSON body (`null` when empty).
-    pub async fn http(&self, method: &str, path: &str, body: Option<Value>) -> anyhow::Result<Value> {
+    pub async fn http(
+        &self,
+        method: &str,
+        path: &str,
+        body: Option<Value>,
+    ) -> anyhow::Result<Value> {
         let method = reqwest::Method::from_bytes(method.as_bytes())?;
-        let mut req = self.http.request(method, format!("{}{path}", self.addr())).header("X-Vault-Token", &self.token);
+        let mut req = self
+            .http
+            .request(method, format!("{}{path}", self.addr()))
+            .header("X-Vault-Token", &self.token);
         if let Some(b) = body {
             req = req.json(&b);
         }
@@ -101,7 +113,11 @@ impl OpenBao {
         if !status.is_success() {
             bail!("bao {path}: HTTP {status}: {text}");
         }
-        Ok(if text.trim().is_empty() { Value::Null } else { serde_json::from_str(&text)? })
+        Ok(if text.trim().is_empty() {
+            Value::Null
+        } else {
+            serde_json::from_str(&text)?
+        })
     }
 
     pub async fn seal(&self) -> anyhow::Result<()> {
@@ -109,7 +125,13 @@ impl OpenBao {
     }
 
     pub async fn unseal(&self) -> anyhow::Result<()> {
-        self.http("PUT", "/v1/sys/unseal", Some(json!({"key": self.unseal_key}))).await.map(|_| ())
+        self.http(
+            "PUT",
+            "/v1/sys/unseal",
+            Some(json!({"key": self.unseal_key})),
+        )
+        .await
+        .map(|_| ())
     }
 
     pub async fn kill(&mut self) {

@@ -40,5 +40,7 @@ where
 
 /// True if something accepts TCP connections on the port.
 pub async fn port_open(port: u16) -> bool {
-    tokio::net::TcpStream::connect(("127.0.0.1", port)).await.is_ok()
+    tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_ok()
 }

@@ -27,7 +27,16 @@ impl RedisServer {
     async fn spawn(&mut self) -> anyhow::Result<()> {
         let bin = find_binary("redis-server", &[], "apt-get install redis-server")?;
         let child = Command::new(bin)
-            .args(["--port", &self.port.to_string(), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"])
+            .args([
+                "--port",
+                &self.port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+            ])
             .arg("--dir")
             .arg(self.dir.path())
             .stdout(Stdio::null())
@@ -64,8 +73,16 @@ impl RedisServer {
     /// Runs `redis-cli -p PORT args...` and returns its stdout.
     pub async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
         let bin = find_binary("redis-cli", &[], "apt-get install redis-tools")?;
-        let out = Command::new(bin).args(["-p", &self.port.to_string()]).args(args).output().await?;
-        anyhow::ensure!(out.status.success(), "redis-cli failed: {}", String::from_utf8_lossy(&out.stderr));
+        let out = Command::new(bin)
+            .args(["-p", &self.port.to_string()])
+            .args(args)
+            .output()
+            .await?;
+        anyhow::ensure!(
+            out.status.success(),
+            "redis-cli failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
@@ -83,13 +100,17 @@ impl RedisServer {
                 "hash" => vec!["--no-raw", "HGETALL", key],
                 _ => continue,
             };
-            let value = Command::new(find_binary("redis-cli", &[], "apt-get install redis-tools")?)
-                .args(["-p", &self.port.to_string()])
-                .args(["--raw"])
-                .args(&args[1..])
-                .output()
-                .await?
-                .stdout;
+            let value = Command::new(find_binary(
+                "redis-cli",
+                &[],
+                "apt-get install redis-tools",
+            )?)
+            .args(["-p", &self.port.to_string()])
+            .args(["--raw"])
+            .args(&args[1..])
+            .output()
+            .await?
+            .stdout;
             out.push((key.to_string(), value));
         }
         Ok(out)
@@ -101,7 +122,9 @@ async fn ping(port: u16) -> bool {
     if !port_open(port).await {
         return false;
     }
-    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else { return false };
+    let Ok(mut s) = tokio::net::TcpStream::connect(("127.0.0.1", port)).await else {
+        return false;
+    };
     if s.write_all(b"PING\r\n").await.is_err() {
         return false;
     }

@@ -46,7 +46,8 @@ impl WsClient {
         let tcp = TcpStream::connect((host.as_str(), port))
             .await
             .map_err(|e| Refused::Other(e.to_string()))?;
-        tcp.set_nodelay(true).map_err(|e| Refused::Other(e.to_string()))?;
+        tcp.set_nodelay(true)
+            .map_err(|e| Refused::Other(e.to_string()))?;
         match tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp)).await {
             Ok((ws, _)) => Ok(WsClient { ws }),
             Err(tungstenite::Error::Http(resp)) => Err(Refused::Http(resp.status().as_u16())),
