@@ -12,8 +12,14 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{TokenKeys, UserId};
+use crate::cache::ai::AiCache;
+use crate::cache::memory::MemoryBackend;
+use crate::cache::redis::RedisBackend;
+use crate::cache::{AiPolicy, CacheBackend, CacheError};
 use crate::chats::Chats;
-use crate::config::{Config, LlmProvider};
+use crate::config::{CacheBackendKind, Config, KeyProviderKind, LlmProvider};
+use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
+use crate::history::HistoryRequests;
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::session::hub::Hub;
@@ -37,6 +43,9 @@ pub struct AppState {
     pub hub: Arc<Hub>,
     pub chats: Chats,
     pub turns: Turns,
+    /// The sealed AI cache (messages and embeds) over the configured backend and keys.
+    pub ai_cache: AiCache,
+    pub history_requests: HistoryRequests,
     pub llm: Arc<dyn LlmClient>,
     /// The model name shown to clients.
     pub model_name: String,
@@ -48,7 +57,15 @@ pub struct AppState {
 impl AppState {
     /// Each dependency's reachability, for `/readyz`.
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        vec![("llm", Ok(()))]
+        let (cache, keys) = tokio::join!(
+            self.ai_cache.backend().ping(),
+            self.ai_cache.keyring().provider().check()
+        );
+        vec![
+            ("llm", Ok(())),
+            ("cache", cache.map_err(|e| e.to_string())),
+            ("keys", keys.map_err(|e| e.to_string())),
+        ]
     }
 }
 
@@ -63,6 +80,62 @@ pub enum BuildError {
     Auth(#[from] crate::auth::AuthError),
     #[error(transparent)]
     Llm(#[from] crate::llm::LlmError),
+    #[error("cache: {0}")]
+    Cache(#[from] CacheError),
+    #[error("keys: {0}")]
+    Keys(#[from] KeyError),
+}
+
+/// The configured cache backend (no connection is made here; Redis connects lazily and
+/// reconnects on its own, so a Redis that is down at start-up shows in `/readyz`).
+pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheError> {
+    let c = &config.cache;
+    Ok(match c.backend {
+        CacheBackendKind::Memory => Arc::new(MemoryBackend::new(c.memory_max_entries)),
+        CacheBackendKind::Redis => Arc::new(RedisBackend::new(&c.redis_url, c.timeout)?),
+    })
+}
+
+/// The configured key provider.
+pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
+    let k = &config.keys;
+    Ok(match k.provider {
+        KeyProviderKind::Local => {
+            let path = k
+                .local_master_key_file
+                .clone()
+                .unwrap_or_else(|| config.server.data_dir.join("master_key"));
+            Arc::new(LocalKeyProvider::load(&path)?)
+        }
+        KeyProviderKind::Vault => {
+            use secrecy::ExposeSecret;
+            let token = match (&k.vault_token, &k.vault_token_file) {
+                (Some(t), _) => zeroize::Zeroizing::new(t.expose_secret().to_string()),
+                (None, Some(path)) => zeroize::Zeroizing::new(
+                    std::fs::read_to_string(path)
+                        .map_err(|e| {
+                            KeyError::Unavailable(format!(
+                                "keys.vault_token_file {}: {e}",
+                                path.display()
+                            ))
+                        })?
+                        .trim()
+                        .to_string(),
+                ),
+                (None, None) => {
+                    return Err(KeyError::Unavailable(
+                        "keys.vault_token or keys.vault_token_file is required".into(),
+                    ));
+                }
+            };
+            Arc::new(VaultKeyProvider::new(
+                &k.vault_addr,
+                &token,
+                &k.transit_mount,
+                k.vault_timeout,
+            )?)
+        }
+    })
 }
 
 pub struct App {
@@ -91,6 +164,21 @@ impl App {
             LlmProvider::Simulated => "chatd-simulated".to_string(),
             LlmProvider::OpenaiCompatible => config.llm.model.clone(),
         };
+        let backend = cache_backend(&config)?;
+        let keyring = Arc::new(Keyring::new(
+            key_provider(&config)?,
+            backend.clone(),
+            config.keys.data_key_ttl,
+        ));
+        let ai_cache = AiCache::new(
+            backend,
+            keyring,
+            AiPolicy {
+                ttl: config.cache.ai_ttl,
+                max_messages: config.cache.ai_max_messages,
+                max_chats: config.cache.ai_max_chats,
+            },
+        );
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
         let state = Arc::new(AppState {
@@ -99,6 +187,8 @@ impl App {
             hub: Arc::new(Hub::default()),
             chats: Chats::default(),
             turns: Turns::default(),
+            ai_cache,
+            history_requests: HistoryRequests::default(),
             llm,
             model_name,
             user_limiter,

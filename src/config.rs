@@ -21,6 +21,8 @@ pub struct Config {
     pub limits: LimitsConfig,
     pub auth: AuthConfig,
     pub llm: LlmConfig,
+    pub cache: CacheConfig,
+    pub keys: KeysConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -79,6 +81,58 @@ pub struct LlmConfig {
     pub idle_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub simulated_pace: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum CacheBackendKind {
+    Memory,
+    Redis,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CacheConfig {
+    pub backend: CacheBackendKind,
+    pub redis_url: String,
+    /// Deadline of every cache call.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    pub memory_max_entries: usize,
+    #[serde(with = "humantime_serde")]
+    pub ai_ttl: Duration,
+    pub ai_max_messages: usize,
+    pub ai_max_chats: usize,
+    #[serde(with = "humantime_serde")]
+    pub sync_ttl: Duration,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum KeyProviderKind {
+    Local,
+    Vault,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct KeysConfig {
+    pub provider: KeyProviderKind,
+    pub vault_addr: String,
+    #[serde(default)]
+    pub vault_token: Option<SecretString>,
+    #[serde(default)]
+    pub vault_token_file: Option<PathBuf>,
+    pub transit_mount: String,
+    /// Deadline of every key-service call.
+    #[serde(with = "humantime_serde")]
+    pub vault_timeout: Duration,
+    /// How long an unwrapped data key stays in memory; `0s` disables the cache.
+    #[serde(with = "humantime_serde")]
+    pub data_key_ttl: Duration,
+    /// Local provider: master key file (default `<data_dir>/master_key`, mode 0600).
+    #[serde(default)]
+    pub local_master_key_file: Option<PathBuf>,
 }
 
 /// A configuration problem, reported by `chatd check-config` and at start-up.
@@ -162,6 +216,48 @@ impl Config {
         if self.llm.model.trim().is_empty() {
             return invalid("llm.model", "must not be empty");
         }
+        let c = &self.cache;
+        if c.backend == CacheBackendKind::Redis
+            && !(c.redis_url.starts_with("redis://")
+                || c.redis_url.starts_with("rediss://")
+                || c.redis_url.starts_with("unix://"))
+        {
+            return invalid(
+                "cache.redis_url",
+                "must start with redis://, rediss:// or unix://",
+            );
+        }
+        if c.timeout.is_zero() {
+            return invalid("cache.timeout", "must be longer than zero");
+        }
+        if c.ai_ttl.is_zero() || c.sync_ttl.is_zero() {
+            return invalid("cache", "ai_ttl and sync_ttl must be longer than zero");
+        }
+        if !(1..=10_000).contains(&c.ai_max_messages) {
+            return invalid("cache.ai_max_messages", "must be between 1 and 10000");
+        }
+        if !(1..=1000).contains(&c.ai_max_chats) {
+            return invalid("cache.ai_max_chats", "must be between 1 and 1000");
+        }
+        let k = &self.keys;
+        if k.provider == KeyProviderKind::Vault {
+            let url = k.vault_addr.trim();
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return invalid("keys.vault_addr", "must start with http:// or https://");
+            }
+            if k.vault_token.is_none() && k.vault_token_file.is_none() {
+                return invalid(
+                    "keys.vault_token",
+                    "set keys.vault_token or keys.vault_token_file for the vault provider",
+                );
+            }
+            if k.transit_mount.trim().is_empty() {
+                return invalid("keys.transit_mount", "must not be empty");
+            }
+        }
+        if k.vault_timeout.is_zero() {
+            return invalid("keys.vault_timeout", "must be longer than zero");
+        }
         if self.auth.token_ttl.is_zero() {
             return invalid("auth.token_ttl", "must be longer than zero");
         }
@@ -171,6 +267,8 @@ impl Config {
     /// True when chatd runs without any external service.
     pub fn is_embedded(&self) -> bool {
         self.llm.provider == LlmProvider::Simulated
+            && self.cache.backend == CacheBackendKind::Memory
+            && self.keys.provider == KeyProviderKind::Local
     }
 }
 

@@ -14,6 +14,7 @@ pub mod cache;
 pub mod chats;
 pub mod config;
 pub mod crypto;
+pub mod history;
 pub mod http;
 pub mod llm;
 pub mod metrics;

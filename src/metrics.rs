@@ -33,6 +33,14 @@ pub struct Metrics {
     pub turns: Family<OutcomeLabel, Counter>,
     pub turn_seconds: Histogram,
     pub ttft_seconds: Histogram,
+    pub history_requests: Family<ReasonLabel, Counter>,
+    /// Calls made to the key service (Vault transit or the local provider), total.
+    pub key_service_calls: Gauge,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabel {
+    pub reason: &'static str,
 }
 
 impl Metrics {
@@ -55,6 +63,18 @@ impl Metrics {
             "frames_out",
             "Frames sent, by message type",
             frames_out.clone(),
+        );
+        let history_requests = Family::<ReasonLabel, Counter>::default();
+        registry.register(
+            "history_requests",
+            "request_chat_history frames sent, by reason",
+            history_requests.clone(),
+        );
+        let key_service_calls = Gauge::default();
+        registry.register(
+            "key_service_calls",
+            "Calls made to the key service (data keys, unwraps, health)",
+            key_service_calls.clone(),
         );
         let errors = Family::<CodeLabel, Counter>::default();
         registry.register("errors", "Error frames sent, by error code", errors.clone());
@@ -81,6 +101,8 @@ impl Metrics {
             turns,
             turn_seconds,
             ttft_seconds,
+            history_requests,
+            key_service_calls,
         }
     }
 

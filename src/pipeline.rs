@@ -6,6 +6,7 @@
 pub mod answer;
 pub mod chunker;
 pub mod context;
+pub mod tokens;
 
 use std::sync::Arc;
 

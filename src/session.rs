@@ -19,9 +19,8 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use crate::app::AppState;
 use crate::metrics::TypeLabel;
-use crate::pipeline::{HistoryEntry, HistoryRole};
 use hub::{Audience, Device};
-use turns::{Admission, CancelError};
+use turns::{Admission, CancelError, Inbound};
 
 /// Longest user message accepted, in bytes.
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
@@ -156,16 +155,21 @@ impl Session {
             );
             return;
         }
-        let entry = HistoryEntry {
-            role: HistoryRole::User,
-            content: msg.content.clone(),
-            created_at: msg.created_at,
-        };
-        let appended = match self
-            .app
-            .chats
-            .append(user, &m.chat_id, &msg.message_id, entry)
+        if let Some(history) = &msg.message_history
+            && let Err(reason) = check_history(history)
         {
+            let mut p = ErrorPayload::new(ErrorCode::InvalidChatHistory, reason);
+            p.chat_id = Some(m.chat_id.clone());
+            p.message_id = Some(msg.message_id.clone());
+            self.reply(ServerMessage::Error(p));
+            return;
+        }
+        let appended = match self.app.chats.record(
+            user,
+            &m.chat_id,
+            &msg.message_id,
+            msg.created_at,
+        ) {
             Ok(a) => a,
             Err(_) => return self.forbidden(&m.chat_id, Some(msg.message_id)),
         };
@@ -184,7 +188,7 @@ impl Session {
                 message_id: msg.message_id.clone(),
                 role: Role::User,
                 sender_name: msg.sender_name.clone(),
-                content: msg.content,
+                content: msg.content.clone(),
                 created_at: msg.created_at,
                 messages_v: appended.messages_v,
                 last_edited_overall_timestamp: appended.last_edited,
@@ -193,11 +197,17 @@ impl Session {
                 .hub
                 .send(user, Audience::AllExcept(self.device.conn_id), &new);
         }
+        let message_id = msg.message_id.clone();
+        let inbound = Inbound {
+            message: msg,
+            embeds: m.embeds,
+            conn: self.device.conn_id,
+            prior_messages: appended.prior,
+        };
         let admission = self.app.turns.admit(
             user,
             &m.chat_id,
-            msg.message_id.clone(),
-            self.device.conn_id,
+            inbound,
             &self.app.tasks.turns_shutdown,
             self.app.config.limits.max_queued_per_chat,
         );
@@ -208,7 +218,7 @@ impl Session {
             Admission::Queued { active_task_id } => {
                 self.reply(ServerMessage::MessageQueued(MessageQueued {
                     chat_id: m.chat_id,
-                    user_message_id: msg.message_id,
+                    user_message_id: message_id,
                     active_task_id,
                     message: "A response is in progress; this message will be answered next."
                         .into(),
@@ -220,7 +230,7 @@ impl Session {
                     "too many messages are waiting in this chat",
                 );
                 p.chat_id = Some(m.chat_id);
-                p.message_id = Some(msg.message_id);
+                p.message_id = Some(message_id);
                 self.reply(ServerMessage::Error(p));
             }
         }
@@ -242,4 +252,23 @@ impl Session {
             }
         }
     }
+}
+
+/// Shape checks of a re-sent history that need no state: roles and sizes.
+fn check_history(history: &[chatd_protocol::HistoryMessage]) -> Result<(), String> {
+    for h in history {
+        if h.role == Role::System {
+            return Err(format!(
+                "message_history entry {} has role \"system\"; only user and assistant messages are accepted",
+                h.message_id
+            ));
+        }
+        if h.content.trim().is_empty() || h.content.len() > MAX_CONTENT_BYTES {
+            return Err(format!(
+                "message_history entry {} must have 1 to {MAX_CONTENT_BYTES} bytes of content",
+                h.message_id
+            ));
+        }
+    }
+    Ok(())
 }

@@ -1,1 +1,376 @@
+//! The AI inference cache as the pipeline sees it: a chat's messages (what the model needs,
+//! with token counts) and its embeds, each sealed with the owner's data key, stored through
+//! the [`CacheBackend`]. Every value is bound to its owner, its chat (or embed) and its
+//! purpose, so a value copied to another user's or chat's key does not open.
 
+use std::sync::Arc;
+use std::time::Duration;
+
+use base64::Engine;
+use base64::engine::general_purpose::STANDARD as B64;
+use chatd_protocol::{ChatId, ClientEmbed, EmbedId, MessageId, Role};
+use serde::{Deserialize, Serialize};
+
+use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode};
+use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
+
+/// One message of a chat as cached for the model (plaintext only inside the sealed value).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedMessage {
+    pub message_id: MessageId,
+    pub role: Role,
+    /// Exactly as received, embed reference blocks intact.
+    pub content: String,
+    pub created_at: i64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+    /// Counted once when cached, so history is never re-tokenized per turn.
+    pub token_count: u32,
+}
+
+/// An embed as cached for the model: its type, TOON content and version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct CachedEmbed {
+    pub embed_type: String,
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    pub version_number: u64,
+}
+
+/// The stored form of an embed: owner and version in clear (hashed owner, a number),
+/// everything else sealed.
+#[derive(Serialize, Deserialize)]
+struct EmbedEnvelope {
+    owner: String,
+    version: u64,
+    sealed: String,
+}
+
+/// A chat's cached messages as read.
+#[derive(Debug, Clone, PartialEq)]
+pub enum Loaded {
+    /// The chat is not in the cache.
+    Missing,
+    /// `messages` opened, oldest first; `failed` entries did not (rotated or deleted key,
+    /// tampered bytes, a value from another binding).
+    Present {
+        messages: Vec<CachedMessage>,
+        failed: usize,
+    },
+}
+
+/// A dependency of the cache is down; the turn cannot be served now.
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum CacheFault {
+    #[error(transparent)]
+    Keys(#[from] KeyError),
+    #[error(transparent)]
+    Cache(#[from] CacheError),
+}
+
+impl From<SealError> for CacheFault {
+    fn from(e: SealError) -> Self {
+        match e {
+            SealError::Key(k) => CacheFault::Keys(k),
+            SealError::Cache(c) => CacheFault::Cache(c),
+        }
+    }
+}
+
+/// Outcome of caching a client-sent embed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EmbedWrite {
+    Stored,
+    /// The cached copy has the same or a newer version.
+    Unchanged,
+    /// The embed id belongs to another user.
+    Foreign,
+}
+
+pub struct AiCache {
+    backend: Arc<dyn CacheBackend>,
+    keyring: Arc<Keyring>,
+    policy: AiPolicy,
+}
+
+impl AiCache {
+    pub fn new(backend: Arc<dyn CacheBackend>, keyring: Arc<Keyring>, policy: AiPolicy) -> Self {
+        Self {
+            backend,
+            keyring,
+            policy,
+        }
+    }
+
+    pub fn policy(&self) -> AiPolicy {
+        self.policy
+    }
+
+    pub fn keyring(&self) -> &Arc<Keyring> {
+        &self.keyring
+    }
+
+    pub fn backend(&self) -> &Arc<dyn CacheBackend> {
+        &self.backend
+    }
+
+    /// Reads and opens a chat's messages (refreshing its TTL and recency).
+    pub async fn load(&self, user: &UserHash, chat: &ChatId) -> Result<Loaded, CacheFault> {
+        let Some(sealed) = self.backend.ai_read(user, chat, self.policy).await? else {
+            return Ok(Loaded::Missing);
+        };
+        let mut messages = Vec::with_capacity(sealed.len());
+        let mut failed = 0;
+        for value in &sealed {
+            match self
+                .keyring
+                .open(user, chat.as_str(), Purpose::AiMessage, value)
+                .await
+            {
+                Ok(plain) => match serde_json::from_slice::<CachedMessage>(&plain) {
+                    Ok(m) => messages.push(m),
+                    Err(_) => failed += 1,
+                },
+                Err(OpenError::Failed) => failed += 1,
+                Err(OpenError::Unavailable(e)) => return Err(e.into()),
+            }
+        }
+        Ok(Loaded::Present { messages, failed })
+    }
+
+    /// Appends messages to a chat (evicting the least recently used chat beyond the limit).
+    pub async fn append(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        messages: &[CachedMessage],
+    ) -> Result<Vec<ChatId>, CacheFault> {
+        self.write(user, chat, WriteMode::Append, messages).await
+    }
+
+    /// Replaces everything cached for a chat (after the client re-sent its history).
+    pub async fn replace(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        messages: &[CachedMessage],
+    ) -> Result<Vec<ChatId>, CacheFault> {
+        self.write(user, chat, WriteMode::Replace, messages).await
+    }
+
+    async fn write(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        mode: WriteMode,
+        messages: &[CachedMessage],
+    ) -> Result<Vec<ChatId>, CacheFault> {
+        let keep = messages.len().saturating_sub(self.policy.max_messages);
+        let mut sealed = Vec::with_capacity(messages.len() - keep);
+        for m in &messages[keep..] {
+            let plain = zeroize::Zeroizing::new(
+                serde_json::to_vec(m).map_err(|e| CacheError::Protocol(e.to_string()))?,
+            );
+            sealed.push(
+                self.keyring
+                    .seal(user, chat.as_str(), Purpose::AiMessage, &plain)
+                    .await?,
+            );
+        }
+        Ok(self
+            .backend
+            .ai_write(user, chat, mode, sealed, self.policy)
+            .await?)
+    }
+
+    /// Drops a chat from the AI cache (with its exclusive embeds and settings entries).
+    pub async fn delete(&self, user: &UserHash, chat: &ChatId) -> Result<(), CacheFault> {
+        Ok(self.backend.ai_delete(user, chat).await?)
+    }
+
+    /// Caches a client-sent embed under the chat: skipped when the cached version is the
+    /// same or newer, refused when the id belongs to another user.
+    pub async fn put_embed(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        embed: &ClientEmbed,
+    ) -> Result<EmbedWrite, CacheFault> {
+        if let Some(existing) = self.envelope(&embed.embed_id).await? {
+            if existing.owner != user.as_str() {
+                return Ok(EmbedWrite::Foreign);
+            }
+            // A copy sealed under a key that no longer opens is replaced whatever its version.
+            let opens = self.open_envelope(user, &embed.embed_id, &existing).await?;
+            if opens.is_some() && existing.version >= embed.version_number {
+                return Ok(EmbedWrite::Unchanged);
+            }
+        }
+        let cached = CachedEmbed {
+            embed_type: embed.embed_type.clone(),
+            content: embed.content.clone(),
+            status: embed.status.clone(),
+            version_number: embed.version_number,
+        };
+        let plain = zeroize::Zeroizing::new(
+            serde_json::to_vec(&cached).map_err(|e| CacheError::Protocol(e.to_string()))?,
+        );
+        let sealed = self
+            .keyring
+            .seal(user, embed.embed_id.as_str(), Purpose::Embed, &plain)
+            .await?;
+        let envelope = EmbedEnvelope {
+            owner: user.as_str().to_string(),
+            version: embed.version_number,
+            sealed: B64.encode(sealed),
+        };
+        let bytes =
+            serde_json::to_vec(&envelope).map_err(|e| CacheError::Protocol(e.to_string()))?;
+        self.backend
+            .embed_put(chat, &embed.embed_id, bytes, self.policy.ttl)
+            .await?;
+        Ok(EmbedWrite::Stored)
+    }
+
+    /// The user's embed, if cached and it opens (another user's embed is `None`).
+    pub async fn get_embed(
+        &self,
+        user: &UserHash,
+        embed: &EmbedId,
+    ) -> Result<Option<CachedEmbed>, CacheFault> {
+        match self.envelope(embed).await? {
+            Some(env) if env.owner == user.as_str() => self.open_envelope(user, embed, &env).await,
+            _ => Ok(None),
+        }
+    }
+
+    async fn envelope(&self, embed: &EmbedId) -> Result<Option<EmbedEnvelope>, CacheFault> {
+        let Some(bytes) = self.backend.embed_get(embed).await? else {
+            return Ok(None);
+        };
+        Ok(serde_json::from_slice(&bytes).ok())
+    }
+
+    async fn open_envelope(
+        &self,
+        user: &UserHash,
+        embed: &EmbedId,
+        env: &EmbedEnvelope,
+    ) -> Result<Option<CachedEmbed>, CacheFault> {
+        let Ok(sealed) = B64.decode(&env.sealed) else {
+            return Ok(None);
+        };
+        match self
+            .keyring
+            .open(user, embed.as_str(), Purpose::Embed, &sealed)
+            .await
+        {
+            Ok(plain) => Ok(serde_json::from_slice(&plain).ok()),
+            Err(OpenError::Failed) => Ok(None),
+            Err(OpenError::Unavailable(e)) => Err(e.into()),
+        }
+    }
+
+    /// The TTL of the AI cache (embeds cached from clients share it).
+    pub fn ttl(&self) -> Duration {
+        self.policy.ttl
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::UserId;
+    use crate::cache::memory::MemoryBackend;
+    use crate::crypto::LocalKeyProvider;
+
+    fn cache() -> AiCache {
+        let backend: Arc<dyn CacheBackend> = Arc::new(MemoryBackend::new(1000));
+        let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([7u8; 32])));
+        let keyring = Arc::new(Keyring::new(
+            provider,
+            backend.clone(),
+            Duration::from_secs(60),
+        ));
+        AiCache::new(
+            backend,
+            keyring,
+            AiPolicy {
+                ttl: Duration::from_secs(3600),
+                max_messages: 3,
+                max_chats: 3,
+            },
+        )
+    }
+
+    fn msg(i: i64) -> CachedMessage {
+        CachedMessage {
+            message_id: MessageId::parse(format!("m{i}")).unwrap(),
+            role: Role::User,
+            content: format!("message {i}"),
+            created_at: i,
+            category: None,
+            model_name: None,
+            token_count: 3,
+        }
+    }
+
+    #[tokio::test]
+    async fn messages_roundtrip_capped_and_bound_to_owner() {
+        let cache = cache();
+        let a = UserHash::of(&UserId::parse("a").unwrap());
+        let b = UserHash::of(&UserId::parse("b").unwrap());
+        let chat = ChatId::parse("c1").unwrap();
+        assert_eq!(cache.load(&a, &chat).await.unwrap(), Loaded::Missing);
+        let msgs: Vec<_> = (0..5).map(msg).collect();
+        cache.append(&a, &chat, &msgs).await.unwrap();
+        let Loaded::Present { messages, failed } = cache.load(&a, &chat).await.unwrap() else {
+            panic!("expected the chat")
+        };
+        assert_eq!(failed, 0);
+        assert_eq!(messages, msgs[2..].to_vec());
+        // Bob's view of the same key names: nothing (his own key space is empty).
+        assert_eq!(cache.load(&b, &chat).await.unwrap(), Loaded::Missing);
+    }
+
+    #[tokio::test]
+    async fn embeds_version_and_owner_rules() {
+        let cache = cache();
+        let a = UserHash::of(&UserId::parse("a").unwrap());
+        let b = UserHash::of(&UserId::parse("b").unwrap());
+        let chat = ChatId::parse("c1").unwrap();
+        let mut e = ClientEmbed {
+            embed_id: EmbedId::parse("e1").unwrap(),
+            embed_type: "web_page".into(),
+            content: "title: One".into(),
+            status: Some("finished".into()),
+            version_number: 2,
+        };
+        assert_eq!(
+            cache.put_embed(&a, &chat, &e).await.unwrap(),
+            EmbedWrite::Stored
+        );
+        e.content = "title: Older".into();
+        e.version_number = 1;
+        assert_eq!(
+            cache.put_embed(&a, &chat, &e).await.unwrap(),
+            EmbedWrite::Unchanged
+        );
+        e.content = "title: Newer".into();
+        e.version_number = 3;
+        assert_eq!(
+            cache.put_embed(&a, &chat, &e).await.unwrap(),
+            EmbedWrite::Stored
+        );
+        assert_eq!(
+            cache.put_embed(&b, &chat, &e).await.unwrap(),
+            EmbedWrite::Foreign
+        );
+        let got = cache.get_embed(&a, &e.embed_id).await.unwrap().unwrap();
+        assert_eq!(got.content, "title: Newer");
+        assert!(cache.get_embed(&b, &e.embed_id).await.unwrap().is_none());
+    }
+}

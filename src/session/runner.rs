@@ -1,21 +1,24 @@
-//! Runs a chat's turns on the app's turn tracker: announce, build the request from the
-//! history, stream the answer, record it, emit the final frame, then run the follow-up
-//! turn for messages that were queued meanwhile.
+//! Runs a chat's turns on the app's turn tracker: prepare the history (or ask the client
+//! for it), announce, stream the answer, seal it into the AI cache, emit the final frame,
+//! then run the follow-up turn for messages that were queued meanwhile.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
-use chatd_protocol::{AiTaskInitiated, ChatId, ServerMessage};
+use chatd_protocol::{
+    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, Role, ServerMessage,
+};
 
 use super::hub::Audience;
 use super::turns::TurnTicket;
 use crate::app::AppState;
 use crate::auth::UserId;
-use crate::metrics::OutcomeLabel;
+use crate::cache::ai::{CacheFault, CachedMessage};
+use crate::crypto::{KeyError, UserHash};
+use crate::history::{self, Prepared};
+use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::AnswerStream;
-use crate::pipeline::{
-    HistoryEntry, HistoryRole, Interruption, TurnContext, TurnEvent, TurnSink, context,
-};
+use crate::pipeline::{Interruption, TurnContext, TurnEvent, TurnSink, context, tokens};
 
 pub fn spawn_turns(app: Arc<AppState>, user: UserId, chat: ChatId, ticket: TurnTicket) {
     let tracker = app.tasks.turns.clone();
@@ -35,8 +38,40 @@ async fn run_turns(app: Arc<AppState>, user: UserId, chat: ChatId, mut ticket: T
     }
 }
 
-#[tracing::instrument(skip_all, fields(user_id = %user, chat_id = %chat, task_id = %ticket.task_id))]
+#[tracing::instrument(skip_all, fields(chat_id = %chat, task_id = %ticket.task_id))]
 async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+    let started = Instant::now();
+    let owner = UserHash::of(user);
+    let prepared = tokio::select! {
+        biased;
+        _ = ticket.cancel.cancelled() => return,
+        p = history::prepare(&app.ai_cache, &app.history_requests, &owner, chat, &ticket.inbound) => p,
+    };
+    let history = match prepared {
+        Ok(Prepared::Ready(history)) => history,
+        Ok(Prepared::NeedHistory(request)) => {
+            app.metrics
+                .history_requests
+                .get_or_create(&ReasonLabel {
+                    reason: reason_label(request.reason),
+                })
+                .inc();
+            let msg = ServerMessage::RequestChatHistory(request);
+            for conn in &ticket.requesters {
+                app.hub.send(user, Audience::Only(*conn), &msg);
+            }
+            return;
+        }
+        Ok(Prepared::Invalid(reason)) => {
+            return refuse(app, user, chat, ticket, ErrorCode::InvalidChatHistory, reason);
+        }
+        Err(fault) => {
+            tracing::warn!(error = %fault, "history unavailable; turn not started");
+            let (code, text) = fault_message(&fault);
+            return refuse(app, user, chat, ticket, code, text);
+        }
+    };
+
     let initiated = ServerMessage::AiTaskInitiated(AiTaskInitiated {
         chat_id: chat.clone(),
         user_message_id: ticket.user_message_id.clone(),
@@ -53,8 +88,6 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         user_message_id: ticket.user_message_id.clone(),
         model_name: app.model_name.clone(),
     };
-    let started = Instant::now();
-    let history = app.chats.history(user, chat);
     let request = context::build_request(&app.config.llm.model, &history);
     let sink: &dyn TurnSink = app.hub.as_ref();
     sink.emit(&ctx, TurnEvent::Typing);
@@ -69,15 +102,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     .run(request)
     .await;
     if !outcome.text.trim().is_empty() {
-        let entry = HistoryEntry {
-            role: HistoryRole::Assistant,
-            content: outcome.text.to_string(),
-            created_at: unix_now(),
-        };
-        // The owner wrote this chat's first message, so this cannot be refused.
-        let _ = app
-            .chats
-            .append(user, chat, &ctx.assistant_message_id(), entry);
+        remember_answer(app, user, &owner, &ctx, &outcome.text).await;
     }
     let label = match (&outcome.interrupted, &outcome.error) {
         (Some(Interruption::Cancelled), _) => "cancelled",
@@ -96,6 +121,81 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     app.metrics
         .turn_seconds
         .observe(started.elapsed().as_secs_f64());
+}
+
+/// Seals the answer (also a partial one) into the AI cache before the final frame, so the
+/// next message in the chat is a cache hit.
+async fn remember_answer(
+    app: &AppState,
+    user: &UserId,
+    owner: &UserHash,
+    ctx: &TurnContext,
+    text: &str,
+) {
+    let message_id = ctx.assistant_message_id();
+    let created_at = unix_now();
+    // The owner wrote this chat's first message, so this cannot be refused.
+    let _ = app.chats.record(user, &ctx.chat_id, &message_id, created_at);
+    let entry = CachedMessage {
+        message_id,
+        role: Role::Assistant,
+        content: text.to_string(),
+        created_at,
+        category: None,
+        model_name: Some(ctx.model_name.clone()),
+        token_count: tokens::count(text),
+    };
+    if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
+        // The answer reached the user; the next turn falls back to request_chat_history.
+        tracing::warn!(error = %e, "could not cache the answer");
+    }
+}
+
+/// Ends a turn that could not start: a typed error to the devices that asked.
+fn refuse(
+    app: &AppState,
+    user: &UserId,
+    chat: &ChatId,
+    ticket: &TurnTicket,
+    code: ErrorCode,
+    message: String,
+) {
+    let mut payload = ErrorPayload::new(code, message);
+    payload.chat_id = Some(chat.clone());
+    payload.message_id = Some(ticket.user_message_id.clone());
+    let msg = ServerMessage::Error(payload);
+    for conn in &ticket.requesters {
+        app.hub.send(user, Audience::Only(*conn), &msg);
+    }
+    app.metrics
+        .turns
+        .get_or_create(&OutcomeLabel { outcome: "refused" })
+        .inc();
+}
+
+fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
+    match fault {
+        CacheFault::Keys(KeyError::MountMissing(mount)) => (
+            ErrorCode::EncryptionUnavailable,
+            format!("the key service has no transit engine at `{mount}`; the operator must enable it"),
+        ),
+        CacheFault::Keys(_) => (
+            ErrorCode::EncryptionUnavailable,
+            "the key service is unavailable; try again shortly".into(),
+        ),
+        CacheFault::Cache(_) => (
+            ErrorCode::CacheUnavailable,
+            "the cache is unavailable; try again shortly".into(),
+        ),
+    }
+}
+
+fn reason_label(reason: HistoryReason) -> &'static str {
+    match reason {
+        HistoryReason::CacheMiss => "cache_miss",
+        HistoryReason::DecryptionFailed => "decryption_failed",
+        HistoryReason::InsufficientCacheHistory => "insufficient_cache_history",
+    }
 }
 
 pub fn unix_now() -> i64 {

@@ -6,18 +6,37 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 
-use chatd_protocol::{ChatId, MessageId, TaskId};
+use chatd_protocol::{ChatId, ClientEmbed, MessageId, TaskId, UserMessage};
 use tokio_util::sync::CancellationToken;
 
 use super::hub::ConnectionId;
 use crate::auth::UserId;
 use crate::pipeline::Interruption;
 
+/// A user message waiting to be answered, as the device sent it.
+#[derive(Debug, Clone)]
+pub struct Inbound {
+    pub message: UserMessage,
+    pub embeds: Vec<ClientEmbed>,
+    pub conn: ConnectionId,
+    /// Messages the chat had before this one (what the AI cache should hold).
+    pub prior_messages: u64,
+}
+
+impl Inbound {
+    pub fn message_id(&self) -> &MessageId {
+        &self.message.message_id
+    }
+}
+
 /// What a started turn needs to run and to be cancelled.
 #[derive(Clone)]
 pub struct TurnTicket {
     pub task_id: TaskId,
+    /// The newest message this turn answers.
     pub user_message_id: MessageId,
+    /// The messages this turn answers, oldest first (several when queued ones merged).
+    pub inbound: Arc<[Inbound]>,
     /// Devices that sent the messages this turn answers (they get `ai_task_initiated`).
     pub requesters: Vec<ConnectionId>,
     pub cancel: CancellationToken,
@@ -52,7 +71,7 @@ pub enum CancelError {
 struct ActiveTurn {
     owner: UserId,
     ticket: TurnTicket,
-    queue: VecDeque<(MessageId, ConnectionId)>,
+    queue: VecDeque<Inbound>,
 }
 
 #[derive(Default)]
@@ -77,14 +96,19 @@ impl Turns {
         &self,
         user: &UserId,
         chat: &ChatId,
-        message_id: MessageId,
-        conn: ConnectionId,
+        inbound: Inbound,
         parent: &CancellationToken,
         max_queue: usize,
     ) -> Admission {
         let mut inner = self.lock();
         if let Some(active) = inner.by_chat.get_mut(chat) {
-            if active.queue.iter().any(|(m, _)| m == &message_id) {
+            if let Some(queued) = active
+                .queue
+                .iter_mut()
+                .find(|q| q.message_id() == inbound.message_id())
+            {
+                // A re-send of a queued message (e.g. with history): the newest copy wins.
+                *queued = inbound;
                 return Admission::Queued {
                     active_task_id: active.ticket.task_id.clone(),
                 };
@@ -92,12 +116,14 @@ impl Turns {
             if active.queue.len() >= max_queue {
                 return Admission::QueueFull;
             }
-            active.queue.push_back((message_id, conn));
+            active.queue.push_back(inbound);
             return Admission::Queued {
                 active_task_id: active.ticket.task_id.clone(),
             };
         }
-        let ticket = new_ticket(message_id, vec![conn], parent);
+        let Some(ticket) = new_ticket(vec![inbound], parent) else {
+            return Admission::QueueFull;
+        };
         inner.by_task.insert(ticket.task_id.clone(), chat.clone());
         inner.by_chat.insert(
             chat.clone(),
@@ -150,33 +176,53 @@ impl Turns {
             return None;
         }
         let queued: Vec<_> = active.queue.drain(..).collect();
-        let last = queued.last().map(|(m, _)| m.clone())?;
-        let mut requesters: Vec<ConnectionId> = queued.iter().map(|(_, c)| *c).collect();
-        requesters.dedup();
-        let ticket = new_ticket(last, requesters, parent);
+        let ticket = new_ticket(queued, parent)?;
         active.ticket = ticket.clone();
         inner.by_task.insert(ticket.task_id.clone(), chat.clone());
         Some(ticket)
     }
 }
 
-fn new_ticket(
-    user_message_id: MessageId,
-    requesters: Vec<ConnectionId>,
-    parent: &CancellationToken,
-) -> TurnTicket {
-    TurnTicket {
+/// A ticket for the given messages (`None` when there are none).
+fn new_ticket(inbound: Vec<Inbound>, parent: &CancellationToken) -> Option<TurnTicket> {
+    let user_message_id = inbound.last()?.message_id().clone();
+    let mut requesters: Vec<ConnectionId> = Vec::with_capacity(inbound.len());
+    for i in &inbound {
+        if !requesters.contains(&i.conn) {
+            requesters.push(i.conn);
+        }
+    }
+    Some(TurnTicket {
         task_id: TaskId::random(),
         user_message_id,
+        inbound: inbound.into(),
         requesters,
         cancel: parent.child_token(),
         revoked: Arc::new(AtomicBool::new(false)),
-    }
+    })
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn inbound(id: &str, conn: ConnectionId) -> Inbound {
+        Inbound {
+            message: UserMessage {
+                message_id: MessageId::parse(id).unwrap(),
+                role: chatd_protocol::Role::User,
+                content: format!("text of {id}"),
+                created_at: 1,
+                sender_name: None,
+                temp_id: None,
+                chat_has_title: false,
+                message_history: None,
+            },
+            embeds: Vec::new(),
+            conn,
+            prior_messages: 0,
+        }
+    }
 
     fn ids() -> (UserId, UserId, ChatId) {
         (
@@ -192,19 +238,21 @@ mod tests {
         let root = CancellationToken::new();
         let turns = Turns::default();
         let Admission::Start(t1) =
-            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 10)
+            turns.admit(&a, &chat, inbound("m1", 1), &root, 10)
         else {
             panic!("first message must start a turn")
         };
         for m in ["m2", "m3"] {
             assert!(matches!(
-                turns.admit(&a, &chat, MessageId::parse(m).unwrap(), 2, &root, 10),
+                turns.admit(&a, &chat, inbound(m, 2), &root, 10),
                 Admission::Queued { ref active_task_id } if active_task_id == &t1.task_id
             ));
         }
         let t2 = turns.finish(&chat, &t1.task_id, &root).unwrap();
         assert_eq!(t2.user_message_id.as_str(), "m3");
         assert_eq!(t2.requesters, vec![2]);
+        let merged: Vec<_> = t2.inbound.iter().map(|i| i.message_id().as_str()).collect();
+        assert_eq!(merged, ["m2", "m3"]);
         assert!(turns.finish(&chat, &t2.task_id, &root).is_none());
         assert!(turns.active_task(&chat).is_none());
     }
@@ -215,7 +263,7 @@ mod tests {
         let root = CancellationToken::new();
         let turns = Turns::default();
         let Admission::Start(t) =
-            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 10)
+            turns.admit(&a, &chat, inbound("m1", 1), &root, 10)
         else {
             panic!()
         };
@@ -235,13 +283,13 @@ mod tests {
         let (a, _, chat) = ids();
         let root = CancellationToken::new();
         let turns = Turns::default();
-        let _ = turns.admit(&a, &chat, MessageId::parse("m0").unwrap(), 1, &root, 1);
+        let _ = turns.admit(&a, &chat, inbound("m0", 1), &root, 1);
         assert!(matches!(
-            turns.admit(&a, &chat, MessageId::parse("m1").unwrap(), 1, &root, 1),
+            turns.admit(&a, &chat, inbound("m1", 1), &root, 1),
             Admission::Queued { .. }
         ));
         assert!(matches!(
-            turns.admit(&a, &chat, MessageId::parse("m2").unwrap(), 1, &root, 1),
+            turns.admit(&a, &chat, inbound("m2", 1), &root, 1),
             Admission::QueueFull
         ));
     }

@@ -1,0 +1,241 @@
+//! A turn's history: read from the AI cache, or re-cached from what the client re-sent.
+//! When the cache cannot give the model a faithful history (the chat is missing, an entry
+//! does not open, or fewer than half the expected messages survive) the server asks the
+//! client with `request_chat_history` and starts no model call; the client answers by
+//! re-sending its latest message with `message_history`. At most one round trip per
+//! message: a re-send without a usable history is a typed error, not another request.
+//! (The session checks a re-sent history's shape; this module decides what it means.)
+
+pub mod embed_refs;
+
+use std::collections::HashSet;
+
+use chatd_protocol::{ChatId, ClientEmbed, HistoryReason, MessageId, RequestChatHistory, Role};
+use dashmap::DashMap;
+use futures_util::future::join_all;
+
+use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded};
+use crate::crypto::UserHash;
+use crate::pipeline::{HistoryEntry, HistoryRole, tokens};
+use crate::session::turns::Inbound;
+
+/// What a turn can do next.
+#[derive(Debug)]
+pub enum Prepared {
+    /// The model's history, oldest first, ending with the new user messages.
+    Ready(Vec<HistoryEntry>),
+    /// Ask the client for the history; no model call.
+    NeedHistory(RequestChatHistory),
+    /// The client's re-send cannot be used (`invalid_chat_history`).
+    Invalid(String),
+}
+
+/// Chats whose history the server asked for, and the message it asked about.
+#[derive(Default)]
+pub struct HistoryRequests {
+    pending: DashMap<(UserHash, ChatId), MessageId>,
+}
+
+impl HistoryRequests {
+    fn ask(&self, user: &UserHash, chat: &ChatId, message: &MessageId) {
+        self.pending
+            .insert((user.clone(), chat.clone()), message.clone());
+    }
+    /// True when the server already asked about this message (so must not ask again).
+    fn asked(&self, user: &UserHash, chat: &ChatId, message: &MessageId) -> bool {
+        self.pending
+            .get(&(user.clone(), chat.clone()))
+            .is_some_and(|m| m.value() == message)
+    }
+    fn clear(&self, user: &UserHash, chat: &ChatId) {
+        self.pending.remove(&(user.clone(), chat.clone()));
+    }
+}
+
+/// Builds the history for a turn answering `inbound` (oldest first).
+pub async fn prepare(
+    cache: &AiCache,
+    requests: &HistoryRequests,
+    user: &UserHash,
+    chat: &ChatId,
+    inbound: &[Inbound],
+) -> Result<Prepared, CacheFault> {
+    let (Some(first), Some(latest)) = (inbound.first(), inbound.last()) else {
+        return Ok(Prepared::Invalid("no message to answer".into()));
+    };
+    cache_embeds(cache, user, chat, inbound).await?;
+    let new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
+
+    // The client re-sent the history (in answer to `request_chat_history`, or unasked).
+    if let Some(history) = inbound.iter().rev().find_map(|i| i.message.message_history.as_ref()) {
+        let expected = first.prior_messages;
+        if history.is_empty() && expected > 0 {
+            requests.clear(user, chat);
+            return Ok(Prepared::Invalid(format!(
+                "message_history is empty but the chat has {expected} earlier messages"
+            )));
+        }
+        let new_ids: HashSet<&MessageId> = inbound.iter().map(Inbound::message_id).collect();
+        let mut all = Vec::with_capacity(history.len() + new_messages.len());
+        let mut seen = HashSet::new();
+        for h in history {
+            if new_ids.contains(&h.message_id) || !seen.insert(&h.message_id) {
+                continue;
+            }
+            all.push(CachedMessage {
+                message_id: h.message_id.clone(),
+                role: h.role,
+                token_count: tokens::count(&h.content),
+                content: h.content.clone(),
+                created_at: h.created_at,
+                category: h.category.clone(),
+                model_name: h.model_name.clone(),
+            });
+        }
+        all.extend(new_messages);
+        cache.replace(user, chat, &all).await?;
+        requests.clear(user, chat);
+        return Ok(Prepared::Ready(for_model(cache, user, &all).await?));
+    }
+
+    let expected = first
+        .prior_messages
+        .max(u64::from(first.message.chat_has_title));
+    let expected = expected.min(cache.policy().max_messages as u64);
+    let (cached, failed) = match cache.load(user, chat).await? {
+        Loaded::Missing => (Vec::new(), None),
+        Loaded::Present { messages, failed } => (messages, Some(failed)),
+    };
+    let reason = match failed {
+        None if expected > 0 => Some(HistoryReason::CacheMiss),
+        Some(f) if f > 0 => Some(HistoryReason::DecryptionFailed),
+        // The new messages may already be cached (a plain re-send): count only earlier ones.
+        Some(_) if (earlier(&cached, inbound).len() as u64) * 2 < expected => {
+            Some(HistoryReason::InsufficientCacheHistory)
+        }
+        _ => None,
+    };
+    if let Some(reason) = reason {
+        if requests.asked(user, chat, latest.message_id()) {
+            requests.clear(user, chat);
+            return Ok(Prepared::Invalid(
+                "the chat history was requested; re-send the message with message_history".into(),
+            ));
+        }
+        requests.ask(user, chat, latest.message_id());
+        let cached_count = earlier(&cached, inbound).len() as u64;
+        let insufficient = reason == HistoryReason::InsufficientCacheHistory;
+        return Ok(Prepared::NeedHistory(RequestChatHistory {
+            chat_id: chat.clone(),
+            message: match reason {
+                HistoryReason::CacheMiss => "The server has no cached history for this chat.",
+                HistoryReason::DecryptionFailed => {
+                    "The server's cached history for this chat can no longer be decrypted."
+                }
+                HistoryReason::InsufficientCacheHistory => {
+                    "The server's cached history for this chat is incomplete."
+                }
+            }
+            .into(),
+            reason,
+            expected_messages: insufficient.then_some(expected),
+            cached_messages: insufficient.then_some(cached_count),
+        }));
+    }
+    requests.clear(user, chat);
+    let cached_ids: HashSet<&MessageId> = cached.iter().map(|m| &m.message_id).collect();
+    let fresh: Vec<CachedMessage> = new_messages
+        .into_iter()
+        .filter(|m| !cached_ids.contains(&m.message_id))
+        .collect();
+    if !fresh.is_empty() {
+        cache.append(user, chat, &fresh).await?;
+    }
+    let mut all = cached;
+    all.extend(fresh);
+    let keep = all.len().saturating_sub(cache.policy().max_messages);
+    all.drain(..keep);
+    Ok(Prepared::Ready(for_model(cache, user, &all).await?))
+}
+
+/// Cached messages that are not among the ones this turn answers.
+fn earlier<'a>(cached: &'a [CachedMessage], inbound: &[Inbound]) -> Vec<&'a CachedMessage> {
+    let new_ids: HashSet<&MessageId> = inbound.iter().map(Inbound::message_id).collect();
+    cached
+        .iter()
+        .filter(|m| !new_ids.contains(&m.message_id))
+        .collect()
+}
+
+fn user_entry(i: &Inbound) -> CachedMessage {
+    CachedMessage {
+        message_id: i.message.message_id.clone(),
+        role: Role::User,
+        token_count: tokens::count(&i.message.content),
+        content: i.message.content.clone(),
+        created_at: i.message.created_at,
+        category: None,
+        model_name: None,
+    }
+}
+
+async fn cache_embeds(
+    cache: &AiCache,
+    user: &UserHash,
+    chat: &ChatId,
+    inbound: &[Inbound],
+) -> Result<(), CacheFault> {
+    let embeds: Vec<&ClientEmbed> = inbound.iter().flat_map(|i| i.embeds.iter()).collect();
+    for embed in embeds {
+        if cache.put_embed(user, chat, embed).await? == EmbedWrite::Foreign {
+            tracing::warn!(embed_id = %embed.embed_id, "ignoring an embed id owned by another user");
+        }
+    }
+    Ok(())
+}
+
+/// The model's view: embed references resolved from the cache.
+async fn for_model(
+    cache: &AiCache,
+    user: &UserHash,
+    messages: &[CachedMessage],
+) -> Result<Vec<HistoryEntry>, CacheFault> {
+    let refs: Vec<Vec<embed_refs::EmbedRef>> =
+        messages.iter().map(|m| embed_refs::find(&m.content)).collect();
+    let mut ids: Vec<&str> = refs.iter().flatten().map(|r| r.embed_id.as_str()).collect();
+    ids.sort_unstable();
+    ids.dedup();
+    let lookups = ids.iter().map(|id| async move {
+        match chatd_protocol::EmbedId::parse(*id) {
+            Ok(embed) => cache.get_embed(user, &embed).await.map(|e| (*id, e)),
+            Err(_) => Ok((*id, None)),
+        }
+    });
+    let mut found = std::collections::HashMap::new();
+    for result in join_all(lookups).await {
+        let (id, embed) = result?;
+        if let Some(e) = embed {
+            found.insert(id.to_string(), e);
+        }
+    }
+    Ok(messages
+        .iter()
+        .zip(&refs)
+        .map(|(m, refs)| HistoryEntry {
+            role: match m.role {
+                Role::User => HistoryRole::User,
+                Role::Assistant => HistoryRole::Assistant,
+                Role::System => HistoryRole::System,
+            },
+            content: if refs.is_empty() {
+                m.content.clone()
+            } else {
+                embed_refs::substitute(&m.content, refs, |r| match found.get(&r.embed_id) {
+                    Some(e) => embed_refs::render(e),
+                    None => embed_refs::missing(r),
+                })
+            },
+            created_at: m.created_at,
+        })
+        .collect())
+}
