@@ -35,6 +35,8 @@ macro_rules! id_type {
         $(#[$doc])*
         #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord, serde::Serialize, serde::Deserialize, schemars::JsonSchema)]
         #[serde(try_from = "String", into = "String")]
+        // `try_from = "String"` alone would describe any string; state what `check` enforces.
+        #[schemars(extend("minLength" = 1, "maxLength" = 128, "pattern" = "^[A-Za-z0-9_.:-]+$"))]
         pub struct $name(String);
 
         impl $name {

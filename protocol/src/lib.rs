@@ -11,6 +11,7 @@ mod close;
 mod error;
 mod ids;
 mod parse;
+mod schema;
 mod server;
 
 pub use client::*;
@@ -18,6 +19,7 @@ pub use close::CloseCode;
 pub use error::ErrorCode;
 pub use ids::{ChatId, EmbedId, IdError, MessageId, SkillTaskId, TaskId};
 pub use parse::{ParseError, parse_client_message};
+pub use schema::schemas;
 pub use server::*;
 
 /// An empty payload object (`{}`), for messages that carry no fields.

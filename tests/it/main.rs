@@ -9,6 +9,7 @@
 
 mod support;
 
+mod cache_contract;
 mod cli;
 mod http_surface;
 mod shutdown;
