@@ -9,8 +9,8 @@ pub enum CloseCode {
     GoingAway,
     /// 1007: a text frame held invalid UTF-8.
     InvalidUtf8,
-    /// 1008: policy violation: authentication missing, invalid or expired after upgrade.
-    PolicyViolation,
+    /// 1002: the client broke the WebSocket protocol (e.g. an unmasked or malformed frame).
+    ProtocolError,
     /// 1009: a message exceeded the transport limit (`server.max_message_bytes`).
     MessageTooBig,
     /// 1011: unexpected server error.
@@ -25,7 +25,7 @@ impl CloseCode {
             CloseCode::Normal => 1000,
             CloseCode::GoingAway => 1001,
             CloseCode::InvalidUtf8 => 1007,
-            CloseCode::PolicyViolation => 1008,
+            CloseCode::ProtocolError => 1002,
             CloseCode::MessageTooBig => 1009,
             CloseCode::InternalError => 1011,
             CloseCode::SlowConsumer => 4001,
@@ -38,7 +38,7 @@ impl CloseCode {
             CloseCode::Normal => "bye",
             CloseCode::GoingAway => "server shutting down",
             CloseCode::InvalidUtf8 => "invalid utf-8 in text frame",
-            CloseCode::PolicyViolation => "authentication required",
+            CloseCode::ProtocolError => "websocket protocol error",
             CloseCode::MessageTooBig => "message too big",
             CloseCode::InternalError => "internal error",
             CloseCode::SlowConsumer => "slow consumer: outbox full",

@@ -109,7 +109,7 @@ fn close_code_for(e: &axum::Error) -> Option<CloseCode> {
                     Some(CloseCode::MessageTooBig)
                 }
                 tokio_tungstenite::tungstenite::Error::Protocol(_) => {
-                    Some(CloseCode::PolicyViolation)
+                    Some(CloseCode::ProtocolError)
                 }
                 _ => None,
             };
