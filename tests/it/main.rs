@@ -11,6 +11,7 @@ mod support;
 
 mod cache_contract;
 mod cli;
+mod history;
 mod http_surface;
 mod shutdown;
 mod turns;

@@ -184,3 +184,85 @@ pub async fn collect_answer(
         seen.push(msg);
     }
 }
+
+/// `user_message` with the payload edited (history, embeds, `chat_has_title`, ...).
+pub fn user_message_with(chat: &str, message_id: &str, content: &str, edit: impl FnOnce(&mut ChatMessageAdded)) -> ClientMessage {
+    let ClientMessage::ChatMessageAdded(mut m) = user_message(chat, message_id, content) else {
+        unreachable!()
+    };
+    edit(&mut m);
+    ClientMessage::ChatMessageAdded(m)
+}
+
+/// One earlier message for `message_history`.
+pub fn history_entry(id: &str, role: Role, content: &str, created_at: i64) -> chatd_protocol::HistoryMessage {
+    chatd_protocol::HistoryMessage {
+        message_id: MessageId::parse(id).unwrap(),
+        role,
+        content: content.to_string(),
+        created_at,
+        sender_name: None,
+        category: None,
+        model_name: None,
+    }
+}
+
+/// How the server answered a chat message.
+#[derive(Debug)]
+pub enum Outcome {
+    Answer(chatd_protocol::AiMessageUpdate),
+    NeedHistory(chatd_protocol::RequestChatHistory),
+    Error(chatd_protocol::ErrorPayload),
+}
+
+impl Outcome {
+    pub fn answer(self) -> chatd_protocol::AiMessageUpdate {
+        match self {
+            Outcome::Answer(a) => a,
+            other => panic!("expected an answer, got {other:?}"),
+        }
+    }
+    pub fn need_history(self) -> chatd_protocol::RequestChatHistory {
+        match self {
+            Outcome::NeedHistory(r) => r,
+            other => panic!("expected request_chat_history, got {other:?}"),
+        }
+    }
+    pub fn error(self) -> chatd_protocol::ErrorPayload {
+        match self {
+            Outcome::Error(e) => e,
+            other => panic!("expected an error, got {other:?}"),
+        }
+    }
+}
+
+/// Reads frames until the turn's outcome: the final answer frame (sequences checked), a
+/// `request_chat_history`, or an error about a chat.
+pub async fn outcome(ws: &mut WsClient) -> Outcome {
+    let mut last_seq = 0;
+    loop {
+        match ws.recv().await {
+            ServerMessage::AiMessageUpdate(u) => {
+                assert!(u.sequence > last_seq, "sequence must increase: {} after {}", u.sequence, last_seq);
+                last_seq = u.sequence;
+                if u.is_final_chunk {
+                    return Outcome::Answer(u);
+                }
+            }
+            ServerMessage::RequestChatHistory(r) => return Outcome::NeedHistory(r),
+            ServerMessage::Error(e) if e.chat_id.is_some() => return Outcome::Error(e),
+            _ => {}
+        }
+    }
+}
+
+/// The `messages` array of a recorded LLM request as (role, content) pairs, system prompt dropped.
+pub fn conversation(request: &serde_json::Value) -> Vec<(String, String)> {
+    request["messages"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|m| m["role"] != "system")
+        .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+        .collect()
+}
