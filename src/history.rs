@@ -67,7 +67,11 @@ pub async fn prepare(
     let new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
 
     // The client re-sent the history (in answer to `request_chat_history`, or unasked).
-    if let Some(history) = inbound.iter().rev().find_map(|i| i.message.message_history.as_ref()) {
+    if let Some(history) = inbound
+        .iter()
+        .rev()
+        .find_map(|i| i.message.message_history.as_ref())
+    {
         let expected = first.prior_messages;
         if history.is_empty() && expected > 0 {
             requests.clear(user, chat);
@@ -200,8 +204,10 @@ async fn for_model(
     user: &UserHash,
     messages: &[CachedMessage],
 ) -> Result<Vec<HistoryEntry>, CacheFault> {
-    let refs: Vec<Vec<embed_refs::EmbedRef>> =
-        messages.iter().map(|m| embed_refs::find(&m.content)).collect();
+    let refs: Vec<Vec<embed_refs::EmbedRef>> = messages
+        .iter()
+        .map(|m| embed_refs::find(&m.content))
+        .collect();
     let mut ids: Vec<&str> = refs.iter().flatten().map(|r| r.embed_id.as_str()).collect();
     ids.sort_unstable();
     ids.dedup();

@@ -164,15 +164,15 @@ impl Session {
             self.reply(ServerMessage::Error(p));
             return;
         }
-        let appended = match self.app.chats.record(
-            user,
-            &m.chat_id,
-            &msg.message_id,
-            msg.created_at,
-        ) {
-            Ok(a) => a,
-            Err(_) => return self.forbidden(&m.chat_id, Some(msg.message_id)),
-        };
+        let appended =
+            match self
+                .app
+                .chats
+                .record(user, &m.chat_id, &msg.message_id, msg.created_at)
+            {
+                Ok(a) => a,
+                Err(_) => return self.forbidden(&m.chat_id, Some(msg.message_id)),
+            };
         self.device.set_active_chat(Some(m.chat_id.clone()));
         let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
             chat_id: m.chat_id.clone(),

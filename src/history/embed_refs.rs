@@ -95,7 +95,11 @@ pub fn missing(r: &EmbedRef) -> String {
 }
 
 /// `content` with each reference replaced by `replacement(ref)`.
-pub fn substitute(content: &str, refs: &[EmbedRef], replacement: impl Fn(&EmbedRef) -> String) -> String {
+pub fn substitute(
+    content: &str,
+    refs: &[EmbedRef],
+    replacement: impl Fn(&EmbedRef) -> String,
+) -> String {
     let mut out = String::with_capacity(content.len());
     let mut last = 0;
     for r in refs {

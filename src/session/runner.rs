@@ -63,7 +63,14 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             return;
         }
         Ok(Prepared::Invalid(reason)) => {
-            return refuse(app, user, chat, ticket, ErrorCode::InvalidChatHistory, reason);
+            return refuse(
+                app,
+                user,
+                chat,
+                ticket,
+                ErrorCode::InvalidChatHistory,
+                reason,
+            );
         }
         Err(fault) => {
             tracing::warn!(error = %fault, "history unavailable; turn not started");
@@ -135,7 +142,9 @@ async fn remember_answer(
     let message_id = ctx.assistant_message_id();
     let created_at = unix_now();
     // The owner wrote this chat's first message, so this cannot be refused.
-    let _ = app.chats.record(user, &ctx.chat_id, &message_id, created_at);
+    let _ = app
+        .chats
+        .record(user, &ctx.chat_id, &message_id, created_at);
     let entry = CachedMessage {
         message_id,
         role: Role::Assistant,
@@ -177,7 +186,9 @@ fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
     match fault {
         CacheFault::Keys(KeyError::MountMissing(mount)) => (
             ErrorCode::EncryptionUnavailable,
-            format!("the key service has no transit engine at `{mount}`; the operator must enable it"),
+            format!(
+                "the key service has no transit engine at `{mount}`; the operator must enable it"
+            ),
         ),
         CacheFault::Keys(_) => (
             ErrorCode::EncryptionUnavailable,

@@ -237,9 +237,7 @@ mod tests {
         let (a, _, chat) = ids();
         let root = CancellationToken::new();
         let turns = Turns::default();
-        let Admission::Start(t1) =
-            turns.admit(&a, &chat, inbound("m1", 1), &root, 10)
-        else {
+        let Admission::Start(t1) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
             panic!("first message must start a turn")
         };
         for m in ["m2", "m3"] {
@@ -262,9 +260,7 @@ mod tests {
         let (a, b, chat) = ids();
         let root = CancellationToken::new();
         let turns = Turns::default();
-        let Admission::Start(t) =
-            turns.admit(&a, &chat, inbound("m1", 1), &root, 10)
-        else {
+        let Admission::Start(t) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
             panic!()
         };
         assert_eq!(turns.cancel(&b, &t.task_id), Err(CancelError::Forbidden));

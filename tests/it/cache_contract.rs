@@ -44,56 +44,118 @@ fn memory_backend() -> Arc<dyn CacheBackend> {
 async fn messages_are_ordered_capped_and_replaceable(b: Arc<dyn CacheBackend>) {
     let (u, c) = (user("alice"), chat("c1"));
     assert_eq!(b.ai_read(&u, &c, POLICY).await.unwrap(), None);
-    b.ai_write(&u, &c, WriteMode::Append, entries(0..60), POLICY).await.unwrap();
-    b.ai_write(&u, &c, WriteMode::Append, entries(60..150), POLICY).await.unwrap();
+    b.ai_write(&u, &c, WriteMode::Append, entries(0..60), POLICY)
+        .await
+        .unwrap();
+    b.ai_write(&u, &c, WriteMode::Append, entries(60..150), POLICY)
+        .await
+        .unwrap();
     let got = b.ai_read(&u, &c, POLICY).await.unwrap().unwrap();
     assert_eq!(got, entries(50..150), "the newest 100, oldest first");
-    b.ai_write(&u, &c, WriteMode::Replace, entries(7..9), POLICY).await.unwrap();
-    assert_eq!(b.ai_read(&u, &c, POLICY).await.unwrap().unwrap(), entries(7..9));
+    b.ai_write(&u, &c, WriteMode::Replace, entries(7..9), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.ai_read(&u, &c, POLICY).await.unwrap().unwrap(),
+        entries(7..9)
+    );
     // Another user's chat of the same id is a different entry.
     assert_eq!(b.ai_read(&user("bob"), &c, POLICY).await.unwrap(), None);
 }
 
-async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(b: Arc<dyn CacheBackend>) {
+async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(
+    b: Arc<dyn CacheBackend>,
+) {
     let u = user("alice");
     let ttl = POLICY.ttl;
     for c in ["c1", "c2", "c3"] {
-        b.ai_write(&u, &chat(c), WriteMode::Append, entries(0..2), POLICY).await.unwrap();
+        b.ai_write(&u, &chat(c), WriteMode::Append, entries(0..2), POLICY)
+            .await
+            .unwrap();
     }
-    b.embed_put(&chat("c1"), &embed("only-c1"), b"e1".to_vec(), ttl).await.unwrap();
-    b.embed_put(&chat("c1"), &embed("shared"), b"es".to_vec(), ttl).await.unwrap();
-    b.embed_put(&chat("c3"), &embed("shared"), b"es".to_vec(), ttl).await.unwrap();
-    b.settings_put(&chat("c1"), "travel:home_city", b"s1".to_vec(), ttl).await.unwrap();
-    b.settings_put(&chat("c2"), "travel:home_city", b"s2".to_vec(), ttl).await.unwrap();
+    b.embed_put(&chat("c1"), &embed("only-c1"), b"e1".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.embed_put(&chat("c1"), &embed("shared"), b"es".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.embed_put(&chat("c3"), &embed("shared"), b"es".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.settings_put(&chat("c1"), "travel:home_city", b"s1".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.settings_put(&chat("c2"), "travel:home_city", b"s2".to_vec(), ttl)
+        .await
+        .unwrap();
     // Reading c1 makes it recent: c2 is now the least recently used.
     assert!(b.ai_read(&u, &chat("c1"), POLICY).await.unwrap().is_some());
 
-    let evicted = b.ai_write(&u, &chat("c4"), WriteMode::Append, entries(0..1), POLICY).await.unwrap();
+    let evicted = b
+        .ai_write(&u, &chat("c4"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
     assert_eq!(evicted, vec![chat("c2")]);
     assert_eq!(b.ai_read(&u, &chat("c2"), POLICY).await.unwrap(), None);
-    assert_eq!(b.settings_get(&chat("c2"), "travel:home_city").await.unwrap(), None);
-    assert!(b.settings_get(&chat("c1"), "travel:home_city").await.unwrap().is_some());
+    assert_eq!(
+        b.settings_get(&chat("c2"), "travel:home_city")
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        b.settings_get(&chat("c1"), "travel:home_city")
+            .await
+            .unwrap()
+            .is_some()
+    );
 
     // Evicting c3 next keeps the embed that c1 still references; evicting c1 drops its own.
     b.ai_read(&u, &chat("c1"), POLICY).await.unwrap();
-    let evicted = b.ai_write(&u, &chat("c5"), WriteMode::Append, entries(0..1), POLICY).await.unwrap();
+    let evicted = b
+        .ai_write(&u, &chat("c5"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
     assert_eq!(evicted, vec![chat("c3")]);
-    assert_eq!(b.embed_get(&embed("shared")).await.unwrap().as_deref(), Some(&b"es"[..]));
+    assert_eq!(
+        b.embed_get(&embed("shared")).await.unwrap().as_deref(),
+        Some(&b"es"[..])
+    );
     b.ai_read(&u, &chat("c4"), POLICY).await.unwrap();
     b.ai_read(&u, &chat("c5"), POLICY).await.unwrap();
-    let evicted = b.ai_write(&u, &chat("c6"), WriteMode::Append, entries(0..1), POLICY).await.unwrap();
+    let evicted = b
+        .ai_write(&u, &chat("c6"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
     assert_eq!(evicted, vec![chat("c1")]);
     assert_eq!(b.embed_get(&embed("only-c1")).await.unwrap(), None);
     assert_eq!(b.embed_get(&embed("shared")).await.unwrap(), None);
-    assert_eq!(b.settings_get(&chat("c1"), "travel:home_city").await.unwrap(), None);
+    assert_eq!(
+        b.settings_get(&chat("c1"), "travel:home_city")
+            .await
+            .unwrap(),
+        None
+    );
     for c in ["c4", "c5", "c6"] {
-        assert!(b.ai_read(&u, &chat(c), POLICY).await.unwrap().is_some(), "{c} stays");
+        assert!(
+            b.ai_read(&u, &chat(c), POLICY).await.unwrap().is_some(),
+            "{c} stays"
+        );
     }
     // Other users are untouched by alice's evictions.
     let bob = user("bob");
-    b.ai_write(&bob, &chat("b1"), WriteMode::Append, entries(0..1), POLICY).await.unwrap();
-    b.ai_write(&u, &chat("c7"), WriteMode::Append, entries(0..1), POLICY).await.unwrap();
-    assert!(b.ai_read(&bob, &chat("b1"), POLICY).await.unwrap().is_some());
+    b.ai_write(&bob, &chat("b1"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    b.ai_write(&u, &chat("c7"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    assert!(
+        b.ai_read(&bob, &chat("b1"), POLICY)
+            .await
+            .unwrap()
+            .is_some()
+    );
 }
 
 async fn concurrent_writes_never_leave_more_than_the_limit(b: Arc<dyn CacheBackend>) {
@@ -101,16 +163,34 @@ async fn concurrent_writes_never_leave_more_than_the_limit(b: Arc<dyn CacheBacke
     let writes = (0..24).map(|i| {
         let (b, u) = (b.clone(), u.clone());
         async move {
-            b.ai_write(&u, &chat(&format!("k{i}")), WriteMode::Append, entries(0..3), POLICY)
-                .await
-                .unwrap()
+            b.ai_write(
+                &u,
+                &chat(&format!("k{i}")),
+                WriteMode::Append,
+                entries(0..3),
+                POLICY,
+            )
+            .await
+            .unwrap()
         }
     });
-    let evicted: Vec<ChatId> = futures_util::future::join_all(writes).await.into_iter().flatten().collect();
-    assert_eq!(evicted.len(), 21, "every write beyond the third evicts exactly one chat");
+    let evicted: Vec<ChatId> = futures_util::future::join_all(writes)
+        .await
+        .into_iter()
+        .flatten()
+        .collect();
+    assert_eq!(
+        evicted.len(),
+        21,
+        "every write beyond the third evicts exactly one chat"
+    );
     let mut present = 0;
     for i in 0..24 {
-        if let Some(list) = b.ai_read(&u, &chat(&format!("k{i}")), POLICY).await.unwrap() {
+        if let Some(list) = b
+            .ai_read(&u, &chat(&format!("k{i}")), POLICY)
+            .await
+            .unwrap()
+        {
             assert_eq!(list.len(), 3, "a surviving chat is whole");
             present += 1;
         }
@@ -121,9 +201,15 @@ async fn concurrent_writes_never_leave_more_than_the_limit(b: Arc<dyn CacheBacke
 async fn ai_delete_removes_the_chat_and_its_exclusive_data(b: Arc<dyn CacheBackend>) {
     let u = user("dave");
     let ttl = POLICY.ttl;
-    b.ai_write(&u, &chat("d1"), WriteMode::Append, entries(0..2), POLICY).await.unwrap();
-    b.embed_put(&chat("d1"), &embed("d1-e"), b"x".to_vec(), ttl).await.unwrap();
-    b.settings_put(&chat("d1"), "app:key", b"y".to_vec(), ttl).await.unwrap();
+    b.ai_write(&u, &chat("d1"), WriteMode::Append, entries(0..2), POLICY)
+        .await
+        .unwrap();
+    b.embed_put(&chat("d1"), &embed("d1-e"), b"x".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.settings_put(&chat("d1"), "app:key", b"y".to_vec(), ttl)
+        .await
+        .unwrap();
     b.ai_delete(&u, &chat("d1")).await.unwrap();
     assert_eq!(b.ai_read(&u, &chat("d1"), POLICY).await.unwrap(), None);
     assert_eq!(b.embed_get(&embed("d1-e")).await.unwrap(), None);
@@ -133,19 +219,43 @@ async fn ai_delete_removes_the_chat_and_its_exclusive_data(b: Arc<dyn CacheBacke
 async fn sync_cache_and_small_values(b: Arc<dyn CacheBackend>) {
     let (a, z) = (user("alice"), user("zed"));
     let ttl = Duration::from_secs(3600);
-    b.sync_put(&a, &chat("s1"), entries(0..3), ttl).await.unwrap();
-    b.sync_put(&a, &chat("s2"), entries(3..4), ttl).await.unwrap();
-    b.sync_put(&z, &chat("s1"), entries(9..10), ttl).await.unwrap();
-    assert_eq!(b.sync_get(&a, &chat("s1")).await.unwrap().unwrap(), entries(0..3));
-    b.sync_put(&a, &chat("s1"), entries(5..6), ttl).await.unwrap();
-    assert_eq!(b.sync_get(&a, &chat("s1")).await.unwrap().unwrap(), entries(5..6), "put replaces");
+    b.sync_put(&a, &chat("s1"), entries(0..3), ttl)
+        .await
+        .unwrap();
+    b.sync_put(&a, &chat("s2"), entries(3..4), ttl)
+        .await
+        .unwrap();
+    b.sync_put(&z, &chat("s1"), entries(9..10), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.sync_get(&a, &chat("s1")).await.unwrap().unwrap(),
+        entries(0..3)
+    );
+    b.sync_put(&a, &chat("s1"), entries(5..6), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.sync_get(&a, &chat("s1")).await.unwrap().unwrap(),
+        entries(5..6),
+        "put replaces"
+    );
     b.sync_clear(&a).await.unwrap();
     assert_eq!(b.sync_get(&a, &chat("s1")).await.unwrap(), None);
     assert_eq!(b.sync_get(&a, &chat("s2")).await.unwrap(), None);
-    assert_eq!(b.sync_get(&z, &chat("s1")).await.unwrap().unwrap(), entries(9..10), "other users keep theirs");
+    assert_eq!(
+        b.sync_get(&z, &chat("s1")).await.unwrap().unwrap(),
+        entries(9..10),
+        "other users keep theirs"
+    );
 
-    b.kv_put("dek:test", b"wrapped".to_vec(), ttl).await.unwrap();
-    assert_eq!(b.kv_get("dek:test").await.unwrap().as_deref(), Some(&b"wrapped"[..]));
+    b.kv_put("dek:test", b"wrapped".to_vec(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.kv_get("dek:test").await.unwrap().as_deref(),
+        Some(&b"wrapped"[..])
+    );
     b.kv_delete("dek:test").await.unwrap();
     assert_eq!(b.kv_get("dek:test").await.unwrap(), None);
     b.ping().await.unwrap();
@@ -186,12 +296,26 @@ contract!(
 async fn memory_entries_expire_and_reads_refresh_the_ttl() {
     let b = memory_backend();
     let (u, c) = (user("alice"), chat("t1"));
-    let policy = AiPolicy { ttl: Duration::from_secs(100), ..POLICY };
-    b.ai_write(&u, &c, WriteMode::Append, entries(0..1), policy).await.unwrap();
-    b.sync_put(&u, &c, entries(0..1), Duration::from_secs(10)).await.unwrap();
+    let policy = AiPolicy {
+        ttl: Duration::from_secs(100),
+        ..POLICY
+    };
+    b.ai_write(&u, &c, WriteMode::Append, entries(0..1), policy)
+        .await
+        .unwrap();
+    b.sync_put(&u, &c, entries(0..1), Duration::from_secs(10))
+        .await
+        .unwrap();
     tokio::time::advance(Duration::from_secs(60)).await;
-    assert!(b.ai_read(&u, &c, policy).await.unwrap().is_some(), "read at 60 s refreshes to 160 s");
-    assert_eq!(b.sync_get(&u, &c).await.unwrap(), None, "sync entry expired at 10 s");
+    assert!(
+        b.ai_read(&u, &c, policy).await.unwrap().is_some(),
+        "read at 60 s refreshes to 160 s"
+    );
+    assert_eq!(
+        b.sync_get(&u, &c).await.unwrap(),
+        None,
+        "sync entry expired at 10 s"
+    );
     tokio::time::advance(Duration::from_secs(90)).await;
     assert!(b.ai_read(&u, &c, policy).await.unwrap().is_some());
     tokio::time::advance(Duration::from_secs(101)).await;
@@ -203,12 +327,27 @@ async fn memory_entries_expire_and_reads_refresh_the_ttl() {
 async fn redis_keys_carry_their_ttls() {
     let (server, b) = redis_backend().await;
     let (u, c) = (user("alice"), chat("t1"));
-    let policy = AiPolicy { ttl: Duration::from_secs(86_400), ..POLICY };
-    b.ai_write(&u, &c, WriteMode::Append, entries(0..1), policy).await.unwrap();
-    b.sync_put(&u, &c, entries(0..1), Duration::from_secs(3600)).await.unwrap();
+    let policy = AiPolicy {
+        ttl: Duration::from_secs(86_400),
+        ..POLICY
+    };
+    b.ai_write(&u, &c, WriteMode::Append, entries(0..1), policy)
+        .await
+        .unwrap();
+    b.sync_put(&u, &c, entries(0..1), Duration::from_secs(3600))
+        .await
+        .unwrap();
     let ttl = |key: String| {
         let server = &server;
-        async move { server.cli(&["TTL", &key]).await.unwrap().trim().parse::<i64>().unwrap() }
+        async move {
+            server
+                .cli(&["TTL", &key])
+                .await
+                .unwrap()
+                .trim()
+                .parse::<i64>()
+                .unwrap()
+        }
     };
     let ai = ttl(format!("user:{}:chat:t1:messages:ai", u.as_str())).await;
     assert!((86_000..=86_400).contains(&ai), "AI list TTL {ai}");

@@ -13,6 +13,8 @@ mod cache_contract;
 mod cli;
 mod history;
 mod http_surface;
+mod redis_cache;
 mod shutdown;
 mod turns;
+mod vault;
 mod ws_basics;

@@ -186,7 +186,12 @@ pub async fn collect_answer(
 }
 
 /// `user_message` with the payload edited (history, embeds, `chat_has_title`, ...).
-pub fn user_message_with(chat: &str, message_id: &str, content: &str, edit: impl FnOnce(&mut ChatMessageAdded)) -> ClientMessage {
+pub fn user_message_with(
+    chat: &str,
+    message_id: &str,
+    content: &str,
+    edit: impl FnOnce(&mut ChatMessageAdded),
+) -> ClientMessage {
     let ClientMessage::ChatMessageAdded(mut m) = user_message(chat, message_id, content) else {
         unreachable!()
     };
@@ -195,7 +200,12 @@ pub fn user_message_with(chat: &str, message_id: &str, content: &str, edit: impl
 }
 
 /// One earlier message for `message_history`.
-pub fn history_entry(id: &str, role: Role, content: &str, created_at: i64) -> chatd_protocol::HistoryMessage {
+pub fn history_entry(
+    id: &str,
+    role: Role,
+    content: &str,
+    created_at: i64,
+) -> chatd_protocol::HistoryMessage {
     chatd_protocol::HistoryMessage {
         message_id: MessageId::parse(id).unwrap(),
         role,
@@ -243,7 +253,12 @@ pub async fn outcome(ws: &mut WsClient) -> Outcome {
     loop {
         match ws.recv().await {
             ServerMessage::AiMessageUpdate(u) => {
-                assert!(u.sequence > last_seq, "sequence must increase: {} after {}", u.sequence, last_seq);
+                assert!(
+                    u.sequence > last_seq,
+                    "sequence must increase: {} after {}",
+                    u.sequence,
+                    last_seq
+                );
                 last_seq = u.sequence;
                 if u.is_final_chunk {
                     return Outcome::Answer(u);
@@ -263,6 +278,15 @@ pub fn conversation(request: &serde_json::Value) -> Vec<(String, String)> {
         .unwrap()
         .iter()
         .filter(|m| m["role"] != "system")
-        .map(|m| (m["role"].as_str().unwrap().to_string(), m["content"].as_str().unwrap_or("").to_string()))
+        .map(|m| {
+            (
+                m["role"].as_str().unwrap().to_string(),
+                m["content"].as_str().unwrap_or("").to_string(),
+            )
+        })
         .collect()
+}
+
+pub fn ping() -> ClientMessage {
+    ClientMessage::Ping(chatd_protocol::Empty {})
 }

@@ -1,0 +1,250 @@
+//! chatd on a real `redis-server`: nothing plaintext at rest, tampered or moved ciphertext
+//! does not open (→ `decryption_failed`), and Redis dying mid-turn and coming back empty
+//! is survived (→ `cache_miss` next turn).
+
+use chatd::config::CacheBackendKind;
+use chatd_protocol::{HistoryReason, ServerMessage};
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
+use chatd_test_harness::redis::RedisServer;
+use redis::AsyncCommands;
+
+use crate::support::{outcome, spawn_app, use_llm, user_message, user_message_with};
+
+fn use_redis(c: &mut chatd::config::Config, redis: &RedisServer) {
+    c.cache.backend = CacheBackendKind::Redis;
+    c.cache.redis_url = redis.url();
+}
+
+async fn redis_conn(redis: &RedisServer) -> redis::aio::MultiplexedConnection {
+    redis::Client::open(redis.url())
+        .unwrap()
+        .get_multiplexed_async_connection()
+        .await
+        .unwrap()
+}
+
+fn hash(user: &str) -> String {
+    chatd::crypto::UserHash::of(&chatd::auth::UserId::parse(user).unwrap())
+        .as_str()
+        .to_string()
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test]
+async fn nothing_in_redis_is_plaintext() {
+    let redis = RedisServer::start().await.unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_default(Reply::Text {
+        chunks: vec!["The zebra-answer-4471 is here.\n\n".into(), "Done.".into()],
+        delay: std::time::Duration::ZERO,
+        usage: None,
+    });
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        use_redis(c, &redis);
+    })
+    .await;
+    let user = "plaintext-probe-user-9931";
+    let mut ws = app.connect_showing(user, "chat-p").await;
+    ws.send(&user_message_with(
+        "chat-p",
+        "m1",
+        "my secret question quokka-7781",
+        |m| {
+            m.embeds = vec![chatd_protocol::ClientEmbed {
+                embed_id: chatd_protocol::EmbedId::parse("emb-p").unwrap(),
+                embed_type: "web_page".into(),
+                content: "title: embed-secret-title-5150".into(),
+                status: None,
+                version_number: 1,
+            }];
+        },
+    ))
+    .await;
+    outcome(&mut ws).await.answer();
+    ws.send(&user_message(
+        "chat-p",
+        "m2",
+        "follow-up secret wombat-3303",
+    ))
+    .await;
+    outcome(&mut ws).await.answer();
+
+    let dump = redis.dump().await.unwrap();
+    assert!(
+        dump.iter().any(|(k, _)| k.ends_with(":messages:ai")),
+        "the chat is cached: {dump:?}"
+    );
+    assert!(dump.iter().any(|(k, _)| k == "embed:emb-p"));
+    for (key, value) in &dump {
+        for secret in [
+            "quokka-7781",
+            "wombat-3303",
+            "zebra-answer-4471",
+            "embed-secret-title-5150",
+            user,
+            chatd::auth::UserId::parse(user).unwrap().as_str(),
+        ] {
+            assert!(!key.contains(secret), "{secret} in key {key}");
+            assert!(!contains(value, secret), "{secret} in the value of {key}");
+        }
+        if key.starts_with("dek:") {
+            // Data keys are stored only wrapped by the key service.
+            assert!(
+                value.starts_with(b"local:v1:"),
+                "wrapped data key expected in {key}"
+            );
+        }
+    }
+}
+
+#[tokio::test]
+async fn tampered_or_moved_ciphertext_does_not_open() {
+    let redis = RedisServer::start().await.unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        use_redis(c, &redis);
+    })
+    .await;
+    let mut conn = redis_conn(&redis).await;
+
+    // Alice's chat, then one byte of her first cached message flipped.
+    let mut alice = app.connect_showing("alice", "chat-t").await;
+    alice.send(&user_message("chat-t", "m1", "hi")).await;
+    outcome(&mut alice).await.answer();
+    let key = format!("user:{}:chat:chat-t:messages:ai", hash("alice"));
+    let mut first: Vec<u8> = conn.lindex(&key, 0).await.unwrap();
+    let last = first.len() - 1;
+    first[last] ^= 0x01;
+    let _: () = conn.lset(&key, 0, first).await.unwrap();
+    alice
+        .send(&user_message("chat-t", "m2", "still there?"))
+        .await;
+    assert_eq!(
+        outcome(&mut alice).await.need_history().reason,
+        HistoryReason::DecryptionFailed
+    );
+    alice.send(&crate::support::ping()).await;
+    assert!(
+        matches!(alice.recv().await, ServerMessage::Pong(_)),
+        "the connection survives"
+    );
+
+    // Bob's chat, then Alice's (intact) ciphertext and wrapped keys copied under Bob's names.
+    let mut alice2 = app.connect_showing("alice", "chat-a2").await;
+    alice2
+        .send(&user_message("chat-a2", "m1", "alice's secret"))
+        .await;
+    outcome(&mut alice2).await.answer();
+    let mut bob = app.connect_showing("bob", "chat-b").await;
+    bob.send(&user_message("chat-b", "b1", "bob's question"))
+        .await;
+    outcome(&mut bob).await.answer();
+    let alice_list: Vec<Vec<u8>> = conn
+        .lrange(
+            format!("user:{}:chat:chat-a2:messages:ai", hash("alice")),
+            0,
+            -1,
+        )
+        .await
+        .unwrap();
+    let bob_key = format!("user:{}:chat:chat-b:messages:ai", hash("bob"));
+    let _: () = conn.del(&bob_key).await.unwrap();
+    let _: () = conn.rpush(&bob_key, alice_list).await.unwrap();
+    let deks: Vec<String> = conn.keys(format!("dek:{}:*", hash("alice"))).await.unwrap();
+    for dek in deks {
+        let wrapped: Vec<u8> = conn.get(&dek).await.unwrap();
+        let moved = dek.replace(&hash("alice"), &hash("bob"));
+        let _: () = conn.set(moved, wrapped).await.unwrap();
+    }
+    bob.send(&user_message("chat-b", "b2", "what did I say?"))
+        .await;
+    assert_eq!(
+        outcome(&mut bob).await.need_history().reason,
+        HistoryReason::DecryptionFailed
+    );
+}
+
+#[tokio::test]
+async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
+    let mut redis = RedisServer::start().await.unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        use_redis(c, &redis);
+        c.cache.timeout = std::time::Duration::from_millis(500);
+    })
+    .await;
+    let mut ws = app.connect_showing("erin", "chat-k").await;
+    ws.send(&user_message("chat-k", "m1", "first")).await;
+    outcome(&mut ws).await.answer();
+
+    let gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["Mid-turn paragraph.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(Reply::Text {
+            chunks: vec!["End.".into()],
+            delay: std::time::Duration::ZERO,
+            usage: None,
+        }),
+    });
+    ws.send(&user_message("chat-k", "m2", "second")).await;
+    gate.reached().await;
+    redis.kill().await;
+    gate.release();
+    // The answer still streams; only caching it fails (logged, never shown as a crash).
+    let answer = outcome(&mut ws).await.answer();
+    assert_eq!(answer.full_content_so_far, "Mid-turn paragraph.\n\nEnd.");
+
+    // While Redis is down: a typed error for the next message, and /readyz says so.
+    ws.send(&user_message("chat-k", "m3", "third")).await;
+    assert_eq!(
+        outcome(&mut ws).await.error().code,
+        chatd_protocol::ErrorCode::CacheUnavailable
+    );
+    let ready = reqwest::get(app.http_url("/readyz")).await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["down"], serde_json::json!(["cache"]));
+
+    // Back, but empty: the chat falls back to the client's history, then works.
+    redis.restart().await.unwrap();
+    ws.send(&user_message("chat-k", "m4", "fourth")).await;
+    let request = loop {
+        // The connection manager may need one failed attempt to notice the new server.
+        match outcome(&mut ws).await {
+            crate::support::Outcome::NeedHistory(r) => break r,
+            crate::support::Outcome::Error(e)
+                if e.code == chatd_protocol::ErrorCode::CacheUnavailable =>
+            {
+                ws.send(&user_message("chat-k", "m4", "fourth")).await;
+            }
+            other => panic!("unexpected {other:?}"),
+        }
+    };
+    assert_eq!(request.reason, HistoryReason::CacheMiss);
+    ws.send(&user_message_with("chat-k", "m4", "fourth", |m| {
+        m.message.message_history = Some(vec![crate::support::history_entry(
+            "m1",
+            chatd_protocol::Role::User,
+            "first",
+            1,
+        )]);
+    }))
+    .await;
+    outcome(&mut ws).await.answer();
+    assert_eq!(
+        reqwest::get(app.http_url("/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+}
