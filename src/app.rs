@@ -17,11 +17,14 @@ use crate::cache::memory::MemoryBackend;
 use crate::cache::redis::RedisBackend;
 use crate::cache::{AiPolicy, CacheBackend, CacheError};
 use crate::chats::Chats;
-use crate::config::{CacheBackendKind, Config, KeyProviderKind, LlmProvider};
+use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::history::HistoryRequests;
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
+use crate::pipeline::instructions::{Instructions, InstructionsError};
+use crate::pipeline::models::Models;
+use crate::pipeline::tools::{BuiltinTools, ToolRunner};
 use crate::session::hub::Hub;
 use crate::session::quota;
 use crate::session::turns::Turns;
@@ -46,9 +49,12 @@ pub struct AppState {
     /// The sealed AI cache (messages and embeds) over the configured backend and keys.
     pub ai_cache: AiCache,
     pub history_requests: HistoryRequests,
-    pub llm: Arc<dyn LlmClient>,
-    /// The model name shown to clients.
-    pub model_name: String,
+    /// Prompts and function definitions (`config/instructions.yml`).
+    pub instructions: Arc<Instructions>,
+    /// The model catalog and each stage's default model.
+    pub models: Models,
+    /// The tools the main model may call.
+    pub tools: Arc<dyn ToolRunner>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
@@ -84,6 +90,8 @@ pub enum BuildError {
     Cache(#[from] CacheError),
     #[error("keys: {0}")]
     Keys(#[from] KeyError),
+    #[error("instructions: {0}")]
+    Instructions(#[from] InstructionsError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -160,10 +168,8 @@ impl App {
         let listener = TcpListener::bind(addr)
             .await
             .map_err(|source| BuildError::Bind { addr, source })?;
-        let model_name = match config.llm.provider {
-            LlmProvider::Simulated => "chatd-simulated".to_string(),
-            LlmProvider::OpenaiCompatible => config.llm.model.clone(),
-        };
+        let instructions = Arc::new(Instructions::load(&config.pipeline)?);
+        let models = Models::from_config(&config, llm)?;
         let backend = cache_backend(&config)?;
         let keyring = Arc::new(Keyring::new(
             key_provider(&config)?,
@@ -189,8 +195,9 @@ impl App {
             turns: Turns::default(),
             ai_cache,
             history_requests: HistoryRequests::default(),
-            llm,
-            model_name,
+            instructions,
+            models,
+            tools: BuiltinTools::new(),
             user_limiter,
             tasks: Tasks {
                 turns: TaskTracker::new(),

@@ -23,6 +23,8 @@ pub struct Config {
     pub llm: LlmConfig,
     pub cache: CacheConfig,
     pub keys: KeysConfig,
+    pub models: ModelsConfig,
+    pub pipeline: PipelineConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -81,6 +83,62 @@ pub struct LlmConfig {
     pub idle_timeout: Duration,
     #[serde(with = "humantime_serde")]
     pub simulated_pace: Duration,
+    pub context_window: u32,
+}
+
+/// What a model can do, as far as model selection cares.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Capability {
+    Tools,
+    Vision,
+    Reasoning,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelEntry {
+    pub id: String,
+    #[serde(default)]
+    pub name: Option<String>,
+    #[serde(default)]
+    pub base_url: Option<String>,
+    #[serde(default)]
+    pub api_key_env: Option<String>,
+    pub context_window: u32,
+    #[serde(default)]
+    pub capabilities: Vec<Capability>,
+    #[serde(default = "default_tier")]
+    pub cost_tier: u8,
+}
+
+fn default_tier() -> u8 {
+    1
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelsConfig {
+    pub preprocessing: String,
+    pub main: String,
+    pub postprocessing: String,
+    #[serde(default)]
+    pub catalog: Vec<ModelEntry>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PipelineConfig {
+    pub instructions_file: PathBuf,
+    pub harm_threshold: u8,
+    pub misuse_threshold: u8,
+    pub injection_caution_threshold: f32,
+    pub preprocessing_block_tokens: u32,
+    #[serde(with = "humantime_serde")]
+    pub stage_timeout: Duration,
+    pub max_tool_rounds: u32,
+    pub answer_reserve_tokens: u32,
+    pub postprocessing: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -260,6 +318,105 @@ impl Config {
         }
         if self.auth.token_ttl.is_zero() {
             return invalid("auth.token_ttl", "must be longer than zero");
+        }
+        if self.llm.context_window < 1024 {
+            return invalid("llm.context_window", "must be at least 1024 tokens");
+        }
+        self.validate_models()?;
+        let p = &self.pipeline;
+        if !(1..=10).contains(&p.harm_threshold) || !(1..=10).contains(&p.misuse_threshold) {
+            return invalid(
+                "pipeline",
+                "harm_threshold and misuse_threshold must be between 1 and 10",
+            );
+        }
+        if !(0.0..=1.0).contains(&p.injection_caution_threshold) {
+            return invalid(
+                "pipeline.injection_caution_threshold",
+                "must be between 0 and 1",
+            );
+        }
+        if p.preprocessing_block_tokens < 1000 {
+            return invalid(
+                "pipeline.preprocessing_block_tokens",
+                "must be at least 1000",
+            );
+        }
+        if !(1..=20).contains(&p.max_tool_rounds) {
+            return invalid("pipeline.max_tool_rounds", "must be between 1 and 20");
+        }
+        if p.stage_timeout.is_zero() {
+            return invalid("pipeline.stage_timeout", "must be longer than zero");
+        }
+        Ok(())
+    }
+
+    fn validate_models(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
+        let m = &self.models;
+        let mut ids = std::collections::HashSet::new();
+        for entry in &m.catalog {
+            if entry.id.trim().is_empty() {
+                return invalid("models.catalog", "every entry needs an `id`".into());
+            }
+            if !ids.insert(entry.id.as_str()) {
+                return invalid(
+                    "models.catalog",
+                    format!("model `{}` is listed twice", entry.id),
+                );
+            }
+            if entry.context_window < 1024 {
+                return invalid(
+                    "models.catalog",
+                    format!("model `{}`: context_window must be at least 1024", entry.id),
+                );
+            }
+            if !(1..=3).contains(&entry.cost_tier) {
+                return invalid(
+                    "models.catalog",
+                    format!("model `{}`: cost_tier must be 1, 2 or 3", entry.id),
+                );
+            }
+            if let Some(url) = &entry.base_url
+                && !(url.starts_with("http://") || url.starts_with("https://"))
+            {
+                return invalid(
+                    "models.catalog",
+                    format!(
+                        "model `{}`: base_url must start with http:// or https://",
+                        entry.id
+                    ),
+                );
+            }
+            if let Some(var) = &entry.api_key_env
+                && std::env::var_os(var).is_none()
+                && self.llm.provider == LlmProvider::OpenaiCompatible
+            {
+                return invalid(
+                    "models.catalog",
+                    format!(
+                        "model `{}`: environment variable {var} is not set",
+                        entry.id
+                    ),
+                );
+            }
+        }
+        for (key, id) in [
+            ("models.preprocessing", &m.preprocessing),
+            ("models.main", &m.main),
+            ("models.postprocessing", &m.postprocessing),
+        ] {
+            if id.is_empty() {
+                continue;
+            }
+            let known = if m.catalog.is_empty() {
+                *id == self.llm.model
+            } else {
+                ids.contains(id.as_str())
+            };
+            if !known {
+                return invalid(key, format!("`{id}` is not in models.catalog"));
+            }
         }
         Ok(())
     }

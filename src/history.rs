@@ -64,7 +64,11 @@ pub async fn prepare(
         return Ok(Prepared::Invalid("no message to answer".into()));
     };
     cache_embeds(cache, user, chat, inbound).await?;
-    let new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
+    let mut new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
+    let counts = tokens::count_many(new_messages.iter().map(|m| m.content.clone()).collect()).await;
+    for (m, n) in new_messages.iter_mut().zip(counts) {
+        m.token_count = n;
+    }
 
     // The client re-sent the history (in answer to `request_chat_history`, or unasked).
     if let Some(history) = inbound
@@ -89,7 +93,7 @@ pub async fn prepare(
             all.push(CachedMessage {
                 message_id: h.message_id.clone(),
                 role: h.role,
-                token_count: tokens::count(&h.content),
+                token_count: 0,
                 content: h.content.clone(),
                 created_at: h.created_at,
                 category: h.category.clone(),
@@ -97,6 +101,10 @@ pub async fn prepare(
             });
         }
         all.extend(new_messages);
+        let counts = tokens::count_many(all.iter().map(|m| m.content.clone()).collect()).await;
+        for (m, n) in all.iter_mut().zip(counts) {
+            m.token_count = n;
+        }
         cache.replace(user, chat, &all).await?;
         requests.clear(user, chat);
         return Ok(Prepared::Ready(for_model(cache, user, &all).await?));
@@ -175,7 +183,7 @@ fn user_entry(i: &Inbound) -> CachedMessage {
     CachedMessage {
         message_id: i.message.message_id.clone(),
         role: Role::User,
-        token_count: tokens::count(&i.message.content),
+        token_count: 0,
         content: i.message.content.clone(),
         created_at: i.message.created_at,
         category: None,
@@ -233,6 +241,7 @@ async fn for_model(
                 Role::Assistant => HistoryRole::Assistant,
                 Role::System => HistoryRole::System,
             },
+            tokens: if refs.is_empty() { m.token_count } else { 0 },
             content: if refs.is_empty() {
                 m.content.clone()
             } else {
@@ -242,6 +251,13 @@ async fn for_model(
                 })
             },
             created_at: m.created_at,
+        })
+        .map(|mut h| {
+            // Resolved embeds change the text: count those few again.
+            if h.tokens == 0 && !h.content.is_empty() {
+                h.tokens = tokens::count(&h.content);
+            }
+            h
         })
         .collect())
 }

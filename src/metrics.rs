@@ -36,6 +36,13 @@ pub struct Metrics {
     pub history_requests: Family<ReasonLabel, Counter>,
     /// Calls made to the key service (Vault transit or the local provider), total.
     pub key_service_calls: Gauge,
+    /// Preprocessing that fell back to defaults, postprocessing that failed.
+    pub stage_failures: Family<StageLabel, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabel {
+    pub stage: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -76,6 +83,12 @@ impl Metrics {
             "Calls made to the key service (data keys, unwraps, health)",
             key_service_calls.clone(),
         );
+        let stage_failures = Family::<StageLabel, Counter>::default();
+        registry.register(
+            "stage_failures",
+            "Pipeline stages that failed (preprocessing degrades to defaults), by stage",
+            stage_failures.clone(),
+        );
         let errors = Family::<CodeLabel, Counter>::default();
         registry.register("errors", "Error frames sent, by error code", errors.clone());
         let turns = Family::<OutcomeLabel, Counter>::default();
@@ -103,6 +116,7 @@ impl Metrics {
             ttft_seconds,
             history_requests,
             key_service_calls,
+            stage_failures,
         }
     }
 

@@ -1,16 +1,23 @@
 //! The AI turn pipeline. Speaks internal types only (never wire messages): it takes a
 //! [`TurnInput`], streams the model's answer, and reports progress as [`TurnEvent`]s to a
 //! [`TurnSink`]; the session layer maps those to frames in one place.
-//! Later stages (preprocessing, skills, postprocessing, link repair) slot in here.
+//! Stages: `preprocess` (classification, title, model choice), `answer` (main processing
+//! with the tool loop), `postprocess` (suggestions, summary, tags).
 
 pub mod answer;
 pub mod chunker;
 pub mod context;
+pub mod function_call;
+pub mod instructions;
+pub mod models;
+pub mod postprocess;
+pub mod preprocess;
 pub mod tokens;
+pub mod tools;
 
 use std::sync::Arc;
 
-use chatd_protocol::{ChatId, MessageId, TaskId};
+use chatd_protocol::{ChatId, MessageId, PreprocessingStepKind, RejectionReason, TaskId};
 
 use crate::auth::UserId;
 use crate::llm::{LlmError, Usage};
@@ -21,6 +28,8 @@ pub struct HistoryEntry {
     pub role: HistoryRole,
     pub content: String,
     pub created_at: i64,
+    /// Tokens of `content` (counted once, when it was cached).
+    pub tokens: u32,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,6 +47,8 @@ pub struct TurnContext {
     pub task_id: TaskId,
     pub user_message_id: MessageId,
     pub model_name: String,
+    /// The chat category preprocessing chose (shown with the answer).
+    pub category: Option<String>,
 }
 
 impl TurnContext {
@@ -70,18 +81,68 @@ pub struct TurnOutcome {
     pub interrupted: Option<Interruption>,
     pub error: Option<TurnError>,
     pub usage: Option<Usage>,
+    /// Model calls that ended in tool calls.
+    pub tool_rounds: u32,
+    /// Oldest history messages left out to fit the context window.
+    pub trimmed_history: usize,
+    /// Set when preprocessing refused the message (the text is the refusal).
+    pub rejection: Option<RejectionReason>,
 }
 
-/// Progress of a turn, in order: `Typing`, any number of `Chunk`s, one `Finished`.
+impl Default for TurnOutcome {
+    fn default() -> Self {
+        Self {
+            text: Arc::from(""),
+            sequence: 1,
+            interrupted: None,
+            error: None,
+            usage: None,
+            tool_rounds: 0,
+            trimmed_history: 0,
+            rejection: None,
+        }
+    }
+}
+
+/// What `ai_typing_started` announces.
+#[derive(Debug, Clone, Default)]
+pub struct Typing {
+    pub title: Option<String>,
+    pub icon_names: Vec<String>,
+}
+
+/// One preprocessing step for `preprocessing_step`.
+#[derive(Debug, Clone)]
+pub struct StepEvent {
+    pub step: PreprocessingStepKind,
+    pub skip_reason: Option<String>,
+    pub data: serde_json::Value,
+}
+
+/// What postprocessing produced, for `post_processing_completed`.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct PostProcessed {
+    pub follow_up_request_suggestions: Vec<String>,
+    pub new_chat_request_suggestions: Vec<String>,
+    pub chat_summary: String,
+    pub chat_tags: Vec<String>,
+    pub harmful_response: u8,
+    pub updated_chat_title: Option<String>,
+}
+
+/// Progress of a turn, in order: `Step`s, `Typing`, any number of `Chunk`s, one
+/// `Finished`, then possibly `PostProcessed`.
 #[derive(Debug, Clone)]
 pub enum TurnEvent {
-    Typing,
+    Step(StepEvent),
+    Typing(Typing),
     /// A completed paragraph: `text` is the whole answer so far (cumulative).
     Chunk {
         text: Arc<str>,
         sequence: u64,
     },
     Finished(TurnOutcome),
+    PostProcessed(PostProcessed),
 }
 
 /// Where a turn reports its events (implemented by the session hub).

@@ -20,7 +20,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use crate::app::AppState;
 use crate::metrics::TypeLabel;
 use hub::{Audience, Device};
-use turns::{Admission, CancelError, Inbound};
+use turns::{Admission, CancelError, Inbound, MessageOptions};
 
 /// Longest user message accepted, in bytes.
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
@@ -116,7 +116,7 @@ impl Session {
         match msg {
             ClientMessage::Ping(Empty {}) => self.reply(ServerMessage::Pong(Empty {})),
             ClientMessage::SetActiveChat(m) => self.set_active_chat(m),
-            ClientMessage::ChatMessageAdded(m) => self.chat_message_added(m),
+            ClientMessage::ChatMessageAdded(m) => self.chat_message_added(*m),
             ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
         }
     }
@@ -143,6 +143,7 @@ impl Session {
 
     fn chat_message_added(&self, m: ChatMessageAdded) {
         let user = &self.device.user;
+        let options = MessageOptions::from_message(&m);
         let msg = m.message;
         if msg.role != Role::User {
             self.error(ErrorCode::InvalidPayload, "message.role must be \"user\"");
@@ -203,6 +204,7 @@ impl Session {
             embeds: m.embeds,
             conn: self.device.conn_id,
             prior_messages: appended.prior,
+            options,
         };
         let admission = self.app.turns.admit(
             user,

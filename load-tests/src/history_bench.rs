@@ -10,13 +10,13 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use chatd::auth::UserId;
-use chatd::cache::ai::{AiCache, CachedMessage};
 use chatd::cache::AiPolicy;
+use chatd::cache::ai::{AiCache, CachedMessage};
 use chatd::config::{CacheBackendKind, Config, KeyProviderKind};
 use chatd::crypto::{Keyring, UserHash};
 use chatd::history::{self, HistoryRequests, Prepared};
 use chatd::pipeline::{context, tokens};
-use chatd::session::turns::Inbound;
+use chatd::session::turns::{Inbound, MessageOptions};
 use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
 use chatd_test_harness::openbao::OpenBao;
 use chatd_test_harness::redis::RedisServer;
@@ -62,7 +62,9 @@ fn inbound(text: &str, prior: u64) -> (ChatId, Inbound) {
     let Ok(ClientMessage::ChatMessageAdded(m)) = parse_client_message(text) else {
         panic!("bench frame must parse")
     };
+    let m = *m;
     let inbound = Inbound {
+        options: MessageOptions::from_message(&m),
         message: m.message,
         embeds: m.embeds,
         conn: 1,
@@ -112,7 +114,11 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
             let content = filler(i);
             CachedMessage {
                 message_id: MessageId::parse(format!("h{i}")).expect("valid id"),
-                role: if i % 2 == 0 { Role::User } else { Role::Assistant },
+                role: if i % 2 == 0 {
+                    Role::User
+                } else {
+                    Role::Assistant
+                },
                 token_count: tokens::count(&content),
                 content,
                 created_at: i as i64,
@@ -166,7 +172,10 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
         let (chat_id, inb) = inbound(&first, HISTORY_MESSAGES as u64);
         let prepared = history::prepare(&cache, &requests, &user, &chat_id, &[inb]).await?;
         let leg1 = start.elapsed();
-        anyhow::ensure!(matches!(prepared, Prepared::NeedHistory(_)), "expected a miss");
+        anyhow::ensure!(
+            matches!(prepared, Prepared::NeedHistory(_)),
+            "expected a miss"
+        );
         let again = frame(&chat_name, "m-new", true);
         let start = Instant::now();
         let (chat_id, inb) = inbound(&again, HISTORY_MESSAGES as u64);

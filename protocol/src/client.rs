@@ -15,7 +15,7 @@ pub enum ClientMessage {
     /// Names the chat this device shows (null: none); answered with `active_chat_set_ack`.
     SetActiveChat(SetActiveChat),
     /// A new user message (plaintext); starts or queues an AI turn.
-    ChatMessageAdded(ChatMessageAdded),
+    ChatMessageAdded(Box<ChatMessageAdded>),
     /// Stops a running AI task; answered with `ai_task_cancel_requested`.
     CancelAiTask(CancelAiTask),
 }
@@ -54,6 +54,38 @@ pub struct ChatMessageAdded {
     /// Embeds the client re-sends with a history answer (plaintext TOON content).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub embeds: Vec<ClientEmbed>,
+    /// A model id the user pinned for this message; wins over automatic selection.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pinned_model: Option<String>,
+    /// The focus mode active in this chat (`app_id-focus_id`), decrypted by the client.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_focus_id: Option<String>,
+    /// The chat's current summary (decrypted by the client); postprocessing extends it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_summary: Option<String>,
+    /// The chat's current tags (decrypted by the client).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub chat_tags: Vec<String>,
+    /// App settings and memories the user has (`app_id-item_key`); the client is the source of truth.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub app_settings_memories_metadata: Vec<String>,
+    /// Apps for which the user has a connected account (skills that need one are offered only then).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub connected_accounts: Vec<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub user_preferences: Option<UserPreferences>,
+}
+
+/// Per-user switches the client sends with a message.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct UserPreferences {
+    /// `false` turns follow-up suggestions off (postprocessing still runs).
+    #[serde(default = "yes")]
+    pub follow_up_suggestions_enabled: bool,
+}
+
+fn yes() -> bool {
+    true
 }
 
 /// The user's message as sent by the client (plaintext markdown).
@@ -73,6 +105,9 @@ pub struct UserMessage {
     pub temp_id: Option<String>,
     #[serde(default)]
     pub chat_has_title: bool,
+    /// The chat's title, when it has one (decrypted by the client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub current_chat_title: Option<String>,
     /// All earlier messages of the chat, oldest first: sent only in answer to `request_chat_history`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub message_history: Option<Vec<HistoryMessage>>,

@@ -31,6 +31,10 @@ pub enum ServerMessage {
     AiTaskCancelRequested(AiTaskCancelRequested),
     /// The server cannot build the chat's history; the client must re-send it.
     RequestChatHistory(RequestChatHistory),
+    /// One preprocessing step finished (or was skipped); to every device.
+    PreprocessingStep(PreprocessingStep),
+    /// Suggestions, summary and tags computed after the answer; to every device.
+    PostProcessingCompleted(PostProcessingCompleted),
     /// Something went wrong; the connection stays usable.
     Error(ErrorPayload),
 }
@@ -49,6 +53,8 @@ impl ServerMessage {
         "ai_background_response_completed",
         "ai_task_cancel_requested",
         "request_chat_history",
+        "preprocessing_step",
+        "post_processing_completed",
         "error",
     ];
 
@@ -66,6 +72,8 @@ impl ServerMessage {
             ServerMessage::AiBackgroundResponseCompleted(_) => "ai_background_response_completed",
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
+            ServerMessage::PreprocessingStep(_) => "preprocessing_step",
+            ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
             ServerMessage::Error(_) => "error",
         }
     }
@@ -170,10 +178,66 @@ pub struct AiMessageUpdate {
     /// Final frame only: the turn ended early because of this error (also sent as an `error` frame).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<ErrorCode>,
+    /// The message was not answered by the model; the text is a polite refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection_reason: Option<RejectionReason>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub prompt_tokens: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub completion_tokens: Option<u64>,
+    /// Final frame only: the oldest history messages left out to fit the model's context window.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trimmed_history_messages: u64,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Why preprocessing refused to run the main model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectionReason {
+    HarmfulOrIllegalDetected,
+    MisuseDetected,
+}
+
+/// The preprocessing steps a client can show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PreprocessingStepKind {
+    TitleGenerated,
+    MateSelected,
+    ModelSelected,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PreprocessingStep {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    pub step: PreprocessingStepKind,
+    pub skipped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
+    /// Step-specific: `{title, icon_names, category}`, `{category, mate}` or
+    /// `{model_id, model_name, selection_reason}`.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PostProcessingCompleted {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    pub follow_up_request_suggestions: Vec<String>,
+    pub new_chat_request_suggestions: Vec<String>,
+    pub chat_summary: String,
+    pub chat_tags: Vec<String>,
+    /// 0-10: how harmful the delivered answer looks.
+    pub harmful_response: u8,
+    /// Only on a clear topic shift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_chat_title: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -191,6 +255,8 @@ pub struct AiBackgroundResponseCompleted {
     pub interrupted_by_revocation: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error_code: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection_reason: Option<RejectionReason>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -1,13 +1,20 @@
 //! The `simulated` provider: a deterministic, local stand-in for a model. It streams a
 //! plausible markdown answer (several paragraphs, a link, a code block) word by word at a
 //! configurable pace, so a newcomer sees streaming without an API key or network.
+//! It also plays the pipeline's other parts: forced `preprocess`/`postprocess` calls get
+//! plausible arguments (see [`stages`]), and when `docs-search` is offered and the user asks
+//! to search, it calls the tool first and answers from its results.
+
+mod stages;
 
 use std::time::Duration;
 
 use futures_util::StreamExt;
 use futures_util::future::BoxFuture;
 
-use super::{LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, Usage};
+use super::{
+    LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, ToolCall, ToolChoice, Usage,
+};
 
 pub struct SimulatedClient {
     pace: Duration,
@@ -23,12 +30,26 @@ impl LlmClient for SimulatedClient {
     fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>> {
         let pace = self.pace;
         Box::pin(async move {
-            let answer = answer_for(&request);
             let prompt_tokens = request
                 .messages
                 .iter()
                 .map(|m| approx_tokens(message_text(m)))
                 .sum();
+            if let Some(call) = tool_call_for(&request) {
+                let usage = Usage {
+                    prompt_tokens,
+                    completion_tokens: approx_tokens(&call.arguments),
+                };
+                let events = [
+                    Ok(LlmEvent::Usage(usage)),
+                    Ok(LlmEvent::Done {
+                        finish_reason: Some("tool_calls".into()),
+                        tool_calls: vec![call],
+                    }),
+                ];
+                return Ok(Box::pin(futures_util::stream::iter(events)) as LlmStream);
+            }
+            let answer = answer_for(&request);
             let completion_tokens = approx_tokens(&answer);
             let words = split_keeping_whitespace(&answer);
             let deltas = futures_util::stream::iter(words).then(move |w| async move {
@@ -80,8 +101,64 @@ fn last_user_message(request: &LlmRequest) -> &str {
         .unwrap_or("")
 }
 
-/// The deterministic answer: depends only on the last user message and the history length.
+/// The call the simulated model makes instead of answering, if any: the forced stage
+/// function, or `docs-search` when it is offered, the user asks to search and no tool
+/// result has come back since the user's message.
+fn tool_call_for(request: &LlmRequest) -> Option<ToolCall> {
+    let question = last_user_message(request);
+    if let ToolChoice::Function(name) = &request.tool_choice {
+        let tool = request.tools.iter().find(|t| &t.name == name)?;
+        let arguments = match name.as_str() {
+            "preprocess" => stages::preprocess(question, &tool.parameters),
+            "postprocess" => stages::postprocess(question),
+            _ => serde_json::json!({}),
+        };
+        return Some(ToolCall {
+            id: format!("call_{name}"),
+            name: name.clone(),
+            arguments: arguments.to_string(),
+        });
+    }
+    let offered = request.tools.iter().any(|t| t.name == "docs-search");
+    let answered = matches!(request.messages.last(), Some(LlmMessage::Tool { .. }));
+    if !offered || answered || request.tool_choice == ToolChoice::None {
+        return None;
+    }
+    let query = stages::search_query(question)?;
+    Some(ToolCall {
+        id: "call_docs_search".into(),
+        name: "docs-search".into(),
+        arguments: serde_json::json!({"requests": [{"id": 1, "query": query}]}).to_string(),
+    })
+}
+
+/// What the tools returned since the last user message.
+fn tool_results(request: &LlmRequest) -> Vec<&str> {
+    let mut out: Vec<&str> = request
+        .messages
+        .iter()
+        .rev()
+        .take_while(|m| !matches!(m, LlmMessage::User(_)))
+        .filter_map(|m| match m {
+            LlmMessage::Tool { content, .. } => Some(content.as_str()),
+            _ => None,
+        })
+        .collect();
+    out.reverse();
+    out
+}
+
+/// The deterministic answer: depends only on the last user message, the history length and
+/// any tool results.
 fn answer_for(request: &LlmRequest) -> String {
+    let results = tool_results(request);
+    if !results.is_empty() {
+        let found: String = results.join("\n").chars().take(600).collect();
+        return format!(
+            "I searched chatd's documentation. Here is what came back:\n\n             ```text\n{}\n```\n\n             That is what the documentation says on it.",
+            found.replace('`', "'")
+        );
+    }
     let question: String = last_user_message(request).chars().take(120).collect();
     let question = question.replace(['\n', '`'], " ");
     let turns = request

@@ -1,16 +1,24 @@
-//! Main processing: one streamed model call turned into paragraph chunks with strictly
-//! increasing sequence numbers. Cancellation drops the provider stream at once (for HTTP
-//! providers that closes the connection). A provider failure before the first token is
-//! retried once when retryable; after tokens were streamed the turn ends with what it has.
+//! Main processing: the streamed model answer turned into paragraph chunks with strictly
+//! increasing sequence numbers, with the tool loop: when the model calls tools, the calls run
+//! concurrently, their results go back to the model and the answer continues in the same
+//! cumulative text; at most `max_rounds` model calls, the last one told to answer without
+//! tools. Cancellation drops the provider stream at once (for HTTP providers that closes the
+//! connection). A provider failure before the first token is retried once when retryable;
+//! after tokens were streamed the turn ends with what it has.
 
 use std::sync::Arc;
 
 use futures_util::StreamExt;
+use futures_util::future::join_all;
 use tokio_util::sync::CancellationToken;
 
 use super::chunker::ParagraphChunker;
+use super::preprocess::normalize_tool_name;
+use super::tools::{self, ToolRunner};
 use super::{Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink};
-use crate::llm::{LlmClient, LlmError, LlmEvent, LlmRequest, Usage};
+use crate::llm::{
+    LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, ToolCall, ToolChoice, Usage,
+};
 
 /// Why the turn's cancellation token fired; read when it does.
 pub trait CancelReason: Send + Sync {
@@ -29,6 +37,10 @@ pub struct AnswerStream<'a> {
     pub ctx: &'a TurnContext,
     pub cancel: &'a CancellationToken,
     pub cancel_reason: &'a dyn CancelReason,
+    /// Runs the tool calls of `request.tools`; `None`: tool calls are ignored.
+    pub tools: Option<&'a dyn ToolRunner>,
+    /// Model calls per answer (at least 1); the last one has `tool_choice: none`.
+    pub max_rounds: u32,
 }
 
 enum Step {
@@ -36,32 +48,112 @@ enum Step {
     Cancelled,
 }
 
+/// How one model call ended.
+enum RoundEnd {
+    Done(Vec<ToolCall>),
+    Interrupted(Interruption),
+    Failed(LlmError),
+}
+
+/// The answer being built across rounds.
+struct Progress {
+    chunker: ParagraphChunker,
+    sequence: u64,
+    usage: Option<Usage>,
+    streamed_any: bool,
+    retried: bool,
+    tool_rounds: u32,
+}
+
 impl AnswerStream<'_> {
     /// Streams the answer to `request`, emitting `Chunk` events; returns the outcome
     /// (the caller emits `Finished`).
-    pub async fn run(&self, request: LlmRequest) -> TurnOutcome {
-        let mut chunker = ParagraphChunker::default();
-        let mut sequence = 0u64;
-        let mut usage: Option<Usage> = None;
-        let mut attempt = 0;
-        let mut stream = loop {
-            attempt += 1;
-            let opened = tokio::select! {
+    pub async fn run(&self, mut request: LlmRequest) -> TurnOutcome {
+        let mut p = Progress {
+            chunker: ParagraphChunker::default(),
+            sequence: 0,
+            usage: None,
+            streamed_any: false,
+            retried: false,
+            tool_rounds: 0,
+        };
+        let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
+        let max_rounds = self.max_rounds.max(1);
+        for round in 1..=max_rounds {
+            if round == max_rounds && !request.tools.is_empty() {
+                request.tool_choice = ToolChoice::None;
+            }
+            let round_start = p.chunker.text().len();
+            let calls = match self.round(&request, &mut p).await {
+                RoundEnd::Done(calls) => calls,
+                RoundEnd::Interrupted(why) => return self.outcome(&p, Some(why), None),
+                RoundEnd::Failed(e) => return self.finish(p, None, Some(e)),
+            };
+            let Some(runner) = self
+                .tools
+                .filter(|_| !calls.is_empty() && round < max_rounds)
+            else {
+                return self.finish(p, None, None);
+            };
+            let said = p.chunker.text()[round_start..].to_string();
+            if !said.is_empty() && !said.ends_with("\n\n") {
+                let sep = if said.ends_with('\n') { "\n" } else { "\n\n" };
+                self.push_text(&mut p, sep);
+            }
+            let results = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
-                    return self.outcome(&chunker, sequence, usage, Some(self.cancel_reason.reason()), None);
+                    return self.outcome(&p, Some(self.cancel_reason.reason()), None);
                 }
-                opened = self.llm.stream(request.clone()) => opened,
+                r = self.run_tools(runner, &offered, &calls) => r,
             };
-            match opened {
-                Ok(s) => break s,
-                Err(e) if attempt == 1 && e.is_retryable() => {
-                    tracing::warn!(error = %e, "provider failed before streaming; retrying once");
-                }
-                Err(e) => return self.outcome(&chunker, sequence, usage, None, Some(e)),
+            p.tool_rounds += 1;
+            request.messages.push(LlmMessage::Assistant {
+                content: said,
+                tool_calls: calls.clone(),
+            });
+            for (call, content) in calls.iter().zip(results) {
+                request.messages.push(LlmMessage::Tool {
+                    tool_call_id: call.id.clone(),
+                    content,
+                });
             }
+        }
+        self.finish(p, None, None)
+    }
+
+    /// Runs a round's calls concurrently; a tool that was not offered is refused, not run.
+    async fn run_tools(
+        &self,
+        runner: &dyn ToolRunner,
+        offered: &[String],
+        calls: &[ToolCall],
+    ) -> Vec<String> {
+        let runs = calls.iter().map(|call| {
+            let name = normalize_tool_name(&call.name);
+            let allowed = offered.contains(&name);
+            let mut call = call.clone();
+            call.name = name;
+            let cancel = self.cancel.child_token();
+            async move {
+                if allowed {
+                    runner.run(call, cancel).await
+                } else {
+                    tracing::warn!(tool = %call.name, "model called a tool it was not offered");
+                    tools::refused(&call.name)
+                }
+            }
+        });
+        join_all(runs).await
+    }
+
+    /// One model call: opens the stream (retrying once before the first token) and streams
+    /// text into the chunker.
+    async fn round(&self, request: &LlmRequest, p: &mut Progress) -> RoundEnd {
+        let mut stream = match self.open(request, p).await {
+            Ok(s) => s,
+            Err(end) => return end,
         };
-        let mut streamed_any = false;
         loop {
             let step = tokio::select! {
                 biased;
@@ -71,48 +163,69 @@ impl AnswerStream<'_> {
             let event = match step {
                 Step::Cancelled => {
                     drop(stream);
-                    return self.finish(
-                        chunker,
-                        sequence,
-                        usage,
-                        Some(self.cancel_reason.reason()),
-                        None,
-                    );
+                    return RoundEnd::Interrupted(self.cancel_reason.reason());
                 }
                 Step::Event(None) => {
-                    let e = LlmError::Stream("stream ended without completion".into());
-                    return self.finish(chunker, sequence, usage, None, Some(e));
+                    return RoundEnd::Failed(LlmError::Stream(
+                        "stream ended without completion".into(),
+                    ));
                 }
                 Step::Event(Some(Err(e))) => {
-                    if !streamed_any && attempt == 1 && e.is_retryable() {
-                        attempt += 1;
+                    if !p.streamed_any && !p.retried && e.is_retryable() {
+                        p.retried = true;
                         tracing::warn!(error = %e, "provider failed before the first token; retrying once");
                         match self.llm.stream(request.clone()).await {
                             Ok(s) => {
                                 stream = s;
                                 continue;
                             }
-                            Err(e) => return self.finish(chunker, sequence, usage, None, Some(e)),
+                            Err(e) => return RoundEnd::Failed(e),
                         }
                     }
-                    return self.finish(chunker, sequence, usage, None, Some(e));
+                    return RoundEnd::Failed(e);
                 }
                 Step::Event(Some(Ok(event))) => event,
             };
             match event {
                 LlmEvent::TextDelta(delta) => {
-                    streamed_any = true;
-                    for range in chunker.push(&delta) {
-                        sequence += 1;
-                        self.emit_chunk(&chunker.text()[..range.end], sequence);
-                    }
+                    p.streamed_any = true;
+                    self.push_text(p, &delta);
                 }
-                LlmEvent::ToolCallDelta { .. } => streamed_any = true,
-                LlmEvent::Usage(u) => usage = Some(u),
-                LlmEvent::Done { .. } => {
-                    return self.finish(chunker, sequence, usage, None, None);
+                LlmEvent::ToolCallDelta { .. } => p.streamed_any = true,
+                LlmEvent::Usage(u) => {
+                    let total = p.usage.get_or_insert_with(Usage::default);
+                    total.prompt_tokens += u.prompt_tokens;
+                    total.completion_tokens += u.completion_tokens;
                 }
+                LlmEvent::Done { tool_calls, .. } => return RoundEnd::Done(tool_calls),
             }
+        }
+    }
+
+    async fn open(&self, request: &LlmRequest, p: &mut Progress) -> Result<LlmStream, RoundEnd> {
+        loop {
+            let opened = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => {
+                    return Err(RoundEnd::Interrupted(self.cancel_reason.reason()));
+                }
+                opened = self.llm.stream(request.clone()) => opened,
+            };
+            match opened {
+                Ok(s) => return Ok(s),
+                Err(e) if !p.streamed_any && !p.retried && e.is_retryable() => {
+                    p.retried = true;
+                    tracing::warn!(error = %e, "provider failed before streaming; retrying once");
+                }
+                Err(e) => return Err(RoundEnd::Failed(e)),
+            }
+        }
+    }
+
+    fn push_text(&self, p: &mut Progress, delta: &str) {
+        for range in p.chunker.push(delta) {
+            p.sequence += 1;
+            self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
         }
     }
 
@@ -129,35 +242,33 @@ impl AnswerStream<'_> {
     /// Flushes the last paragraph as a chunk, then builds the outcome.
     fn finish(
         &self,
-        mut chunker: ParagraphChunker,
-        mut sequence: u64,
-        usage: Option<Usage>,
+        mut p: Progress,
         interrupted: Option<Interruption>,
         error: Option<LlmError>,
     ) -> TurnOutcome {
         if interrupted.is_none()
-            && let Some(range) = chunker.finish()
+            && let Some(range) = p.chunker.finish()
         {
-            sequence += 1;
-            self.emit_chunk(&chunker.text()[..range.end], sequence);
+            p.sequence += 1;
+            self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
         }
-        self.outcome(&chunker, sequence, usage, interrupted, error)
+        self.outcome(&p, interrupted, error)
     }
 
     fn outcome(
         &self,
-        chunker: &ParagraphChunker,
-        sequence: u64,
-        usage: Option<Usage>,
+        p: &Progress,
         interrupted: Option<Interruption>,
         error: Option<LlmError>,
     ) -> TurnOutcome {
         TurnOutcome {
-            text: Arc::from(chunker.text()),
-            sequence: sequence + 1,
+            text: Arc::from(p.chunker.text()),
+            sequence: p.sequence + 1,
             interrupted,
             error: error.map(Into::into),
-            usage,
+            usage: p.usage,
+            tool_rounds: p.tool_rounds,
+            ..TurnOutcome::default()
         }
     }
 }

@@ -1,25 +1,162 @@
-//! Builds the model request for a turn from the chat history: a system prompt, then the
-//! messages oldest first. The pipeline issue grows this into the full prompt assembly.
+//! The main model's request: the system prompt assembled from the instruction parts in
+//! order (focus mode, base ethics, mate, apps, follow-up guidance, date/time and language,
+//! and a caution when preprocessing suspects prompt injection), then the history oldest
+//! first, trimmed to the model's context window (the oldest messages go first; the system
+//! prompt and the latest message always stay).
 
-use crate::llm::{LlmMessage, LlmRequest};
+use std::collections::HashMap;
 
+use crate::llm::{LlmMessage, LlmRequest, ToolDef};
+
+use super::instructions::{self, Instructions};
+use super::tokens;
 use super::{HistoryEntry, HistoryRole};
 
-const BASE_SYSTEM_PROMPT: &str = "You are a helpful assistant. Answer in markdown. \
-Be accurate and concise; say so when you are unsure.";
+/// What the system prompt depends on besides the instructions.
+pub struct PromptInput<'a> {
+    pub focus_mode: Option<&'a str>,
+    pub category: &'a str,
+    pub with_tools: bool,
+    pub language: &'a str,
+    /// RFC 3339 UTC.
+    pub datetime: &'a str,
+    pub injection_caution: bool,
+}
 
+pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
+    let mut parts: Vec<String> = Vec::new();
+    if let Some(f) = p.focus_mode.and_then(|id| i.focus_mode(id)) {
+        parts.push(f.instruction.trim().to_string());
+    }
+    parts.push(i.prompts.base_ethics.trim().to_string());
+    if let Some(m) = i.mate(p.category) {
+        parts.push(m.instruction.trim().to_string());
+    }
+    if p.with_tools {
+        parts.push(i.prompts.apps.trim().to_string());
+    }
+    parts.push(i.prompts.follow_up.trim().to_string());
+    let values = HashMap::from([
+        ("datetime", p.datetime.to_string()),
+        ("language", p.language.to_string()),
+    ]);
+    parts.push(instructions::fill(i.prompts.date_language.trim(), &values));
+    if p.injection_caution {
+        parts.push(i.prompts.injection_caution.trim().to_string());
+    }
+    parts.join("\n\n")
+}
+
+pub fn message(role: HistoryRole, content: String) -> LlmMessage {
+    match role {
+        HistoryRole::User => LlmMessage::User(content),
+        HistoryRole::Assistant => LlmMessage::Assistant {
+            content,
+            tool_calls: Vec::new(),
+        },
+        HistoryRole::System => LlmMessage::System(content),
+    }
+}
+
+/// The request and how many of the oldest history messages were left out to fit
+/// `window - reserve` tokens.
+pub fn build_main_request(
+    model: &str,
+    system: String,
+    history: &[HistoryEntry],
+    tools: Vec<ToolDef>,
+    window: u32,
+    reserve: u32,
+) -> (LlmRequest, usize) {
+    let budget = u64::from(window.saturating_sub(reserve));
+    let fixed = u64::from(tokens::count(&system))
+        + tools
+            .iter()
+            .map(|t| {
+                u64::from(tokens::count(&t.description))
+                    + u64::from(tokens::estimate(&t.parameters.to_string()))
+            })
+            .sum::<u64>();
+    // Per-message framing overhead of chat formats, roughly.
+    let cost = |h: &HistoryEntry| u64::from(h.tokens) + 4;
+    let mut total = fixed + history.iter().map(cost).sum::<u64>();
+    let mut dropped = 0;
+    while total > budget && dropped + 1 < history.len() {
+        total -= cost(&history[dropped]);
+        dropped += 1;
+    }
+    let mut messages = Vec::with_capacity(history.len() - dropped + 1);
+    messages.push(LlmMessage::System(system));
+    messages.extend(
+        history[dropped..]
+            .iter()
+            .map(|h| message(h.role, h.content.clone())),
+    );
+    let mut request = LlmRequest::chat(model, messages);
+    request.tools = tools;
+    (request, dropped)
+}
+
+/// The plain request of the foundation (no instructions): kept for benchmarks of the
+/// history path.
 pub fn build_request(model: &str, history: &[HistoryEntry]) -> LlmRequest {
     let mut messages = Vec::with_capacity(history.len() + 1);
-    messages.push(LlmMessage::System(BASE_SYSTEM_PROMPT.to_string()));
-    for entry in history {
-        messages.push(match entry.role {
-            HistoryRole::User => LlmMessage::User(entry.content.clone()),
-            HistoryRole::Assistant => LlmMessage::Assistant {
-                content: entry.content.clone(),
-                tool_calls: Vec::new(),
-            },
-            HistoryRole::System => LlmMessage::System(entry.content.clone()),
-        });
-    }
+    messages.push(LlmMessage::System(
+        "You are a helpful assistant. Answer in markdown.".into(),
+    ));
+    messages.extend(history.iter().map(|h| message(h.role, h.content.clone())));
     LlmRequest::chat(model, messages)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(role: HistoryRole, text: &str) -> HistoryEntry {
+        HistoryEntry {
+            role,
+            content: text.into(),
+            created_at: 0,
+            tokens: tokens::count(text),
+        }
+    }
+
+    #[test]
+    fn trimming_keeps_system_prompt_and_latest_message() {
+        let long = "lorem ipsum ".repeat(400);
+        let history = vec![
+            entry(HistoryRole::User, &long),
+            entry(HistoryRole::Assistant, &long),
+            entry(HistoryRole::User, "latest question"),
+        ];
+        let (req, dropped) =
+            build_main_request("m", "system".into(), &history, Vec::new(), 1000, 200);
+        assert_eq!(dropped, 2);
+        assert_eq!(req.messages.len(), 2);
+        assert_eq!(req.messages[0], LlmMessage::System("system".into()));
+        assert_eq!(req.messages[1], LlmMessage::User("latest question".into()));
+        let (req, dropped) =
+            build_main_request("m", "system".into(), &history, Vec::new(), 100_000, 200);
+        assert_eq!((dropped, req.messages.len()), (0, 4));
+    }
+
+    #[test]
+    fn system_prompt_parts_come_in_order() {
+        let i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
+        let p = PromptInput {
+            focus_mode: Some("docs-deep_dive"),
+            category: "software_development",
+            with_tools: true,
+            language: "de",
+            datetime: "2026-01-01T00:00:00Z",
+            injection_caution: true,
+        };
+        let s = system_prompt(&i, &p);
+        let pos = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle} missing"));
+        assert!(pos("deep dive") < pos("helpful, honest"));
+        assert!(pos("helpful, honest") < pos("You are Max"));
+        assert!(pos("You are Max") < pos("call the tools"));
+        assert!(pos("call the tools") < pos("2026-01-01"));
+        assert!(pos("`de`") < pos("CAUTION"));
+    }
 }

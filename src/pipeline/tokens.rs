@@ -1,23 +1,170 @@
-//! Token accounting. Counts are taken once per message when it is cached and stored with
-//! it, so a turn only counts what is new.
-//! Interim estimate (about four bytes of text per token, the usual rule for English BPE
-//! vocabularies); the pipeline issue swaps in exact per-model encodings.
+//! Token accounting with tiktoken encodings per model family. Counts are taken once per
+//! message when it is cached and stored with it, so a turn only counts what is new; large
+//! batches are counted on the blocking pool, off the async reactor.
+//! Splitting helpers cut by token budget on message boundaries, and a message that alone
+//! exceeds the budget on paragraph boundaries.
 
-/// Estimated tokens of `text` (at least 1 for non-empty text).
-pub fn count(text: &str) -> u32 {
-    let bytes = text.len();
-    if bytes == 0 {
-        return 0;
+use std::ops::Range;
+
+use tiktoken_rs::CoreBPE;
+use tiktoken_rs::tokenizer::Tokenizer;
+
+/// A BPE vocabulary family.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Encoding {
+    /// GPT-4 / GPT-3.5 family; also the estimate for open models without their own vocabulary here.
+    Cl100k,
+    /// GPT-4o / o-series family.
+    O200k,
+}
+
+impl Encoding {
+    /// The family of a model name (unknown models count with `Cl100k`).
+    pub fn for_model(model: &str) -> Encoding {
+        match tiktoken_rs::tokenizer::get_tokenizer(model) {
+            Some(Tokenizer::O200kBase | Tokenizer::O200kHarmony) => Encoding::O200k,
+            _ => Encoding::Cl100k,
+        }
     }
-    u32::try_from(bytes.div_ceil(4)).unwrap_or(u32::MAX)
+
+    fn bpe(self) -> &'static CoreBPE {
+        match self {
+            Encoding::Cl100k => tiktoken_rs::cl100k_base_singleton(),
+            Encoding::O200k => tiktoken_rs::o200k_base_singleton(),
+        }
+    }
+
+    pub fn count(self, text: &str) -> u32 {
+        if text.is_empty() {
+            return 0;
+        }
+        u32::try_from(self.bpe().encode_ordinary(text).len()).unwrap_or(u32::MAX)
+    }
+}
+
+/// The encoding of the counts stored with cached messages.
+pub const STORED: Encoding = Encoding::Cl100k;
+
+/// Below this many bytes a batch is counted inline (faster than a hop to the blocking pool).
+const INLINE_BYTES: usize = 8 * 1024;
+
+/// Tokens of `text` in the stored encoding. CPU-bound: for large texts prefer [`count_many`].
+pub fn count(text: &str) -> u32 {
+    STORED.count(text)
+}
+
+/// Counts each text, on the blocking pool when the batch is large.
+pub async fn count_many(texts: Vec<String>) -> Vec<u32> {
+    let bytes: usize = texts.iter().map(String::len).sum();
+    if bytes <= INLINE_BYTES {
+        return texts.iter().map(|t| count(t)).collect();
+    }
+    let fallback: Vec<u32> = texts.iter().map(|t| estimate(t)).collect();
+    tokio::task::spawn_blocking(move || texts.iter().map(|t| count(t)).collect())
+        .await
+        .unwrap_or(fallback)
+}
+
+/// Tokens of `text` counted on the blocking pool when it is large.
+pub async fn count_one(text: &str) -> u32 {
+    if text.len() <= INLINE_BYTES {
+        return count(text);
+    }
+    count_many(vec![text.to_string()])
+        .await
+        .first()
+        .copied()
+        .unwrap_or(0)
+}
+
+/// A cheap upper-bound estimate (about four bytes per token), for when counting failed.
+pub fn estimate(text: &str) -> u32 {
+    u32::try_from(text.len().div_ceil(4)).unwrap_or(u32::MAX)
+}
+
+/// Splits items with the given token counts into consecutive ranges of at most `budget`
+/// tokens each, on item boundaries. An item larger than the budget gets a range of its own
+/// (split it further with [`split_text`]).
+pub fn split_by_budget(counts: &[u32], budget: u32) -> Vec<Range<usize>> {
+    let mut out = Vec::new();
+    let mut start = 0;
+    let mut used: u64 = 0;
+    for (i, &c) in counts.iter().enumerate() {
+        let c = u64::from(c);
+        if i > start && used + c > u64::from(budget) {
+            out.push(start..i);
+            start = i;
+            used = 0;
+        }
+        used += c;
+    }
+    if start < counts.len() {
+        out.push(start..counts.len());
+    }
+    out
+}
+
+/// Splits one text into pieces of at most `budget` tokens on paragraph boundaries (blank
+/// lines); a single paragraph over the budget is cut on line, then on word boundaries.
+pub fn split_text(text: &str, budget: u32) -> Vec<String> {
+    if count(text) <= budget {
+        return vec![text.to_string()];
+    }
+    for separator in ["\n\n", "\n", " "] {
+        let parts: Vec<&str> = text.split(separator).collect();
+        if parts.len() < 2 {
+            continue;
+        }
+        let counts: Vec<u32> = parts.iter().map(|p| count(p)).collect();
+        let mut pieces = Vec::new();
+        for range in split_by_budget(&counts, budget) {
+            let piece = parts[range].join(separator);
+            if count(&piece) > budget && separator != " " {
+                pieces.extend(split_text(&piece, budget));
+            } else {
+                pieces.push(piece);
+            }
+        }
+        return pieces;
+    }
+    vec![text.to_string()]
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
     #[test]
-    fn estimate_is_monotonic_and_nonzero() {
-        assert_eq!(super::count(""), 0);
-        assert_eq!(super::count("hi"), 1);
-        assert!(super::count(&"word ".repeat(100)) >= 100);
+    fn counts_with_real_encodings() {
+        assert_eq!(count(""), 0);
+        assert_eq!(Encoding::Cl100k.count("hello world"), 2);
+        assert_eq!(Encoding::for_model("gpt-4o-mini"), Encoding::O200k);
+        assert_eq!(Encoding::for_model("gpt-4"), Encoding::Cl100k);
+        assert_eq!(Encoding::for_model("mistral-small"), Encoding::Cl100k);
+    }
+
+    #[test]
+    fn budget_split_keeps_message_boundaries() {
+        assert_eq!(split_by_budget(&[3, 3, 3], 6), vec![0..2, 2..3]);
+        assert_eq!(split_by_budget(&[10, 1, 1], 5), vec![0..1, 1..3]);
+        assert_eq!(split_by_budget(&[], 5), Vec::<Range<usize>>::new());
+        assert_eq!(split_by_budget(&[5, 5], 10), vec![0..2]);
+    }
+
+    #[test]
+    fn oversized_text_splits_on_paragraphs() {
+        let para = "word ".repeat(50);
+        let text = [para.as_str(); 4].join("\n\n");
+        let pieces = split_text(&text, 120);
+        assert!(pieces.len() >= 2);
+        assert!(pieces.iter().all(|p| count(p) <= 120));
+        assert_eq!(pieces.join("\n\n"), text);
+    }
+
+    #[tokio::test]
+    async fn large_batches_count_off_the_reactor() {
+        let texts = vec!["a sentence of text. ".repeat(1000); 3];
+        let counts = count_many(texts.clone()).await;
+        assert_eq!(counts, texts.iter().map(|t| count(t)).collect::<Vec<_>>());
     }
 }

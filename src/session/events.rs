@@ -4,7 +4,7 @@
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
-    ServerMessage,
+    PostProcessingCompleted, PreprocessingStep, ServerMessage,
 };
 
 use super::hub::{Audience, Hub};
@@ -13,16 +13,40 @@ use crate::pipeline::{Interruption, TurnContext, TurnError, TurnEvent, TurnSink}
 impl TurnSink for Hub {
     fn emit(&self, ctx: &TurnContext, event: TurnEvent) {
         match event {
-            TurnEvent::Typing => {
+            TurnEvent::Step(step) => {
+                let msg = ServerMessage::PreprocessingStep(PreprocessingStep {
+                    chat_id: ctx.chat_id.clone(),
+                    task_id: ctx.task_id.clone(),
+                    step: step.step,
+                    skipped: step.skip_reason.is_some(),
+                    skip_reason: step.skip_reason,
+                    data: step.data,
+                });
+                self.send(&ctx.user, Audience::All, &msg);
+            }
+            TurnEvent::Typing(typing) => {
                 let msg = ServerMessage::AiTypingStarted(AiTypingStarted {
                     chat_id: ctx.chat_id.clone(),
                     message_id: ctx.assistant_message_id(),
                     user_message_id: ctx.user_message_id.clone(),
                     model_name: ctx.model_name.clone(),
-                    category: None,
-                    title: None,
-                    icon_names: Vec::new(),
+                    category: ctx.category.clone(),
+                    title: typing.title,
+                    icon_names: typing.icon_names,
                     is_continuation: false,
+                });
+                self.send(&ctx.user, Audience::All, &msg);
+            }
+            TurnEvent::PostProcessed(p) => {
+                let msg = ServerMessage::PostProcessingCompleted(PostProcessingCompleted {
+                    chat_id: ctx.chat_id.clone(),
+                    task_id: ctx.task_id.clone(),
+                    follow_up_request_suggestions: p.follow_up_request_suggestions,
+                    new_chat_request_suggestions: p.new_chat_request_suggestions,
+                    chat_summary: p.chat_summary,
+                    chat_tags: p.chat_tags,
+                    harmful_response: p.harmful_response,
+                    updated_chat_title: p.updated_chat_title,
                 });
                 self.send(&ctx.user, Audience::All, &msg);
             }
@@ -48,6 +72,8 @@ impl TurnSink for Hub {
                 last.interrupted_by_revocation = cancelled;
                 last.interrupted_by_shutdown = shutdown;
                 last.error_code = error_code;
+                last.rejection_reason = outcome.rejection;
+                last.trimmed_history_messages = outcome.trimmed_history as u64;
                 last.prompt_tokens = outcome.usage.map(|u| u.prompt_tokens);
                 last.completion_tokens = outcome.usage.map(|u| u.completion_tokens);
                 self.send(
@@ -63,9 +89,10 @@ impl TurnSink for Hub {
                         task_id: ctx.task_id.clone(),
                         full_content: outcome.text.to_string(),
                         model_name: Some(ctx.model_name.clone()),
-                        category: None,
+                        category: ctx.category.clone(),
                         interrupted_by_revocation: cancelled,
                         error_code,
+                        rejection_reason: outcome.rejection,
                     });
                 self.send(&ctx.user, Audience::NotShowing(&ctx.chat_id), &background);
             }
@@ -83,12 +110,14 @@ fn update(ctx: &TurnContext, text: String, sequence: u64, is_final_chunk: bool) 
         sequence,
         is_final_chunk,
         model_name: Some(ctx.model_name.clone()),
-        category: None,
+        category: ctx.category.clone(),
         interrupted_by_revocation: false,
         interrupted_by_shutdown: false,
         error_code: None,
+        rejection_reason: None,
         prompt_tokens: None,
         completion_tokens: None,
+        trimmed_history_messages: 0,
     }
 }
 

@@ -111,8 +111,27 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
         .unwrap();
     ws.send(&crate::support::user_message("c1", "m1", "hi"))
         .await;
-    let (_, last) = crate::support::collect_answer(&mut ws).await;
+    let (frames, last) = crate::support::collect_answer(&mut ws).await;
     assert!(last.full_content_so_far.contains("simulated"));
+    // The simulated model plays every pipeline stage: a title on the first message...
+    let title = frames.iter().find_map(|f| match f {
+        ServerMessage::PreprocessingStep(s)
+            if s.step == chatd_protocol::PreprocessingStepKind::TitleGenerated =>
+        {
+            Some(s.clone())
+        }
+        _ => None,
+    });
+    let title = title.expect("a title_generated step");
+    assert!(!title.skipped, "{title:?}");
+    // ...and postprocessing after the final frame.
+    match ws.recv().await {
+        ServerMessage::PostProcessingCompleted(p) => {
+            assert_eq!(p.follow_up_request_suggestions.len(), 6);
+            assert_eq!(p.new_chat_request_suggestions.len(), 6);
+        }
+        other => panic!("expected post_processing_completed, got {other:?}"),
+    }
     ws.send_json(serde_json::json!({"type": "ping"})).await;
     assert!(matches!(ws.recv().await, ServerMessage::Pong(_)));
 

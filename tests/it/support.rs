@@ -129,7 +129,7 @@ pub fn set_active_chat(chat: Option<&str>) -> ClientMessage {
 }
 
 pub fn user_message(chat: &str, message_id: &str, content: &str) -> ClientMessage {
-    ClientMessage::ChatMessageAdded(ChatMessageAdded {
+    ClientMessage::ChatMessageAdded(Box::new(ChatMessageAdded {
         chat_id: chat_id(chat),
         message: UserMessage {
             message_id: MessageId::parse(message_id).unwrap(),
@@ -139,10 +139,18 @@ pub fn user_message(chat: &str, message_id: &str, content: &str) -> ClientMessag
             sender_name: None,
             temp_id: None,
             chat_has_title: false,
+            current_chat_title: None,
             message_history: None,
         },
         embeds: Vec::new(),
-    })
+        pinned_model: None,
+        active_focus_id: None,
+        chat_summary: None,
+        chat_tags: Vec::new(),
+        app_settings_memories_metadata: Vec::new(),
+        connected_accounts: Vec::new(),
+        user_preferences: None,
+    }))
 }
 
 pub fn error_code(msg: &ServerMessage) -> Option<chatd_protocol::ErrorCode> {

@@ -35,10 +35,13 @@ async fn a_turn_reaches_both_devices_active_and_background() {
     let (frames, last) = collect_answer(&mut active).await;
     let kinds: Vec<&str> = frames.iter().map(ServerMessage::type_name).collect();
     assert_eq!(
-        kinds[..3],
+        kinds[..6],
         [
             "chat_message_confirmed",
             "ai_task_initiated",
+            "preprocessing_step",
+            "preprocessing_step",
+            "preprocessing_step",
             "ai_typing_started"
         ]
     );
@@ -67,6 +70,9 @@ async fn a_turn_reaches_both_devices_active_and_background() {
         [
             "chat_message_confirmed",
             "new_chat_message",
+            "preprocessing_step",
+            "preprocessing_step",
+            "preprocessing_step",
             "ai_typing_started"
         ]
     );

@@ -3,7 +3,7 @@
 //! (text, tool calls, HTTP errors, a cut connection, a stall a test can observe and release),
 //! a record of every request body, and detection of clients that hang up mid-stream.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -107,7 +107,11 @@ impl Gate {
 type Responder = Box<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
 
 struct Shared {
+    /// Main-processing requests (no forced function).
     requests: Mutex<Vec<Value>>,
+    /// Requests that force a function (`preprocess`, `postprocess`), by function name.
+    stage_requests: Mutex<HashMap<String, Vec<Value>>>,
+    stage_queues: Mutex<HashMap<String, VecDeque<Reply>>>,
     request_seen: Notify,
     queue: Mutex<VecDeque<Reply>>,
     default: Mutex<Reply>,
@@ -126,6 +130,8 @@ impl FakeLlm {
     pub async fn start() -> anyhow::Result<FakeLlm> {
         let shared = Arc::new(Shared {
             requests: Mutex::new(Vec::new()),
+            stage_requests: Mutex::new(HashMap::new()),
+            stage_queues: Mutex::new(HashMap::new()),
             request_seen: Notify::new(),
             queue: Mutex::new(VecDeque::new()),
             default: Mutex::new(Reply::Text {
@@ -177,9 +183,42 @@ impl FakeLlm {
         *lock(&self.shared.responder) = Some(Box::new(f));
     }
 
-    /// Every request body received so far, in order.
+    /// Every main-processing request body received so far, in order (requests that force
+    /// a function are stage requests: see [`FakeLlm::stage_requests`]).
     pub fn requests(&self) -> Vec<Value> {
         lock(&self.shared.requests).clone()
+    }
+
+    /// Queues a reply for the next request that forces function `name`. Without one, such a
+    /// request gets a call of `name` with arguments `{}`.
+    pub fn push_stage(&self, name: &str, reply: Reply) {
+        lock(&self.shared.stage_queues)
+            .entry(name.to_string())
+            .or_default()
+            .push_back(reply);
+    }
+
+    /// Request bodies that forced function `name`, in order.
+    pub fn stage_requests(&self, name: &str) -> Vec<Value> {
+        lock(&self.shared.stage_requests)
+            .get(name)
+            .cloned()
+            .unwrap_or_default()
+    }
+
+    pub async fn wait_for_stage_requests(&self, name: &str, n: usize) {
+        let wait = async {
+            loop {
+                let seen = self.shared.request_seen.notified();
+                if self.stage_requests(name).len() >= n {
+                    return;
+                }
+                seen.await;
+            }
+        };
+        if tokio::time::timeout(WAIT, wait).await.is_err() {
+            panic!("fake LLM: fewer than {n} `{name}` requests within {WAIT:?}");
+        }
     }
 
     pub async fn wait_for_requests(&self, n: usize) {
@@ -224,19 +263,48 @@ impl Drop for FakeLlm {
     }
 }
 
+/// The function a request forces with `tool_choice`, if any.
+fn forced_function(request: &Value) -> Option<String> {
+    request
+        .pointer("/tool_choice/function/name")
+        .and_then(Value::as_str)
+        .map(str::to_string)
+}
+
 fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
-    let reply = {
-        let from_responder = lock(&shared.responder).as_ref().and_then(|f| f(&request));
-        from_responder
-            .or_else(|| lock(&shared.queue).pop_front())
-            .unwrap_or_else(|| lock(&shared.default).clone())
+    let reply = match forced_function(&request) {
+        Some(name) => {
+            let queued = lock(&shared.stage_queues)
+                .get_mut(&name)
+                .and_then(VecDeque::pop_front);
+            let reply = queued.unwrap_or_else(|| Reply::ToolCalls {
+                calls: vec![ToolCall {
+                    id: format!("call_{name}"),
+                    name: name.clone(),
+                    arguments: "{}".into(),
+                }],
+                text_before: None,
+            });
+            lock(&shared.stage_requests)
+                .entry(name)
+                .or_default()
+                .push(request);
+            reply
+        }
+        None => {
+            let from_responder = lock(&shared.responder).as_ref().and_then(|f| f(&request));
+            let reply = from_responder
+                .or_else(|| lock(&shared.queue).pop_front())
+                .unwrap_or_else(|| lock(&shared.default).clone());
+            lock(&shared.requests).push(request);
+            reply
+        }
     };
-    lock(&shared.requests).push(request);
     shared.request_seen.notify_waiters();
     match reply {
         Reply::HttpError { status, body } => {

@@ -1,0 +1,351 @@
+//! The model catalog: which models exist (from `models.catalog`, or one entry made from the
+//! single-provider `llm.*` settings), the client that reaches each, the default model of
+//! each stage, and the main-model choice for a turn.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use secrecy::SecretString;
+
+use crate::config::{Capability, Config, LlmProvider};
+use crate::llm::{self, LlmClient, LlmError};
+
+#[derive(Debug, Clone)]
+pub struct ModelSpec {
+    pub id: String,
+    /// The provider's name for it (sent as `model`).
+    pub name: String,
+    pub context_window: u32,
+    pub capabilities: Vec<Capability>,
+    pub cost_tier: u8,
+}
+
+impl ModelSpec {
+    pub fn can(&self, c: Capability) -> bool {
+        self.capabilities.contains(&c)
+    }
+}
+
+/// A model and the client that reaches it.
+#[derive(Clone)]
+pub struct Model {
+    pub spec: Arc<ModelSpec>,
+    pub client: Arc<dyn LlmClient>,
+}
+
+impl std::fmt::Debug for Model {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Model").field("spec", &self.spec).finish()
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Complexity {
+    Simple,
+    Complex,
+}
+
+/// What the main model must be able to do for this turn.
+#[derive(Debug, Clone, Default)]
+pub struct Needs {
+    pub capabilities: Vec<Capability>,
+}
+
+#[derive(Debug, Clone)]
+pub struct Choice {
+    pub model: Model,
+    pub reason: String,
+}
+
+pub struct Models {
+    by_id: HashMap<String, Model>,
+    /// Catalog order (ties in selection go to the earlier entry).
+    order: Vec<String>,
+    preprocessing: String,
+    main: String,
+    postprocessing: String,
+}
+
+impl Models {
+    /// Builds the catalog; `default_client` reaches `llm.base_url` with `llm.api_key`.
+    pub fn from_config(
+        config: &Config,
+        default_client: Arc<dyn LlmClient>,
+    ) -> Result<Models, LlmError> {
+        let m = &config.models;
+        let mut by_id = HashMap::new();
+        let mut order = Vec::new();
+        if m.catalog.is_empty() {
+            // The simulated provider answers to any name; clients see it for what it is.
+            let id = match config.llm.provider {
+                LlmProvider::Simulated => "chatd-simulated".to_string(),
+                LlmProvider::OpenaiCompatible => config.llm.model.clone(),
+            };
+            let spec = ModelSpec {
+                id: id.clone(),
+                name: id,
+                context_window: config.llm.context_window,
+                capabilities: vec![Capability::Tools],
+                cost_tier: 1,
+            };
+            order.push(spec.id.clone());
+            by_id.insert(
+                spec.id.clone(),
+                Model {
+                    spec: Arc::new(spec),
+                    client: default_client.clone(),
+                },
+            );
+        }
+        // One client per distinct endpoint and key.
+        let mut clients: HashMap<(String, Option<String>), Arc<dyn LlmClient>> = HashMap::new();
+        for entry in &m.catalog {
+            let client = if config.llm.provider == LlmProvider::Simulated
+                || (entry.base_url.is_none() && entry.api_key_env.is_none())
+            {
+                default_client.clone()
+            } else {
+                let key = (
+                    entry
+                        .base_url
+                        .clone()
+                        .unwrap_or_else(|| config.llm.base_url.clone()),
+                    entry.api_key_env.clone(),
+                );
+                match clients.get(&key) {
+                    Some(c) => c.clone(),
+                    None => {
+                        let mut llm_config = config.llm.clone();
+                        llm_config.base_url = key.0.clone();
+                        if let Some(var) = &key.1 {
+                            llm_config.api_key = std::env::var(var).ok().map(SecretString::from);
+                        }
+                        let c = llm::from_config(&llm_config)?;
+                        clients.insert(key, c.clone());
+                        c
+                    }
+                }
+            };
+            let spec = ModelSpec {
+                id: entry.id.clone(),
+                name: entry.name.clone().unwrap_or_else(|| entry.id.clone()),
+                context_window: entry.context_window,
+                capabilities: entry.capabilities.clone(),
+                cost_tier: entry.cost_tier,
+            };
+            order.push(spec.id.clone());
+            by_id.insert(
+                spec.id.clone(),
+                Model {
+                    spec: Arc::new(spec),
+                    client,
+                },
+            );
+        }
+        let first = order.first().cloned().unwrap_or_default();
+        let pick = |s: &String| {
+            if s.is_empty() {
+                first.clone()
+            } else {
+                s.clone()
+            }
+        };
+        Ok(Models {
+            preprocessing: pick(&m.preprocessing),
+            main: pick(&m.main),
+            postprocessing: pick(&m.postprocessing),
+            by_id,
+            order,
+        })
+    }
+
+    pub fn get(&self, id: &str) -> Option<&Model> {
+        self.by_id.get(id)
+    }
+
+    fn stage(&self, id: &str) -> Model {
+        match self.by_id.get(id) {
+            Some(m) => m.clone(),
+            // Validated at start-up; the first entry is a safe answer regardless.
+            None => self
+                .all()
+                .next()
+                .cloned()
+                .unwrap_or_else(unreachable_model),
+        }
+    }
+
+    pub fn preprocessing(&self) -> Model {
+        self.stage(&self.preprocessing)
+    }
+
+    pub fn main(&self) -> Model {
+        self.stage(&self.main)
+    }
+
+    pub fn postprocessing(&self) -> Model {
+        self.stage(&self.postprocessing)
+    }
+
+    fn all(&self) -> impl Iterator<Item = &Model> {
+        self.order.iter().filter_map(|id| self.by_id.get(id))
+    }
+
+    /// The main model for a turn: a pinned model (if it exists) wins; otherwise the models
+    /// with every needed capability, the most capable tier for complex requests and the
+    /// configured main model (or else the cheapest) for simple ones.
+    pub fn choose(&self, complexity: Complexity, needs: &Needs, pinned: Option<&str>) -> Choice {
+        if let Some(id) = pinned
+            && let Some(model) = self.by_id.get(id)
+        {
+            return Choice {
+                model: model.clone(),
+                reason: format!("pinned by the user: {id}"),
+            };
+        }
+        let default = self.main();
+        let able: Vec<&Model> = self
+            .all()
+            .filter(|m| needs.capabilities.iter().all(|c| m.spec.can(*c)))
+            .collect();
+        let needs_text = if needs.capabilities.is_empty() {
+            "no special capabilities".to_string()
+        } else {
+            format!("{:?}", needs.capabilities).to_lowercase()
+        };
+        let pinned_note = match pinned {
+            Some(id) if !self.by_id.contains_key(id) => {
+                format!("pinned model {id} is not configured; ")
+            }
+            _ => String::new(),
+        };
+        let chosen = match complexity {
+            Complexity::Complex => able
+                .iter()
+                .copied()
+                .reduce(|best, m| {
+                    if m.spec.cost_tier > best.spec.cost_tier {
+                        m
+                    } else {
+                        best
+                    }
+                })
+                .map(|m| {
+                    (
+                        m,
+                        format!("complex request needing {needs_text}: most capable tier"),
+                    )
+                }),
+            Complexity::Simple => {
+                if able.iter().any(|m| m.spec.id == default.spec.id) {
+                    Some((
+                        &default,
+                        format!("simple request needing {needs_text}: default model"),
+                    ))
+                } else {
+                    able.iter()
+                        .copied()
+                        .reduce(|best, m| {
+                            if m.spec.cost_tier < best.spec.cost_tier {
+                                m
+                            } else {
+                                best
+                            }
+                        })
+                        .map(|m| {
+                            (
+                                m,
+                                format!("simple request needing {needs_text}: cheapest able model"),
+                            )
+                        })
+                }
+            }
+        };
+        match chosen {
+            Some((m, reason)) => Choice {
+                model: m.clone(),
+                reason: format!("{pinned_note}{reason}"),
+            },
+            None => Choice {
+                reason: format!("{pinned_note}no configured model has {needs_text}; default model"),
+                model: default,
+            },
+        }
+    }
+}
+
+/// Only reachable with an empty catalog, which configuration validation rules out.
+fn unreachable_model() -> Model {
+    Model {
+        spec: Arc::new(ModelSpec {
+            id: "none".into(),
+            name: "none".into(),
+            context_window: 4096,
+            capabilities: Vec::new(),
+            cost_tier: 1,
+        }),
+        client: Arc::new(llm::SimulatedClient::new(std::time::Duration::ZERO)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::ModelEntry;
+
+    fn entry(id: &str, tier: u8, caps: &[Capability]) -> ModelEntry {
+        ModelEntry {
+            id: id.into(),
+            name: None,
+            base_url: None,
+            api_key_env: None,
+            context_window: 32_000,
+            capabilities: caps.to_vec(),
+            cost_tier: tier,
+        }
+    }
+
+    fn models() -> Models {
+        let mut config = Config::defaults().unwrap();
+        config.models.catalog = vec![
+            entry("small", 1, &[Capability::Tools]),
+            entry("eyes", 2, &[Capability::Tools, Capability::Vision]),
+            entry("big", 3, &[Capability::Tools, Capability::Reasoning]),
+        ];
+        config.models.main = "small".into();
+        let sim: Arc<dyn LlmClient> =
+            Arc::new(llm::SimulatedClient::new(std::time::Duration::ZERO));
+        Models::from_config(&config, sim).unwrap()
+    }
+
+    #[test]
+    fn selection_honours_complexity_capabilities_and_pins() {
+        let m = models();
+        let none = Needs::default();
+        assert_eq!(
+            m.choose(Complexity::Simple, &none, None).model.spec.id,
+            "small"
+        );
+        assert_eq!(
+            m.choose(Complexity::Complex, &none, None).model.spec.id,
+            "big"
+        );
+        let vision = Needs {
+            capabilities: vec![Capability::Vision],
+        };
+        assert_eq!(
+            m.choose(Complexity::Simple, &vision, None).model.spec.id,
+            "eyes"
+        );
+        assert_eq!(
+            m.choose(Complexity::Complex, &vision, None).model.spec.id,
+            "eyes"
+        );
+        let c = m.choose(Complexity::Complex, &none, Some("small"));
+        assert_eq!(c.model.spec.id, "small");
+        assert!(c.reason.contains("pinned"));
+        let c = m.choose(Complexity::Simple, &none, Some("nope"));
+        assert_eq!(c.model.spec.id, "small");
+        assert!(c.reason.contains("not configured"));
+    }
+}

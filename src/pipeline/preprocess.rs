@@ -1,0 +1,455 @@
+//! Preprocessing: the history is cut into blocks of at most `pipeline.preprocessing_block_tokens`
+//! tokens (on message boundaries), one forced `preprocess` call per block runs concurrently,
+//! and the answers are merged: maximum scores, the language of the last block (which holds the
+//! last user message), the union of tags and skills. Everything the model names is validated
+//! against what exists and what the user may use. A failure degrades to safe defaults (the
+//! default model, no tools) instead of failing the turn.
+
+use std::collections::HashMap;
+
+use chatd_protocol::RejectionReason;
+use futures_util::future::join_all;
+use serde::Deserialize;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::function_call::{StageError, call_function};
+use super::instructions::{self, Instructions};
+use super::models::{Choice, Complexity, Models, Needs};
+use super::tokens;
+use super::tools::ToolRunner;
+use super::{HistoryEntry, HistoryRole};
+use crate::config::{Capability, PipelineConfig};
+use crate::llm::{LlmMessage, LlmRequest};
+
+/// What the turn brings to preprocessing.
+pub struct Input<'a> {
+    /// The whole history, the message(s) to answer last.
+    pub history: &'a [HistoryEntry],
+    /// The chat's first message (and the client did not say it has a title).
+    pub first_message: bool,
+    pub pinned_model: Option<&'a str>,
+    pub connected_accounts: &'a [String],
+    /// `app_id-item_key` entries the user has.
+    pub settings_available: &'a [String],
+}
+
+pub struct Stage<'a> {
+    pub instructions: &'a Instructions,
+    pub models: &'a Models,
+    pub tools: &'a dyn ToolRunner,
+    pub config: &'a PipelineConfig,
+}
+
+#[derive(Debug, Clone)]
+pub struct Preprocessed {
+    pub harm: u8,
+    pub misuse: u8,
+    pub language: String,
+    pub category: String,
+    pub mate: Option<String>,
+    pub topic: Option<String>,
+    pub complexity: Complexity,
+    pub tags: Vec<String>,
+    pub injection_chance: f32,
+    pub skills: Vec<String>,
+    pub focus_modes: Vec<String>,
+    pub settings_keys: Vec<String>,
+    pub title: Option<String>,
+    pub icon_names: Vec<String>,
+    pub choice: Choice,
+    pub rejection: Option<RejectionReason>,
+    /// Preprocessing failed; these are the safe defaults.
+    pub degraded: bool,
+    /// How many concurrent requests preprocessing made.
+    pub blocks: usize,
+}
+
+/// The `preprocess` arguments as a model may write them (lenient: every field optional).
+#[derive(Debug, Default, Deserialize)]
+#[serde(default)]
+struct Raw {
+    harmful_or_illegal_score: Option<f64>,
+    misuse_risk_score: Option<f64>,
+    language: Option<String>,
+    category: Option<String>,
+    topic: Option<String>,
+    complexity: Option<String>,
+    chat_tags: Vec<String>,
+    prompt_injection_chance: Option<f64>,
+    relevant_app_skills: Vec<String>,
+    relevant_focus_modes: Vec<String>,
+    load_app_settings_and_memories: Vec<String>,
+    needs_vision: bool,
+    needs_reasoning: bool,
+    title: Option<String>,
+    icon_names: Vec<String>,
+}
+
+impl Stage<'_> {
+    pub async fn run(&self, input: &Input<'_>, cancel: &CancellationToken) -> Preprocessed {
+        let blocks = self.blocks(input.history);
+        let model = self.models.preprocessing();
+        let tool = self.instructions.preprocess_tool(input.first_message);
+        let system = self.system_prompt();
+        let calls = blocks.iter().map(|block| {
+            let mut messages = Vec::with_capacity(block.len() + 1);
+            messages.push(LlmMessage::System(system.clone()));
+            messages.extend(block.iter().cloned());
+            let mut request = LlmRequest::chat(model.spec.name.clone(), messages);
+            request.tools = vec![tool.clone()];
+            call_function(
+                model.client.as_ref(),
+                request,
+                self.config.stage_timeout,
+                cancel,
+            )
+        });
+        let answers: Vec<Result<Raw, StageError>> = join_all(calls)
+            .await
+            .into_iter()
+            .map(|r| {
+                r.and_then(|c| {
+                    serde_json::from_value::<Raw>(c.arguments).map_err(|e| {
+                        StageError::BadArguments {
+                            function: instructions::PREPROCESS.into(),
+                            reason: e.to_string(),
+                        }
+                    })
+                })
+            })
+            .collect();
+        let count = answers.len();
+        for e in answers.iter().filter_map(|a| a.as_ref().err()) {
+            if !matches!(e, StageError::Cancelled) {
+                tracing::warn!(error = %e, "preprocessing request failed");
+            }
+        }
+        let ok: Vec<Raw> = answers.into_iter().filter_map(Result::ok).collect();
+        let mut merged = if ok.is_empty() {
+            self.defaults(input)
+        } else {
+            self.merge(ok, input)
+        };
+        merged.blocks = count;
+        merged
+    }
+
+    fn system_prompt(&self) -> String {
+        let categories: Vec<&str> = self
+            .instructions
+            .mates
+            .iter()
+            .map(|m| m.category.as_str())
+            .collect();
+        let skills: Vec<String> = self.tools.skills().into_iter().map(|s| s.id).collect();
+        let focus: Vec<&str> = self
+            .instructions
+            .focus_modes
+            .iter()
+            .map(|f| f.id.as_str())
+            .collect();
+        let values = HashMap::from([
+            ("categories", categories.join(", ")),
+            ("skills", or_none(&skills.join(", "))),
+            ("focus_modes", or_none(&focus.join(", "))),
+        ]);
+        instructions::fill(&self.instructions.prompts.preprocessing, &values)
+    }
+
+    /// The history as model messages, cut into blocks of at most the block budget.
+    fn blocks(&self, history: &[HistoryEntry]) -> Vec<Vec<LlmMessage>> {
+        let budget = self.config.preprocessing_block_tokens;
+        // Messages over the budget are split on paragraphs into several of the same role.
+        let mut parts: Vec<(HistoryRole, String, u32)> = Vec::with_capacity(history.len());
+        for h in history {
+            if h.tokens > budget {
+                for piece in tokens::split_text(&h.content, budget) {
+                    let n = tokens::count(&piece);
+                    parts.push((h.role, piece, n));
+                }
+            } else {
+                parts.push((h.role, h.content.clone(), h.tokens));
+            }
+        }
+        let counts: Vec<u32> = parts.iter().map(|p| p.2).collect();
+        let mut blocks: Vec<Vec<LlmMessage>> = tokens::split_by_budget(&counts, budget)
+            .into_iter()
+            .map(|range| {
+                parts[range]
+                    .iter()
+                    .map(|(role, content, _)| super::context::message(*role, content.clone()))
+                    .collect()
+            })
+            .collect();
+        if blocks.is_empty() {
+            blocks.push(vec![LlmMessage::User(String::new())]);
+        }
+        blocks
+    }
+
+    fn merge(&self, answers: Vec<Raw>, input: &Input<'_>) -> Preprocessed {
+        let score = |f: fn(&Raw) -> Option<f64>| {
+            answers
+                .iter()
+                .filter_map(f)
+                .fold(0.0f64, f64::max)
+                .clamp(0.0, 10.0)
+                .round() as u8
+        };
+        let harm = score(|r| r.harmful_or_illegal_score);
+        let misuse = score(|r| r.misuse_risk_score);
+        let injection_chance = answers
+            .iter()
+            .filter_map(|r| r.prompt_injection_chance)
+            .fold(0.0f64, f64::max)
+            .clamp(0.0, 1.0) as f32;
+        // The last block holds the last user message.
+        let last = answers.last();
+        let language = last
+            .and_then(|r| r.language.as_deref())
+            .map(clean_language)
+            .filter(|l| !l.is_empty())
+            .unwrap_or_else(|| "en".into());
+        let category = last
+            .and_then(|r| r.category.clone())
+            .filter(|c| self.instructions.mate(c).is_some())
+            .unwrap_or_else(|| self.instructions.default_category().to_string());
+        let complexity = if answers
+            .iter()
+            .any(|r| r.complexity.as_deref() == Some("complex"))
+        {
+            Complexity::Complex
+        } else {
+            Complexity::Simple
+        };
+        let mut tags = Vec::new();
+        for t in answers.iter().flat_map(|r| r.chat_tags.iter()) {
+            let t = t.trim().to_lowercase();
+            if !t.is_empty() && t.len() <= 40 && !tags.contains(&t) && tags.len() < 10 {
+                tags.push(t);
+            }
+        }
+        let skills = self.valid_skills(
+            answers.iter().flat_map(|r| r.relevant_app_skills.iter()),
+            input.connected_accounts,
+        );
+        let mut focus_modes = Vec::new();
+        for f in answers.iter().flat_map(|r| r.relevant_focus_modes.iter()) {
+            if self.instructions.focus_mode(f).is_some() && !focus_modes.contains(f) {
+                focus_modes.push(f.clone());
+            }
+        }
+        let mut settings_keys = Vec::new();
+        for k in answers
+            .iter()
+            .flat_map(|r| r.load_app_settings_and_memories.iter())
+        {
+            if input.settings_available.contains(k) && !settings_keys.contains(k) {
+                settings_keys.push(k.clone());
+            }
+        }
+        let (title, icon_names) = if input.first_message {
+            let title = answers
+                .iter()
+                .find_map(|r| r.title.as_deref())
+                .and_then(clean_title);
+            let icons = answers
+                .iter()
+                .find(|r| !r.icon_names.is_empty())
+                .map(|r| clean_icons(&r.icon_names))
+                .unwrap_or_default();
+            (title, icons)
+        } else {
+            (None, Vec::new())
+        };
+        let mut needs = Needs::default();
+        if !skills.is_empty() {
+            needs.capabilities.push(Capability::Tools);
+        }
+        if answers.iter().any(|r| r.needs_vision) {
+            needs.capabilities.push(Capability::Vision);
+        }
+        if answers.iter().any(|r| r.needs_reasoning) {
+            needs.capabilities.push(Capability::Reasoning);
+        }
+        let choice = self.models.choose(complexity, &needs, input.pinned_model);
+        let rejection = if harm >= self.config.harm_threshold {
+            Some(RejectionReason::HarmfulOrIllegalDetected)
+        } else if misuse >= self.config.misuse_threshold {
+            Some(RejectionReason::MisuseDetected)
+        } else {
+            None
+        };
+        Preprocessed {
+            harm,
+            misuse,
+            language,
+            mate: self.instructions.mate(&category).map(|m| m.mate.clone()),
+            category,
+            topic: last.and_then(|r| r.topic.clone()),
+            complexity,
+            tags,
+            injection_chance,
+            skills,
+            focus_modes,
+            settings_keys,
+            title,
+            icon_names,
+            choice,
+            rejection,
+            degraded: false,
+            blocks: 0,
+        }
+    }
+
+    /// Safe defaults: the default model, no tools, no rejection.
+    fn defaults(&self, input: &Input<'_>) -> Preprocessed {
+        let mut choice = match input.pinned_model.and_then(|id| self.models.get(id)) {
+            Some(m) => Choice {
+                model: m.clone(),
+                reason: String::new(),
+            },
+            None => Choice {
+                model: self.models.main(),
+                reason: String::new(),
+            },
+        };
+        choice.reason = "preprocessing failed; default model".into();
+        let category = self.instructions.default_category().to_string();
+        Preprocessed {
+            harm: 0,
+            misuse: 0,
+            language: "en".into(),
+            mate: self.instructions.mate(&category).map(|m| m.mate.clone()),
+            category,
+            topic: None,
+            complexity: Complexity::Simple,
+            tags: Vec::new(),
+            injection_chance: 0.0,
+            skills: Vec::new(),
+            focus_modes: Vec::new(),
+            settings_keys: Vec::new(),
+            title: None,
+            icon_names: Vec::new(),
+            choice,
+            rejection: None,
+            degraded: true,
+            blocks: 0,
+        }
+    }
+
+    /// Known skills the user may use, plus the always-included ones.
+    fn valid_skills<'s>(
+        &self,
+        named: impl Iterator<Item = &'s String>,
+        connected: &[String],
+    ) -> Vec<String> {
+        let known = self.tools.skills();
+        let mut out: Vec<String> = Vec::new();
+        for name in named
+            .map(|n| normalize_tool_name(n))
+            .chain(self.tools.always_include())
+        {
+            let Some(skill) = known.iter().find(|s| s.id == name) else {
+                continue;
+            };
+            if let Some(app) = &skill.requires_account
+                && !connected.contains(app)
+            {
+                continue;
+            }
+            if !out.contains(&skill.id) {
+                out.push(skill.id.clone());
+            }
+        }
+        out
+    }
+}
+
+/// Models write `app:skill`, `app.skill` or `app_skill`; the canonical form is `app-skill`.
+pub fn normalize_tool_name(name: &str) -> String {
+    let trimmed = name.trim();
+    if let Some((app, skill)) = trimmed.split_once(['-', ':', '.', '|']) {
+        return format!("{app}-{skill}");
+    }
+    trimmed.to_string()
+}
+
+fn or_none(s: &str) -> String {
+    if s.is_empty() {
+        "none".into()
+    } else {
+        s.into()
+    }
+}
+
+fn clean_language(l: &str) -> String {
+    l.trim()
+        .chars()
+        .take_while(|c| c.is_ascii_alphabetic() || *c == '-')
+        .take(8)
+        .collect::<String>()
+        .to_lowercase()
+}
+
+/// 3-8 words (longer titles are cut to 8); fewer than one word is no title.
+fn clean_title(t: &str) -> Option<String> {
+    let words: Vec<&str> = t.split_whitespace().take(8).collect();
+    if words.is_empty() {
+        return None;
+    }
+    Some(
+        words
+            .join(" ")
+            .trim_matches(|c: char| c == '"' || c == '.')
+            .to_string(),
+    )
+}
+
+/// 1-3 Lucide-style names: lowercase letters, digits and dashes.
+fn clean_icons(icons: &[String]) -> Vec<String> {
+    icons
+        .iter()
+        .map(|i| {
+            i.trim()
+                .to_lowercase()
+                .chars()
+                .filter(|c| c.is_ascii_alphanumeric() || *c == '-')
+                .collect::<String>()
+        })
+        .filter(|i| !i.is_empty() && i.len() <= 40)
+        .take(3)
+        .collect()
+}
+
+/// The `data` of a `preprocessing_step` frame.
+pub fn step_data(pairs: &[(&str, Value)]) -> Value {
+    Value::Object(
+        pairs
+            .iter()
+            .map(|(k, v)| ((*k).to_string(), v.clone()))
+            .collect(),
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_and_titles_are_cleaned() {
+        assert_eq!(normalize_tool_name("docs:search"), "docs-search");
+        assert_eq!(normalize_tool_name("docs.search"), "docs-search");
+        assert_eq!(clean_language(" DE "), "de");
+        assert_eq!(
+            clean_title("one two three four five six seven eight nine ten").as_deref(),
+            Some("one two three four five six seven eight")
+        );
+        assert_eq!(clean_title("   "), None);
+        assert_eq!(
+            clean_icons(&["Code".into(), "bad icon!".into(), "a".into(), "b".into()]),
+            vec!["code", "badicon", "a"]
+        );
+    }
+}
