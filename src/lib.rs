@@ -20,4 +20,5 @@ pub mod llm;
 pub mod metrics;
 pub mod pipeline;
 pub mod session;
+pub mod store;
 pub mod ws;

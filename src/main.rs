@@ -80,8 +80,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref())?;
             println!(
-                "configuration ok (listen {}, llm {:?})",
-                config.server.listen, config.llm.provider
+                "configuration ok (listen {}, llm {:?}, store {})",
+                config.server.listen,
+                config.llm.provider,
+                config.store_url().split(':').next().unwrap_or("sqlite")
             );
             Ok(())
         }

@@ -11,6 +11,7 @@ mod close;
 mod error;
 mod ids;
 mod parse;
+mod persist;
 mod schema;
 mod server;
 
@@ -19,6 +20,7 @@ pub use close::CloseCode;
 pub use error::ErrorCode;
 pub use ids::{ChatId, EmbedId, IdError, MessageId, SkillTaskId, TaskId};
 pub use parse::{ParseError, parse_client_message};
+pub use persist::*;
 pub use schema::schemas;
 pub use server::*;
 
