@@ -15,6 +15,7 @@ mod history;
 mod http_surface;
 mod redis_cache;
 mod shutdown;
+mod store_contract;
 mod turns;
 mod vault;
 mod ws_basics;
