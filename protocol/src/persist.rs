@@ -132,6 +132,25 @@ pub struct UpdatePostProcessingMetadata {
     pub title_v: Option<u64>,
 }
 
+impl UpdatePostProcessingMetadata {
+    /// A payload for `chat_id` with no field set.
+    pub fn new(chat_id: ChatId) -> Self {
+        Self {
+            chat_id,
+            encrypted_follow_up_suggestions: None,
+            encrypted_new_chat_suggestions: Vec::new(),
+            encrypted_chat_summary: None,
+            encrypted_chat_tags: None,
+            encrypted_top_recommended_apps_for_chat: None,
+            encrypted_quick_tip_slugs: None,
+            encrypted_title: None,
+            encrypted_share_cta_text: None,
+            encrypted_chat_key: None,
+            title_v: None,
+        }
+    }
+}
+
 /// `update_title`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UpdateTitle {
