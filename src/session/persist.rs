@@ -79,6 +79,23 @@ impl Session {
         self.reply(ServerMessage::Error(p));
     }
 
+    /// Checks the permanent store before a chat is claimed in memory (after a restart the
+    /// store is the only record of who owns it). Answers the error frame itself and fails
+    /// closed when the store is down.
+    pub(super) async fn stored_chat_allowed(
+        &self,
+        chat: &ChatId,
+        message: Option<&MessageId>,
+    ) -> bool {
+        match self.app.store.authorize(&self.device.user, chat).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.store_failed(e, Some(chat), message);
+                false
+            }
+        }
+    }
+
     /// The in-memory registry's view (chats claimed by a turn but not stored yet).
     fn owns_in_memory(&self, chat: &ChatId) -> bool {
         self.app.chats.authorize(&self.device.user, chat).is_ok()
