@@ -41,3 +41,16 @@ fn secrets_are_redacted_in_debug() {
     c.llm.api_key = Some(SecretString::from("sk-very-secret"));
     assert!(!format!("{c:?}").contains("sk-very-secret"));
 }
+
+#[test]
+fn store_url_defaults_to_sqlite_in_the_data_dir_and_is_validated() {
+    let mut c = Config::defaults().unwrap();
+    assert_eq!(c.store.url, "");
+    assert_eq!(c.store_url(), "sqlite://./data/chatd.db");
+    c.store.url = "postgres://chatd@db/chatd".into();
+    c.validate().unwrap();
+    assert_eq!(c.store_url(), "postgres://chatd@db/chatd");
+    c.store.url = "mysql://nope".into();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("store.url"), "{err}");
+}
