@@ -191,7 +191,8 @@ pub async fn run(
     let addr = app.local_addr()?;
     let state = app.state().clone();
     let shutdown = tokio_util::sync::CancellationToken::new();
-    let server = tokio::spawn(app.run_until_stopped(shutdown.clone()));
+    let mut server = tokio::task::JoinSet::new();
+    server.spawn(app.run_until_stopped(shutdown.clone()));
 
     let user = UserId::parse("bench-user")?;
     let t = Instant::now();
@@ -244,7 +245,7 @@ pub async fn run(
     );
 
     shutdown.cancel();
-    let _ = server.await;
+    let _ = server.join_all().await;
     let _ = std::fs::remove_dir_all(&dir);
     Ok(())
 }
