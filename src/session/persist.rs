@@ -160,6 +160,8 @@ impl Session {
                 Ok(added) => {
                     details.versions = added.versions;
                     if added.is_new {
+                        self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                            .await;
                         stored_message = Some(message);
                     }
                 }
@@ -216,6 +218,8 @@ impl Session {
                     },
                 ));
                 if added.is_new {
+                    self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                        .await;
                     let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
                         chat_id: chat.clone(),
                         message,
