@@ -117,6 +117,24 @@ impl Session {
         if !self.owns_in_memory(chat) {
             return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
         }
+        if m.encrypted_title.is_some()
+            && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
+        {
+            // A chat's first title comes with its icon and category (later titles alone).
+            match self.app.store.chat(user, chat).await {
+                Ok(Some(stored)) if stored.encrypted_title.is_some() => {}
+                Ok(_) => {
+                    let mut p = ErrorPayload::new(
+                        ErrorCode::IncompleteChatMetadata,
+                        "a chat's first encrypted_title needs encrypted_icon and encrypted_chat_category",
+                    );
+                    p.chat_id = Some(chat.clone());
+                    p.message_id = m.message_id.clone();
+                    return self.reply(ServerMessage::Error(p));
+                }
+                Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
+            }
+        }
         let created_at = m.created_at.unwrap_or_else(now);
         let patch = ChatPatch {
             encrypted_title: m.encrypted_title.clone(),

@@ -312,6 +312,33 @@ async fn a_different_chat_key_is_refused_unless_rotation_is_allowed() {
 }
 
 #[tokio::test]
+async fn a_first_title_without_icon_or_category_is_incomplete() {
+    let app = spawn_app(|_| {}).await;
+    let mut a = app.connect("alice").await;
+    let mut bare = metadata("chat-i", "m-1", "enc-1", "key-1");
+    if let ClientMessage::EncryptedChatMetadata(m) = &mut bare {
+        m.encrypted_icon = None;
+    }
+    a.send(&bare).await;
+    assert_eq!(
+        expect_error(&mut a).await,
+        ErrorCode::IncompleteChatMetadata
+    );
+    assert!(
+        app.state
+            .store
+            .chat(&uid("alice"), &chat_id("chat-i"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Complete, then a later title alone is fine.
+    store_chat(&mut a, "chat-i").await;
+    a.send(&bare).await;
+    expect(&mut a, "encrypted_metadata_stored").await;
+}
+
+#[tokio::test]
 async fn embeds_are_versioned_relayed_and_served_back_encrypted() {
     let app = spawn_app(|_| {}).await;
     let mut a = app.connect("alice").await;
