@@ -227,6 +227,11 @@ impl Session {
         }
         match self.app.store.add_message(user, chat, &message).await {
             Ok(added) => {
+                // The cache is current before the sender hears "stored".
+                if added.is_new {
+                    self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                        .await;
+                }
                 self.reply(ServerMessage::AiResponseStorageConfirmed(
                     AiResponseStorageConfirmed {
                         chat_id: chat.clone(),
@@ -236,8 +241,6 @@ impl Session {
                     },
                 ));
                 if added.is_new {
-                    self.refresh_sync_cache(chat, &message, added.versions.messages_v)
-                        .await;
                     let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
                         chat_id: chat.clone(),
                         message,
