@@ -92,6 +92,8 @@ pub enum BuildError {
     Keys(#[from] KeyError),
     #[error("instructions: {0}")]
     Instructions(#[from] InstructionsError),
+    #[error(transparent)]
+    Secrets(#[from] crate::llm::secrets::SecretError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -102,6 +104,25 @@ pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheErro
         CacheBackendKind::Memory => Arc::new(MemoryBackend::new(c.memory_max_entries)),
         CacheBackendKind::Redis => Arc::new(RedisBackend::new(&c.redis_url, c.timeout)?),
     })
+}
+
+/// The Vault/OpenBao token: `keys.vault_token`, or the contents of `keys.vault_token_file`.
+pub fn vault_token(k: &crate::config::KeysConfig) -> Result<zeroize::Zeroizing<String>, KeyError> {
+    use secrecy::ExposeSecret;
+    match (&k.vault_token, &k.vault_token_file) {
+        (Some(t), _) => Ok(zeroize::Zeroizing::new(t.expose_secret().to_string())),
+        (None, Some(path)) => Ok(zeroize::Zeroizing::new(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    KeyError::Unavailable(format!("keys.vault_token_file {}: {e}", path.display()))
+                })?
+                .trim()
+                .to_string(),
+        )),
+        (None, None) => Err(KeyError::Unavailable(
+            "keys.vault_token or keys.vault_token_file is required".into(),
+        )),
+    }
 }
 
 /// The configured key provider.
@@ -116,26 +137,7 @@ pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
             Arc::new(LocalKeyProvider::load(&path)?)
         }
         KeyProviderKind::Vault => {
-            use secrecy::ExposeSecret;
-            let token = match (&k.vault_token, &k.vault_token_file) {
-                (Some(t), _) => zeroize::Zeroizing::new(t.expose_secret().to_string()),
-                (None, Some(path)) => zeroize::Zeroizing::new(
-                    std::fs::read_to_string(path)
-                        .map_err(|e| {
-                            KeyError::Unavailable(format!(
-                                "keys.vault_token_file {}: {e}",
-                                path.display()
-                            ))
-                        })?
-                        .trim()
-                        .to_string(),
-                ),
-                (None, None) => {
-                    return Err(KeyError::Unavailable(
-                        "keys.vault_token or keys.vault_token_file is required".into(),
-                    ));
-                }
-            };
+            let token = vault_token(k)?;
             Arc::new(VaultKeyProvider::new(
                 &k.vault_addr,
                 &token,
@@ -152,7 +154,8 @@ pub struct App {
 }
 
 impl App {
-    pub async fn build(config: Config) -> Result<App, BuildError> {
+    pub async fn build(mut config: Config) -> Result<App, BuildError> {
+        crate::llm::secrets::resolve(&mut config).await?;
         let keys = TokenKeys::load(&config)?;
         let llm = llm::from_config(&config.llm)?;
         Self::build_with_llm(config, keys, llm).await

@@ -76,6 +76,9 @@ pub struct LlmConfig {
     pub base_url: String,
     #[serde(default)]
     pub api_key: Option<SecretString>,
+    /// `MOUNT/PATH#FIELD` of a Vault/OpenBao KV v2 secret holding the API key (read at start-up).
+    #[serde(default)]
+    pub api_key_vault: Option<String>,
     pub model: String,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -105,6 +108,12 @@ pub struct ModelEntry {
     pub base_url: Option<String>,
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// `MOUNT/PATH#FIELD` of a Vault/OpenBao KV v2 secret holding the API key.
+    #[serde(default)]
+    pub api_key_vault: Option<String>,
+    /// Filled at start-up from `api_key_vault` (never from the file).
+    #[serde(skip)]
+    pub api_key: Option<SecretString>,
     pub context_window: u32,
     #[serde(default)]
     pub capabilities: Vec<Capability>,
@@ -274,6 +283,9 @@ impl Config {
         if self.llm.model.trim().is_empty() {
             return invalid("llm.model", "must not be empty");
         }
+        if let Some(r) = &self.llm.api_key_vault {
+            self.check_vault_ref("llm.api_key_vault", r)?;
+        }
         let c = &self.cache;
         if c.backend == CacheBackendKind::Redis
             && !(c.redis_url.starts_with("redis://")
@@ -351,6 +363,22 @@ impl Config {
         Ok(())
     }
 
+    /// A `MOUNT/PATH#FIELD` reference needs Vault access (`keys.vault_addr` and a token).
+    fn check_vault_ref(&self, key: &'static str, reference: &str) -> Result<(), ConfigError> {
+        if let Err(reason) = crate::llm::secrets::KvRef::parse(reference) {
+            return Err(ConfigError::Invalid { key, reason });
+        }
+        if self.keys.vault_token.is_none() && self.keys.vault_token_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key,
+                reason:
+                    "reading an API key from Vault needs keys.vault_token or keys.vault_token_file"
+                        .into(),
+            });
+        }
+        Ok(())
+    }
+
     fn validate_models(&self) -> Result<(), ConfigError> {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         let m = &self.models;
@@ -387,6 +415,9 @@ impl Config {
                         entry.id
                     ),
                 );
+            }
+            if let Some(r) = &entry.api_key_vault {
+                self.check_vault_ref("models.catalog", r)?;
             }
             if let Some(var) = &entry.api_key_env
                 && std::env::var_os(var).is_none()

@@ -79,9 +79,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         }
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref())?;
+            let instructions = chatd::pipeline::instructions::Instructions::load(&config.pipeline)?;
             println!(
-                "configuration ok (listen {}, llm {:?})",
-                config.server.listen, config.llm.provider
+                "configuration ok (listen {}, llm {:?}, {} models, {} mates, {} focus modes)",
+                config.server.listen,
+                config.llm.provider,
+                config.models.catalog.len().max(1),
+                instructions.mates.len(),
+                instructions.focus_modes.len()
             );
             Ok(())
         }

@@ -114,6 +114,8 @@ struct Shared {
     stage_requests: Mutex<HashMap<String, Vec<Value>>>,
     stage_queues: Mutex<HashMap<String, VecDeque<Reply>>>,
     stage_responder: Mutex<Option<StageResponder>>,
+    /// The `Authorization` header of every request, in arrival order.
+    authorizations: Mutex<Vec<Option<String>>>,
     request_seen: Notify,
     queue: Mutex<VecDeque<Reply>>,
     default: Mutex<Reply>,
@@ -147,6 +149,7 @@ impl FakeLlm {
             stage_requests: Mutex::new(HashMap::new()),
             stage_queues: Mutex::new(HashMap::new()),
             stage_responder: Mutex::new(None),
+            authorizations: Mutex::new(Vec::new()),
             request_seen: Notify::new(),
             queue: Mutex::new(VecDeque::new()),
             default: Mutex::new(Reply::Text {
@@ -219,6 +222,11 @@ impl FakeLlm {
         f: impl Fn(&str, &Value) -> Option<Reply> + Send + Sync + 'static,
     ) {
         *lock(&self.shared.stage_responder) = Some(Box::new(f));
+    }
+
+    /// The `Authorization` header of every request (stage and main), in arrival order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        lock(&self.shared.authorizations).clone()
     }
 
     /// Request bodies that forced function `name`, in order.
@@ -298,8 +306,18 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    lock(&shared.authorizations).push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    );
     let reply = match forced_function(&request) {
         Some(name) => {
             let queued = lock(&shared.stage_responder)
