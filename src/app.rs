@@ -24,10 +24,10 @@ use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
 use crate::pipeline::models::Models;
-use crate::pipeline::tools::{BuiltinTools, ToolRunner};
 use crate::session::hub::Hub;
 use crate::session::quota;
 use crate::session::turns::Turns;
+use crate::skills::{Skills, SkillsError};
 
 /// Owners of every spawned task, in two groups shut down in order: turns first (so their
 /// final frames still reach open sockets), then connections.
@@ -53,8 +53,8 @@ pub struct AppState {
     pub instructions: Arc<Instructions>,
     /// The model catalog and each stage's default model.
     pub models: Models,
-    /// The tools the main model may call.
-    pub tools: Arc<dyn ToolRunner>,
+    /// The skills the main model may call (the pipeline's tool runner).
+    pub skills: Arc<Skills>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
@@ -94,6 +94,8 @@ pub enum BuildError {
     Instructions(#[from] InstructionsError),
     #[error(transparent)]
     Secrets(#[from] crate::llm::secrets::SecretError),
+    #[error(transparent)]
+    Skills(#[from] SkillsError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -188,19 +190,26 @@ impl App {
                 max_chats: config.cache.ai_max_chats,
             },
         );
+        let hub = Arc::new(Hub::default());
+        let skills = Arc::new(Skills::load(
+            &config.skills,
+            hub.clone(),
+            ai_cache.clone(),
+            models.preprocessing(),
+        )?);
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
         let state = Arc::new(AppState {
             keys,
             metrics: Arc::new(Metrics::new()),
-            hub: Arc::new(Hub::default()),
+            hub,
             chats: Chats::default(),
             turns: Turns::default(),
             ai_cache,
             history_requests: HistoryRequests::default(),
             instructions,
             models,
-            tools: BuiltinTools::new(),
+            skills,
             user_limiter,
             tasks: Tasks {
                 turns: TaskTracker::new(),

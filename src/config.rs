@@ -12,6 +12,9 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, compiled into the binary.
+mod skills;
+pub use skills::{SkillsConfig, WebSearchConfig};
+
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 #[derive(Debug, Clone, Deserialize)]
@@ -25,6 +28,7 @@ pub struct Config {
     pub keys: KeysConfig,
     pub models: ModelsConfig,
     pub pipeline: PipelineConfig,
+    pub skills: SkillsConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -335,6 +339,7 @@ impl Config {
             return invalid("llm.context_window", "must be at least 1024 tokens");
         }
         self.validate_models()?;
+        self.skills.validate()?;
         let p = &self.pipeline;
         if !(1..=10).contains(&p.harm_threshold) || !(1..=10).contains(&p.misuse_threshold) {
             return invalid(

@@ -18,6 +18,8 @@ pub enum ClientMessage {
     ChatMessageAdded(Box<ChatMessageAdded>),
     /// Stops a running AI task; answered with `ai_task_cancel_requested`.
     CancelAiTask(CancelAiTask),
+    /// Stops one running skill; answered with `skill_cancel_requested`.
+    CancelSkill(crate::CancelSkill),
 }
 
 impl ClientMessage {
@@ -27,6 +29,7 @@ impl ClientMessage {
         "set_active_chat",
         "chat_message_added",
         "cancel_ai_task",
+        "cancel_skill",
     ];
 
     /// The wire name of this message's type.
@@ -36,6 +39,7 @@ impl ClientMessage {
             ClientMessage::SetActiveChat(_) => "set_active_chat",
             ClientMessage::ChatMessageAdded(_) => "chat_message_added",
             ClientMessage::CancelAiTask(_) => "cancel_ai_task",
+            ClientMessage::CancelSkill(_) => "cancel_skill",
         }
     }
 }

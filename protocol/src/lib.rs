@@ -13,6 +13,7 @@ mod ids;
 mod parse;
 mod schema;
 mod server;
+mod skills;
 
 pub use client::*;
 pub use close::CloseCode;
@@ -21,6 +22,7 @@ pub use ids::{ChatId, EmbedId, IdError, MessageId, SkillTaskId, TaskId};
 pub use parse::{ParseError, parse_client_message};
 pub use schema::schemas;
 pub use server::*;
+pub use skills::*;
 
 /// An empty payload object (`{}`), for messages that carry no fields.
 #[derive(

@@ -35,6 +35,12 @@ pub enum ServerMessage {
     PreprocessingStep(PreprocessingStep),
     /// Suggestions, summary and tags computed after the answer; to every device.
     PostProcessingCompleted(PostProcessingCompleted),
+    /// A skill's embed (placeholder, parent or child result); to every device.
+    SendEmbedData(crate::SendEmbedData),
+    /// A skill invocation changed state; to every device.
+    SkillExecutionStatus(crate::SkillExecutionStatus),
+    /// Answer to `cancel_skill`.
+    SkillCancelRequested(crate::SkillCancelRequested),
     /// Something went wrong; the connection stays usable.
     Error(ErrorPayload),
 }
@@ -55,6 +61,9 @@ impl ServerMessage {
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
+        "send_embed_data",
+        "skill_execution_status",
+        "skill_cancel_requested",
         "error",
     ];
 
@@ -74,6 +83,9 @@ impl ServerMessage {
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
+            ServerMessage::SendEmbedData(_) => "send_embed_data",
+            ServerMessage::SkillExecutionStatus(_) => "skill_execution_status",
+            ServerMessage::SkillCancelRequested(_) => "skill_cancel_requested",
             ServerMessage::Error(_) => "error",
         }
     }

@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use tokio_util::sync::CancellationToken;
 
 use super::chunker::ParagraphChunker;
@@ -105,7 +105,7 @@ impl AnswerStream<'_> {
                 _ = self.cancel.cancelled() => {
                     return self.outcome(&p, Some(self.cancel_reason.reason()), None);
                 }
-                r = self.run_tools(runner, &offered, &calls) => r,
+                r = self.run_tools(runner, &offered, &calls, &mut p) => r,
             };
             p.tool_rounds += 1;
             request.messages.push(LlmMessage::Assistant {
@@ -123,27 +123,31 @@ impl AnswerStream<'_> {
     }
 
     /// Runs a round's calls concurrently; a tool that was not offered is refused, not run.
+    /// Each call's embed reference is streamed before the calls run.
     async fn run_tools(
         &self,
         runner: &dyn ToolRunner,
         offered: &[String],
         calls: &[ToolCall],
+        p: &mut Progress,
     ) -> Vec<String> {
-        let runs = calls.iter().map(|call| {
+        let mut runs = Vec::with_capacity(calls.len());
+        for call in calls {
             let name = normalize_tool_name(&call.name);
-            let allowed = offered.contains(&name);
+            if !offered.contains(&name) {
+                tracing::warn!(tool = %name, "model called a tool it was not offered");
+                let refusal = tools::refused(&name);
+                runs.push(Box::pin(async move { refusal }) as BoxFuture<'static, String>);
+                continue;
+            }
             let mut call = call.clone();
             call.name = name;
-            let cancel = self.cancel.child_token();
-            async move {
-                if allowed {
-                    runner.run(call, cancel).await
-                } else {
-                    tracing::warn!(tool = %call.name, "model called a tool it was not offered");
-                    tools::refused(&call.name)
-                }
+            let prepared = runner.prepare(call, self.ctx, self.cancel.child_token());
+            if let Some(reference) = prepared.reference {
+                self.push_text(p, &reference);
             }
-        });
+            runs.push(prepared.run);
+        }
         join_all(runs).await
     }
 

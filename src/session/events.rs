@@ -4,7 +4,7 @@
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
-    PostProcessingCompleted, PreprocessingStep, ServerMessage,
+    PostProcessingCompleted, PreprocessingStep, SendEmbedData, ServerMessage, SkillExecutionStatus,
 };
 
 use super::hub::{Audience, Hub};
@@ -47,6 +47,42 @@ impl TurnSink for Hub {
                     chat_tags: p.chat_tags,
                     harmful_response: p.harmful_response,
                     updated_chat_title: p.updated_chat_title,
+                });
+                self.send(&ctx.user, Audience::All, &msg);
+            }
+            TurnEvent::Skill(e) => {
+                let msg = ServerMessage::SkillExecutionStatus(SkillExecutionStatus {
+                    chat_id: ctx.chat_id.clone(),
+                    message_id: ctx.assistant_message_id(),
+                    task_id: ctx.task_id.clone(),
+                    skill_task_id: e.skill_task_id,
+                    app_id: e.app_id,
+                    skill_id: e.skill_id,
+                    status: e.status,
+                    preview_data: e.preview,
+                    error: e.error,
+                });
+                self.send(&ctx.user, Audience::All, &msg);
+            }
+            TurnEvent::Embed(e) => {
+                let msg = ServerMessage::SendEmbedData(SendEmbedData {
+                    text_length_chars: e.content.chars().count() as u64,
+                    embed_id: e.embed_id,
+                    embed_type: e.embed_type,
+                    content: e.content,
+                    status: e.status,
+                    chat_id: ctx.chat_id.clone(),
+                    message_id: ctx.assistant_message_id(),
+                    task_id: Some(ctx.task_id.clone()),
+                    skill_task_id: e.skill_task_id,
+                    app_id: Some(e.app_id),
+                    skill_id: Some(e.skill_id),
+                    embed_ids: e.embed_ids,
+                    parent_embed_id: e.parent_embed_id,
+                    content_hash: e.content_hash,
+                    version_number: e.version_number,
+                    encryption_mode: "client".into(),
+                    injection_flagged: e.injection_flagged,
                 });
                 self.send(&ctx.user, Audience::All, &msg);
             }

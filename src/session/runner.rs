@@ -27,6 +27,7 @@ use crate::pipeline::function_call::StageError;
 use crate::pipeline::instructions::Instructions;
 use crate::pipeline::models::Model;
 use crate::pipeline::preprocess::{self, Preprocessed, step_data};
+use crate::pipeline::tools::ToolRunner;
 use crate::pipeline::{
     HistoryRole, Interruption, StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing,
     context, postprocess, tokens,
@@ -117,7 +118,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             .is_some_and(|i| i.prior_messages == 0)
         && history.len() <= new_messages;
 
-    let tools = app.tools.as_ref();
+    let tools: &dyn ToolRunner = app.skills.as_ref();
     let pre = {
         let stage = preprocess::Stage {
             instructions: &app.instructions,

@@ -521,7 +521,18 @@ async fn the_tool_loop_runs_two_rounds_then_answers() {
     ws.send(&user_message("chat-tools", "m1", "search the docs"))
         .await;
     let (_, last) = collect_answer(&mut ws).await;
-    assert_eq!(last.full_content_so_far, "Here is what the docs say.");
+    // Each executed call's embed reference is streamed where it happened, then the answer.
+    assert!(
+        last.full_content_so_far
+            .ends_with("Here is what the docs say.")
+    );
+    assert_eq!(
+        last.full_content_so_far
+            .matches("\"type\":\"app_skill_use\"")
+            .count(),
+        2,
+        "one reference per executed call (the refused one has none)"
+    );
 
     let main = fake.requests();
     assert_eq!(main.len(), 3);
@@ -574,7 +585,11 @@ async fn the_tool_loop_stops_after_five_rounds_and_forces_an_answer() {
     ws.send(&user_message("chat-cap", "m1", "search forever"))
         .await;
     let (_, last) = collect_answer(&mut ws).await;
-    assert_eq!(last.full_content_so_far, "Final answer without tools.");
+    assert!(
+        last.full_content_so_far
+            .ends_with("Final answer without tools.")
+    );
+    assert_eq!(last.full_content_so_far.matches("app_skill_use").count(), 4);
     let main = fake.requests();
     assert_eq!(main.len(), 5, "pipeline.max_tool_rounds = 5");
     for r in &main[..4] {
