@@ -16,6 +16,7 @@ mod http_surface;
 mod pipeline;
 mod redis_cache;
 mod shutdown;
+mod skills;
 mod turns;
 mod vault;
 mod ws_basics;

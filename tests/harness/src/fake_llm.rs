@@ -97,6 +97,11 @@ impl Gate {
         }
     }
 
+    /// Marks the gate reached and waits until it is released (for other fake servers).
+    pub async fn hold(&self) {
+        self.wait_released().await;
+    }
+
     async fn wait_released(&self) {
         self.reached.send_replace(true);
         let mut rx = self.released.subscribe();

@@ -3,6 +3,7 @@
 //! - [`openbao::OpenBao`]: `bao server -dev` with transit enabled
 //! - [`blackhole::Blackhole`]: accepts TCP and never answers
 //! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
+//! - [`fake_skill::FakeSkill`]: remote skills, web pages and a search API, scripted
 //! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
 //!
 //! A missing binary is an error with an install hint, never a skipped test.
@@ -13,6 +14,7 @@
 
 pub mod blackhole;
 pub mod fake_llm;
+pub mod fake_skill;
 pub mod openbao;
 pub mod process;
 pub mod redis;
