@@ -191,11 +191,13 @@ impl App {
             },
         );
         let hub = Arc::new(Hub::default());
+        let turn_tasks = TaskTracker::new();
         let skills = Arc::new(Skills::load(
             &config.skills,
             hub.clone(),
             ai_cache.clone(),
             models.preprocessing(),
+            turn_tasks.clone(),
         )?);
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
@@ -212,7 +214,7 @@ impl App {
             skills,
             user_limiter,
             tasks: Tasks {
-                turns: TaskTracker::new(),
+                turns: turn_tasks,
                 turns_shutdown: CancellationToken::new(),
                 connections: TaskTracker::new(),
                 connections_shutdown: CancellationToken::new(),

@@ -59,6 +59,8 @@ pub struct Deps {
     pub cache: AiCache,
     pub detector: Detector,
     pub cancels: SkillCancels,
+    /// Owns skill work (also calls that outlive their turn); drained at shutdown.
+    pub tasks: tokio_util::task::TaskTracker,
 }
 
 /// Running skill invocations: who owns each and how to stop it.
@@ -121,6 +123,7 @@ impl Skills {
         sink: Arc<dyn TurnSink>,
         cache: AiCache,
         detector_model: Model,
+        tasks: tokio_util::task::TaskTracker,
     ) -> Result<Skills, SkillsError> {
         let apps = manifest::load(&config.apps_dir)?;
         let prompt =
@@ -142,6 +145,7 @@ impl Skills {
                     config: config.clone(),
                 },
                 cancels: SkillCancels::default(),
+                tasks,
             }),
         })
     }
@@ -278,6 +282,7 @@ impl ToolRunner for Skills {
             embed_id: EmbedId::random(),
             requests,
             cancel,
+            long_wait: std::sync::Mutex::new(None),
         };
         self.deps.cancels.start(
             invocation.skill_task_id.clone(),

@@ -11,7 +11,7 @@ use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
 use futures_util::future::join_all;
 use serde_json::{Map, Value, json};
 use sha2::{Digest, Sha256};
-use tokio::sync::Semaphore;
+use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::contract::{self, Split};
@@ -102,6 +102,8 @@ pub struct Invocation {
     pub embed_id: EmbedId,
     pub requests: Vec<Request>,
     pub cancel: CancellationToken,
+    /// Fired (once) when a rate-limit wait exceeds `skills.long_wait`.
+    pub long_wait: std::sync::Mutex<Option<oneshot::Sender<Duration>>>,
 }
 
 impl Invocation {
@@ -210,16 +212,110 @@ impl Invocation {
         );
     }
 
-    /// Runs the call; returns the model's tool message.
+    /// Runs the call; returns the model's tool message. When a rate limit makes a request
+    /// wait longer than `skills.long_wait`, the model is told the results will follow and
+    /// the call goes on in the background; its results then arrive as an automatic
+    /// follow-up assistant message.
     pub async fn run(self) -> String {
         // The placeholder was sent when the call was prepared; now it is cached too.
         self.store(&self.placeholder()).await;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut slot) = self.long_wait.lock() {
+            *slot = Some(tx);
+        }
+        let this = Arc::new(self);
+        let mut worker = {
+            let inner = this.clone();
+            this.deps.tasks.spawn(async move { inner.complete().await })
+        };
+        let wait = tokio::select! {
+            done = &mut worker => {
+                return done.unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "skill task failed");
+                    toon(&json!({"status": "error", "error": "the skill failed inside chatd"}))
+                });
+            }
+            Ok(wait) = rx => wait,
+        };
+        let follow = this.clone();
+        this.deps.tasks.spawn(async move {
+            if let Ok(message) = worker.await {
+                follow.follow_up(&message).await;
+            }
+        });
+        toon(&json!({
+            "status": "pending",
+            "message": format!(
+                "The {} provider is rate-limited for about {} s. Tell the user the results will follow in a separate message; do not invent them.",
+                this.skill.full_id, wait.as_secs().max(1)
+            ),
+            "app_id": this.skill.app_id,
+            "skill_id": this.skill.skill_id,
+        }))
+    }
+
+    async fn complete(&self) -> String {
         let ended = self.run_requests().await;
         self.deps.cancels.finish(&self.skill_task_id);
         if self.cancelled().await || ended.iter().any(|e| matches!(e, Ended::Cancelled)) {
             return self.cancelled_result().await;
         }
         self.finish(ended).await
+    }
+
+    /// The automatic follow-up assistant message for results that came after the turn:
+    /// streamed like an answer (to every device of the user) and cached for the next turn.
+    async fn follow_up(&self, model_message: &str) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let summary = toon_format::decode_default::<Value>(model_message)
+            .ok()
+            .and_then(|v| v["summary"].as_str().map(str::to_string));
+        let text = format!(
+            "Done, here are the results of {}.\n\n{}{}",
+            self.skill.full_id,
+            self.reference(),
+            summary.unwrap_or_default()
+        );
+        let ctx = TurnContext {
+            task_id: chatd_protocol::TaskId::random(),
+            ..self.ctx.clone()
+        };
+        let text: Arc<str> = Arc::from(text.trim_end());
+        self.deps
+            .sink
+            .emit(&ctx, TurnEvent::Typing(crate::pipeline::Typing::default()));
+        self.deps.sink.emit(
+            &ctx,
+            TurnEvent::Chunk {
+                text: text.clone(),
+                sequence: 1,
+            },
+        );
+        let owner = UserHash::of(&ctx.user);
+        let entry = crate::cache::ai::CachedMessage {
+            message_id: ctx.assistant_message_id(),
+            role: chatd_protocol::Role::Assistant,
+            content: text.to_string(),
+            created_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+            category: ctx.category.clone(),
+            model_name: Some(ctx.model_name.clone()),
+            token_count: crate::pipeline::tokens::count(&text),
+        };
+        if let Err(e) = self.deps.cache.append(&owner, &ctx.chat_id, &[entry]).await {
+            tracing::warn!(error = %e, "could not cache the follow-up message");
+        }
+        self.deps.sink.emit(
+            &ctx,
+            TurnEvent::Finished(crate::pipeline::TurnOutcome {
+                text,
+                sequence: 2,
+                ..Default::default()
+            }),
+        );
     }
 
     async fn run_requests(&self) -> Vec<Ended> {
@@ -306,8 +402,14 @@ impl Invocation {
         }
     }
 
-    /// Waits out a rate limit (the user sees `waiting`); `Some` ends the request.
+    /// Waits out a rate limit (the user sees `waiting`); `Some` ends the request. A wait over
+    /// `skills.long_wait` releases the answer (see [`Invocation::run`]).
     async fn wait(&self, wait: Duration, waited: &mut Duration) -> Option<Ended> {
+        if wait > self.deps.config.long_wait
+            && let Some(tx) = self.long_wait.lock().ok().and_then(|mut s| s.take())
+        {
+            let _ = tx.send(wait);
+        }
         *waited += wait;
         if *waited > self.deps.config.max_rate_limit_wait {
             return Some(Ended::Failed(format!(

@@ -62,6 +62,10 @@ struct Setup {
 }
 
 async fn setup() -> Setup {
+    setup_with(|_| {}).await
+}
+
+async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
     let fake = FakeLlm::start().await.unwrap();
     let skill = FakeSkill::start().await.unwrap();
     let apps = manifests(&skill);
@@ -75,6 +79,7 @@ async fn setup() -> Setup {
         c.skills.timeout = Duration::from_secs(5);
         c.skills.web_search.base_url = base;
         c.skills.web_search.api_key = Some("brave-key".to_string().into());
+        edit(c);
     })
     .await;
     Setup {
@@ -756,4 +761,59 @@ skills:
         .output()
         .unwrap();
     assert!(ok.status.success());
+}
+
+#[tokio::test]
+async fn a_long_rate_limit_finishes_the_turn_and_the_results_follow_as_a_message() {
+    let s = setup_with(|c| c.skills.long_wait = Duration::from_millis(100)).await;
+    offer(&s.fake, &["demo-find"]);
+    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
+    let f = first.clone();
+    s.skill.respond(move |_| {
+        if f.swap(false, std::sync::atomic::Ordering::SeqCst) {
+            SkillReply::Status {
+                status: 429,
+                retry_after: Some(1),
+            }
+        } else {
+            SkillReply::Json(json!({"results": [{"rank": 3, "url": "https://late.example/"}]}))
+        }
+    });
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "later"}]),
+    )]));
+    s.fake.push(text("The results will follow."));
+    let mut ws = s.app.connect_showing("alice", "chat-late").await;
+    ws.send(&user_message("chat-late", "m1", "find it")).await;
+    let (_, answer) = collect_answer(&mut ws).await;
+    assert!(
+        answer
+            .full_content_so_far
+            .ends_with("The results will follow.")
+    );
+    let told = tool_result(&s.fake.requests()[1], "c1");
+    assert_eq!(told["status"], "pending");
+    let (_, follow_up) = collect_answer(&mut ws).await;
+    assert_ne!(follow_up.task_id, answer.task_id);
+    assert!(
+        follow_up
+            .full_content_so_far
+            .starts_with("Done, here are the results of demo-find."),
+        "{}",
+        follow_up.full_content_so_far
+    );
+    assert!(follow_up.full_content_so_far.contains("1 things"));
+    assert_eq!(s.skill.seen().len(), 2);
+    // The follow-up is part of the chat's history for the next turn.
+    s.fake.push(text("ok"));
+    ws.send(&user_message("chat-late", "m2", "thanks")).await;
+    collect_answer(&mut ws).await;
+    let history = crate::support::conversation(s.fake.requests().last().unwrap());
+    assert!(
+        history
+            .iter()
+            .any(|(role, c)| role == "assistant" && c.starts_with("Done, here are the results"))
+    );
 }
