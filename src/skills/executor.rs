@@ -48,13 +48,32 @@ impl ExecError {
     }
 }
 
+/// What one request produced.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct Output {
+    pub results: Vec<Value>,
+    /// Follow-up requests the skill suggests to the user (shown in the embed).
+    pub suggestions: Vec<String>,
+    /// Extra guidance for the model (checked for prompt injection like any external text).
+    pub added_instructions: Option<String>,
+}
+
+impl From<Vec<Value>> for Output {
+    fn from(results: Vec<Value>) -> Self {
+        Output {
+            results,
+            ..Output::default()
+        }
+    }
+}
+
 /// One attempt of one request (`request` without its `id`).
 pub async fn execute(
     executor: &Executor,
     http: &reqwest::Client,
     config: &SkillsConfig,
     request: &Value,
-) -> Result<Vec<Value>, ExecError> {
+) -> Result<Output, ExecError> {
     match executor {
         Executor::Http { url, timeout } => {
             let deadline = timeout.unwrap_or(config.timeout);
@@ -73,9 +92,11 @@ pub async fn execute(
             )
         }
         Executor::Builtin(name) => match name.as_str() {
-            "docs-search" => Ok(super::docs::search(str_field(request, "query")?, 3)),
-            "web-search" => web_search(http, config, request).await,
-            "web-read" => super::web_read::read(config, str_field(request, "url")?).await,
+            "docs-search" => Ok(super::docs::search(str_field(request, "query")?, 3).into()),
+            "web-search" => web_search(http, config, request).await.map(Output::from),
+            "web-read" => super::web_read::read(config, str_field(request, "url")?)
+                .await
+                .map(Output::from),
             other => Err(ExecError::Invalid(format!("unknown built-in `{other}`"))),
         },
     }
@@ -119,15 +140,36 @@ pub fn checked(response: reqwest::Response) -> Result<reqwest::Response, ExecErr
     })
 }
 
-fn results_of(body: Value) -> Result<Vec<Value>, ExecError> {
+/// `{"results": [...], "suggestions_follow_up_requests"?: [...], "added_instructions"?: "..."}`
+/// (or a bare array of results).
+fn results_of(body: Value) -> Result<Output, ExecError> {
     match body {
-        Value::Array(items) => Ok(items),
-        Value::Object(mut map) => match map.remove("results") {
-            Some(Value::Array(items)) => Ok(items),
-            _ => Err(ExecError::Invalid(
-                "the skill's answer has no `results` array".into(),
-            )),
-        },
+        Value::Array(items) => Ok(items.into()),
+        Value::Object(mut map) => {
+            let Some(Value::Array(results)) = map.remove("results") else {
+                return Err(ExecError::Invalid(
+                    "the skill's answer has no `results` array".into(),
+                ));
+            };
+            let suggestions = match map.remove("suggestions_follow_up_requests") {
+                Some(Value::Array(s)) => s
+                    .into_iter()
+                    .filter_map(|v| v.as_str().map(str::to_string))
+                    .filter(|s| !s.trim().is_empty() && s.len() <= 300)
+                    .take(6)
+                    .collect(),
+                _ => Vec::new(),
+            };
+            let added_instructions = map
+                .remove("added_instructions")
+                .and_then(|v| v.as_str().map(str::to_string))
+                .filter(|s| !s.trim().is_empty());
+            Ok(Output {
+                results,
+                suggestions,
+                added_instructions,
+            })
+        }
         _ => Err(ExecError::Invalid("the skill's answer is not JSON".into())),
     }
 }

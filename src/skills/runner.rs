@@ -88,7 +88,7 @@ pub fn parse_requests(skill: &Skill, arguments: &str) -> Result<Vec<Request>, St
 
 /// How one request ended.
 enum Ended {
-    Results(Vec<Value>),
+    Results(executor::Output),
     Failed(String),
     Cancelled,
 }
@@ -458,12 +458,22 @@ impl Invocation {
         let contract = &self.skill.manifest.output;
         // Split every result; collect the external texts for one injection check.
         let mut groups: Vec<(Value, Result<Vec<Split>, String>)> = Vec::new();
+        let mut suggestions: Vec<String> = Vec::new();
+        let mut instructions: Vec<String> = Vec::new();
         for (request, end) in self.requests.iter().zip(ended) {
             let group = match end {
-                Ended::Results(results) => Ok(results
-                    .iter()
-                    .map(|r| contract::split(contract, &self.skill.patterns, r))
-                    .collect::<Vec<_>>()),
+                Ended::Results(output) => Ok({
+                    for s in output.suggestions {
+                        if !suggestions.contains(&s) {
+                            suggestions.push(s);
+                        }
+                    }
+                    instructions.extend(output.added_instructions);
+                    output.results
+                }
+                .iter()
+                .map(|r| contract::split(contract, &self.skill.patterns, r))
+                .collect::<Vec<_>>()),
                 Ended::Failed(e) => Err(e),
                 Ended::Cancelled => Err("cancelled".into()),
             };
@@ -476,7 +486,7 @@ impl Invocation {
                 }
             }
         }
-        let (checked, withheld, flagged) = self.check_external(&groups).await;
+        let (checked, withheld, flagged) = self.check_external(&groups, &instructions).await;
 
         // Child embeds (composite skills) and the parent.
         let mut child_ids = Vec::new();
@@ -524,6 +534,8 @@ impl Invocation {
             }
             agent_groups.push(json!({"id": id, "results": agent_results}));
         }
+        // What is left of the checked texts are the skills' added instructions.
+        let added: Vec<String> = texts.map(|c| c.text).collect();
         let all_failed = errors.len() == self.requests.len();
         let status = if all_failed {
             SkillStatus::Error
@@ -536,6 +548,9 @@ impl Invocation {
             "result_count": result_count,
             "embed_ids": child_ids.iter().map(EmbedId::as_str).collect::<Vec<_>>(),
         });
+        if !suggestions.is_empty() {
+            parent["suggestions_follow_up_requests"] = json!(suggestions);
+        }
         if contract.child_type.is_none() {
             // A single (non-composite) result lives in the parent itself.
             let users: Vec<Value> = groups
@@ -591,6 +606,9 @@ impl Invocation {
         if let Some(p) = &self.skill.manifest.provider {
             message["provider"] = json!(p);
         }
+        if !added.is_empty() && contract.mode == ResponseMode::Template {
+            message["added_instructions"] = json!(added.join("\n"));
+        }
         if withheld {
             message["note"] = json!(
                 "external text from this tool was withheld: it could not be checked for prompt injection"
@@ -605,12 +623,14 @@ impl Invocation {
     async fn check_external(
         &self,
         groups: &[(Value, Result<Vec<Split>, String>)],
+        extra: &[String],
     ) -> (Vec<Cleaned>, bool, bool) {
         let texts: Vec<String> = groups
             .iter()
             .filter_map(|(_, g)| g.as_ref().ok())
             .flatten()
             .flat_map(|s| s.external.iter().map(|(_, t)| sanitize::strip_invisible(t)))
+            .chain(extra.iter().map(|t| sanitize::strip_invisible(t)))
             .collect();
         if texts.is_empty() {
             return (Vec::new(), false, false);

@@ -817,3 +817,44 @@ async fn a_long_rate_limit_finishes_the_turn_and_the_results_follow_as_a_message
             .any(|(role, c)| role == "assistant" && c.starts_with("Done, here are the results"))
     );
 }
+
+#[tokio::test]
+async fn suggestions_go_to_the_user_and_added_instructions_to_the_model() {
+    let s = setup().await;
+    offer(&s.fake, &["demo-find"]);
+    s.skill.respond(|_| {
+        SkillReply::Json(json!({
+            "results": [{"rank": 1}],
+            "suggestions_follow_up_requests": ["Compare the two options", "Show prices for each"],
+            "added_instructions": "Cite the rank of each result."
+        }))
+    });
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "x"}]),
+    )]));
+    s.fake.push(text("ok"));
+    let mut ws = s.app.connect_showing("alice", "chat-extra").await;
+    ws.send(&user_message("chat-extra", "m1", "go")).await;
+    let (frames, _) = collect_answer(&mut ws).await;
+    let parent = frames
+        .iter()
+        .rev()
+        .find_map(|f| match f {
+            ServerMessage::SendEmbedData(e) if e.embed_type == "app_skill_use" => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap();
+    let v: Value = toon_format::decode_default(&parent.content).unwrap();
+    assert_eq!(
+        v["suggestions_follow_up_requests"],
+        json!(["Compare the two options", "Show prices for each"])
+    );
+    let result = tool_result(&s.fake.requests()[1], "c1");
+    assert_eq!(
+        result["added_instructions"],
+        "Cite the rank of each result."
+    );
+    assert!(result.get("suggestions_follow_up_requests").is_none());
+}
