@@ -28,6 +28,7 @@ use crate::session::hub::Hub;
 use crate::session::quota;
 use crate::session::turns::Turns;
 use crate::skills::{Skills, SkillsError};
+use crate::store::{Store, StoreError};
 
 /// Owners of every spawned task, in two groups shut down in order: turns first (so their
 /// final frames still reach open sockets), then connections.
@@ -58,19 +59,23 @@ pub struct AppState {
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
+    /// The permanent store of client-encrypted chats (`store.url`).
+    pub store: Arc<dyn Store>,
 }
 
 impl AppState {
     /// Each dependency's reachability, for `/readyz`.
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        let (cache, keys) = tokio::join!(
+        let (cache, keys, store) = tokio::join!(
             self.ai_cache.backend().ping(),
-            self.ai_cache.keyring().provider().check()
+            self.ai_cache.keyring().provider().check(),
+            self.store.ping()
         );
         vec![
             ("llm", Ok(())),
             ("cache", cache.map_err(|e| e.to_string())),
             ("keys", keys.map_err(|e| e.to_string())),
+            ("store", store.map_err(|e| e.to_string())),
         ]
     }
 }
@@ -96,6 +101,8 @@ pub enum BuildError {
     Secrets(#[from] crate::llm::secrets::SecretError),
     #[error(transparent)]
     Skills(#[from] SkillsError),
+    #[error("store: {0}")]
+    Store(#[from] StoreError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -199,6 +206,7 @@ impl App {
             models.preprocessing(),
             turn_tasks.clone(),
         )?);
+        let store = crate::store::open(&config.store_url()).await?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
         let state = Arc::new(AppState {
@@ -219,6 +227,7 @@ impl App {
                 connections: TaskTracker::new(),
                 connections_shutdown: CancellationToken::new(),
             },
+            store,
             config,
         });
         Ok(App { listener, state })

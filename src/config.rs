@@ -29,6 +29,7 @@ pub struct Config {
     pub models: ModelsConfig,
     pub pipeline: PipelineConfig,
     pub skills: SkillsConfig,
+    pub store: StoreConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -206,6 +207,27 @@ pub struct KeysConfig {
     pub local_master_key_file: Option<PathBuf>,
 }
 
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct StoreConfig {
+    /// `sqlite://PATH` or `postgres://...`; empty: `sqlite://<data_dir>/chatd.db`.
+    pub url: String,
+}
+
+impl Config {
+    /// The store URL with the default applied.
+    pub fn store_url(&self) -> String {
+        if self.store.url.trim().is_empty() {
+            format!(
+                "sqlite://{}",
+                self.server.data_dir.join("chatd.db").display()
+            )
+        } else {
+            self.store.url.trim().to_string()
+        }
+    }
+}
+
 /// A configuration problem, reported by `chatd check-config` and at start-up.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -340,6 +362,18 @@ impl Config {
         }
         self.validate_models()?;
         self.skills.validate()?;
+        let url = self.store.url.trim();
+        if !(url.is_empty()
+            || url.starts_with("sqlite://")
+            || url.starts_with("sqlite:")
+            || url.starts_with("postgres://")
+            || url.starts_with("postgresql://"))
+        {
+            return invalid(
+                "store.url",
+                "must be empty (SQLite in server.data_dir), sqlite://PATH or postgres://...",
+            );
+        }
         let p = &self.pipeline;
         if !(1..=10).contains(&p.harm_threshold) || !(1..=10).contains(&p.misuse_threshold) {
             return invalid(

@@ -22,4 +22,5 @@ pub mod metrics;
 pub mod pipeline;
 pub mod session;
 pub mod skills;
+pub mod store;
 pub mod ws;

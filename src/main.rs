@@ -98,9 +98,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let instructions = chatd::pipeline::instructions::Instructions::load(&config.pipeline)?;
             let skills = chatd::skills::lint_dir(&config.skills.apps_dir)?;
             println!(
-                "configuration ok (listen {}, llm {:?}, {} models, {} mates, {} focus modes, {} skills)",
+                "configuration ok (listen {}, llm {:?}, store {}, {} models, {} mates, {} focus modes, {} skills)",
                 config.server.listen,
                 config.llm.provider,
+                config.store_url().split(':').next().unwrap_or("sqlite"),
                 config.models.catalog.len().max(1),
                 instructions.mates.len(),
                 instructions.focus_modes.len(),

@@ -4,7 +4,9 @@
 
 pub mod events;
 pub mod hub;
+mod persist;
 pub mod runner;
+mod sync;
 pub mod turns;
 
 use std::num::NonZeroU32;
@@ -62,7 +64,7 @@ impl Session {
     }
 
     /// Handles one inbound text frame.
-    pub fn handle_text(&self, text: &str) {
+    pub async fn handle_text(&self, text: &str) {
         if text.len() > self.app.config.server.max_frame_bytes {
             self.count_in("oversized");
             self.error(
@@ -85,7 +87,7 @@ impl Session {
         match parse_client_message(text) {
             Ok(msg) => {
                 self.count_in(msg.type_name());
-                self.dispatch(msg);
+                self.dispatch(msg).await;
             }
             Err(e) => {
                 self.count_in("invalid");
@@ -113,13 +115,27 @@ impl Session {
             .inc();
     }
 
-    fn dispatch(&self, msg: ClientMessage) {
+    /// Persistence and sync messages are awaited here, so one device's writes apply in
+    /// the order it sent them.
+    async fn dispatch(&self, msg: ClientMessage) {
         match msg {
             ClientMessage::Ping(Empty {}) => self.reply(ServerMessage::Pong(Empty {})),
             ClientMessage::SetActiveChat(m) => self.set_active_chat(m),
             ClientMessage::ChatMessageAdded(m) => self.chat_message_added(*m),
             ClientMessage::CancelSkill(m) => self.cancel_skill(m),
             ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
+            ClientMessage::EncryptedChatMetadata(m) => self.encrypted_chat_metadata(*m).await,
+            ClientMessage::AiResponseCompleted(m) => self.ai_response_completed(*m).await,
+            ClientMessage::UpdatePostProcessingMetadata(m) => {
+                self.update_post_processing_metadata(*m).await
+            }
+            ClientMessage::UpdateTitle(m) => self.update_title(m).await,
+            ClientMessage::DeleteChat(m) => self.delete_chat(m).await,
+            ClientMessage::DeleteMessage(m) => self.delete_message(m).await,
+            ClientMessage::StoreEmbed(m) => self.store_embed(*m).await,
+            ClientMessage::StoreEmbedKeys(m) => self.store_embed_keys(m).await,
+            ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
+            ClientMessage::PhasedSyncRequest(m) => self.phased_sync(*m).await,
         }
     }
 

@@ -2,6 +2,7 @@
 //! Unknown fields are ignored (clients evolve); a missing required field is an error.
 //! camelCase aliases the reference client sends (`chatId`, ...) are accepted.
 
+use crate::persist::*;
 use crate::{ChatId, EmbedId, Empty, MessageId, TaskId};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -20,6 +21,27 @@ pub enum ClientMessage {
     CancelAiTask(CancelAiTask),
     /// Stops one running skill; answered with `skill_cancel_requested`.
     CancelSkill(crate::CancelSkill),
+    /// The encrypted user message and chat metadata; answered with `chat_message_confirmed`
+    /// and `encrypted_metadata_stored`, relayed to the other devices.
+    EncryptedChatMetadata(Box<EncryptedChatMetadata>),
+    /// The encrypted assistant message; answered with `ai_response_storage_confirmed`.
+    AiResponseCompleted(Box<AiResponseCompleted>),
+    /// Encrypted suggestions, summary and tags; answered with `post_processing_metadata_stored`.
+    UpdatePostProcessingMetadata(Box<UpdatePostProcessingMetadata>),
+    /// A new encrypted title; `chat_title_updated` to every device.
+    UpdateTitle(UpdateTitle),
+    /// Removes a chat everywhere; `chat_deleted` to every device.
+    DeleteChat(DeleteChat),
+    /// Removes one message; `message_deleted` to every device.
+    DeleteMessage(DeleteMessage),
+    /// Stores an encrypted embed; `embed_stored` (sender), `embed_update` (others).
+    StoreEmbed(Box<StoreEmbed>),
+    /// Stores wrapped embed keys; answered with `embed_keys_stored`.
+    StoreEmbedKeys(StoreEmbedKeys),
+    /// Asks for an embed; answered with `send_embed_data`.
+    RequestEmbed(RequestEmbed),
+    /// Starts a phased sync of the user's stored chats.
+    PhasedSyncRequest(Box<PhasedSyncRequest>),
 }
 
 impl ClientMessage {
@@ -30,6 +52,16 @@ impl ClientMessage {
         "chat_message_added",
         "cancel_ai_task",
         "cancel_skill",
+        "encrypted_chat_metadata",
+        "ai_response_completed",
+        "update_post_processing_metadata",
+        "update_title",
+        "delete_chat",
+        "delete_message",
+        "store_embed",
+        "store_embed_keys",
+        "request_embed",
+        "phased_sync_request",
     ];
 
     /// The wire name of this message's type.
@@ -40,6 +72,16 @@ impl ClientMessage {
             ClientMessage::ChatMessageAdded(_) => "chat_message_added",
             ClientMessage::CancelAiTask(_) => "cancel_ai_task",
             ClientMessage::CancelSkill(_) => "cancel_skill",
+            ClientMessage::EncryptedChatMetadata(_) => "encrypted_chat_metadata",
+            ClientMessage::AiResponseCompleted(_) => "ai_response_completed",
+            ClientMessage::UpdatePostProcessingMetadata(_) => "update_post_processing_metadata",
+            ClientMessage::UpdateTitle(_) => "update_title",
+            ClientMessage::DeleteChat(_) => "delete_chat",
+            ClientMessage::DeleteMessage(_) => "delete_message",
+            ClientMessage::StoreEmbed(_) => "store_embed",
+            ClientMessage::StoreEmbedKeys(_) => "store_embed_keys",
+            ClientMessage::RequestEmbed(_) => "request_embed",
+            ClientMessage::PhasedSyncRequest(_) => "phased_sync_request",
         }
     }
 }

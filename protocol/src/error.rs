@@ -42,6 +42,12 @@ pub enum ErrorCode {
     InvalidChatHistory,
     /// Something failed inside chatd; the details are in the server log, not here.
     InternalError,
+    /// The permanent store cannot be reached in time.
+    StoreUnavailable,
+    /// `encrypted_chat_key` differs from the chat's stored key and rotation was not allowed.
+    ChatKeyMismatch,
+    /// A `store_embed` with a lower `version_number` than the stored embed.
+    StaleVersion,
 }
 
 impl ErrorCode {
@@ -61,6 +67,9 @@ impl ErrorCode {
             ErrorCode::CacheUnavailable => "cache_unavailable",
             ErrorCode::InvalidChatHistory => "invalid_chat_history",
             ErrorCode::InternalError => "internal_error",
+            ErrorCode::StoreUnavailable => "store_unavailable",
+            ErrorCode::ChatKeyMismatch => "chat_key_mismatch",
+            ErrorCode::StaleVersion => "stale_version",
         }
     }
 
@@ -79,6 +88,9 @@ impl ErrorCode {
         ErrorCode::CacheUnavailable,
         ErrorCode::InvalidChatHistory,
         ErrorCode::InternalError,
+        ErrorCode::StoreUnavailable,
+        ErrorCode::ChatKeyMismatch,
+        ErrorCode::StaleVersion,
     ];
 }
 

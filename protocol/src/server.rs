@@ -1,6 +1,7 @@
 //! Messages chatd sends to devices (`ServerMessage`) and their payloads.
 //! Every server frame uses the `{"type", "payload"}` envelope (no flat or `event` frames).
 
+use crate::persist::*;
 use crate::{ChatId, Empty, ErrorCode, MessageId, Role, TaskId};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
@@ -35,14 +36,52 @@ pub enum ServerMessage {
     PreprocessingStep(PreprocessingStep),
     /// Suggestions, summary and tags computed after the answer; to every device.
     PostProcessingCompleted(PostProcessingCompleted),
-    /// A skill's embed (placeholder, parent or child result); to every device.
-    SendEmbedData(crate::SendEmbedData),
     /// A skill invocation changed state; to every device.
     SkillExecutionStatus(crate::SkillExecutionStatus),
     /// Answer to `cancel_skill`.
     SkillCancelRequested(crate::SkillCancelRequested),
     /// Something went wrong; the connection stays usable.
     Error(ErrorPayload),
+    /// `encrypted_chat_metadata` was stored; to the sender.
+    EncryptedMetadataStored(EncryptedMetadataStored),
+    /// Chat metadata (and the user message) stored by another device.
+    EncryptedChatMetadata(Box<EncryptedChatMetadataUpdate>),
+    /// `ai_response_completed` was stored (or was a duplicate); to the sender.
+    AiResponseStorageConfirmed(AiResponseStorageConfirmed),
+    /// An assistant message stored by another device.
+    NewEncryptedMessage(Box<NewEncryptedMessage>),
+    /// `update_post_processing_metadata` was stored; to the sender.
+    PostProcessingMetadataStored(Box<ChatMetadataStored>),
+    /// Post-processing metadata stored by another device.
+    ChatMetadataUpdated(Box<ChatMetadataStored>),
+    /// A chat's title changed; to every device.
+    ChatTitleUpdated(ChatTitleUpdated),
+    /// A chat was deleted; to every device.
+    ChatDeleted(ChatDeleted),
+    /// A message was deleted; to every device.
+    MessageDeleted(MessageDeleted),
+    /// `store_embed` was stored; to the sender.
+    EmbedStored(EmbedUpdate),
+    /// An embed stored by another device.
+    EmbedUpdate(EmbedUpdate),
+    /// `store_embed_keys` was stored; to the sender.
+    EmbedKeysStored(EmbedKeysStored),
+    /// An embed: a skill's (placeholder, parent or child result; to every device), or the
+    /// answer to `request_embed`.
+    SendEmbedData(Box<crate::SendEmbedData>),
+    /// Sync phase 1a: the last opened chat's metadata.
+    #[serde(rename = "phase_1_last_chat_ready")]
+    Phase1LastChatReady(Box<Phase1LastChatReady>),
+    /// Sync phase 1b: content of up to 10 recent chats.
+    #[serde(rename = "phase_1b_chat_content_ready")]
+    Phase1bChatContentReady(Box<Phase1bChatContentReady>),
+    /// Sync phase 2: metadata of up to 100 chats.
+    #[serde(rename = "phase_2_last_20_chats_ready")]
+    Phase2ChatsReady(Box<Phase2ChatsReady>),
+    /// Sync phase 3: one batch of the remaining chats' content.
+    BackgroundMessageSync(Box<BackgroundMessageSync>),
+    /// The requested sync phases are done.
+    PhasedSyncComplete(PhasedSyncComplete),
 }
 
 impl ServerMessage {
@@ -61,10 +100,27 @@ impl ServerMessage {
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
-        "send_embed_data",
         "skill_execution_status",
         "skill_cancel_requested",
         "error",
+        "encrypted_metadata_stored",
+        "encrypted_chat_metadata",
+        "ai_response_storage_confirmed",
+        "new_encrypted_message",
+        "post_processing_metadata_stored",
+        "chat_metadata_updated",
+        "chat_title_updated",
+        "chat_deleted",
+        "message_deleted",
+        "embed_stored",
+        "embed_update",
+        "embed_keys_stored",
+        "send_embed_data",
+        "phase_1_last_chat_ready",
+        "phase_1b_chat_content_ready",
+        "phase_2_last_20_chats_ready",
+        "background_message_sync",
+        "phased_sync_complete",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -83,10 +139,27 @@ impl ServerMessage {
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
-            ServerMessage::SendEmbedData(_) => "send_embed_data",
             ServerMessage::SkillExecutionStatus(_) => "skill_execution_status",
             ServerMessage::SkillCancelRequested(_) => "skill_cancel_requested",
             ServerMessage::Error(_) => "error",
+            ServerMessage::EncryptedMetadataStored(_) => "encrypted_metadata_stored",
+            ServerMessage::EncryptedChatMetadata(_) => "encrypted_chat_metadata",
+            ServerMessage::AiResponseStorageConfirmed(_) => "ai_response_storage_confirmed",
+            ServerMessage::NewEncryptedMessage(_) => "new_encrypted_message",
+            ServerMessage::PostProcessingMetadataStored(_) => "post_processing_metadata_stored",
+            ServerMessage::ChatMetadataUpdated(_) => "chat_metadata_updated",
+            ServerMessage::ChatTitleUpdated(_) => "chat_title_updated",
+            ServerMessage::ChatDeleted(_) => "chat_deleted",
+            ServerMessage::MessageDeleted(_) => "message_deleted",
+            ServerMessage::EmbedStored(_) => "embed_stored",
+            ServerMessage::EmbedUpdate(_) => "embed_update",
+            ServerMessage::EmbedKeysStored(_) => "embed_keys_stored",
+            ServerMessage::SendEmbedData(_) => "send_embed_data",
+            ServerMessage::Phase1LastChatReady(_) => "phase_1_last_chat_ready",
+            ServerMessage::Phase1bChatContentReady(_) => "phase_1b_chat_content_ready",
+            ServerMessage::Phase2ChatsReady(_) => "phase_2_last_20_chats_ready",
+            ServerMessage::BackgroundMessageSync(_) => "background_message_sync",
+            ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
         }
     }
 

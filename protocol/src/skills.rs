@@ -73,18 +73,29 @@ pub struct SkillExecutionStatus {
     pub error: Option<String>,
 }
 
-/// An embed made by the server (plaintext TOON): the client encrypts it and stores it.
+/// `send_embed_data`, in two forms. A server-made embed (a skill's placeholder, parent or
+/// child; or a cached copy answering `request_embed`) carries plaintext `type` and TOON
+/// `content`, which the client encrypts and stores. A stored copy answering `request_embed`
+/// has `already_encrypted: true`, the client-encrypted `embed` and its wrapped `embed_keys`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct SendEmbedData {
     pub embed_id: EmbedId,
+    #[serde(default)]
+    pub already_encrypted: bool,
     /// `app_skill_use` for a skill's own embed; the result type (e.g. `website`) for children.
-    #[serde(rename = "type")]
-    pub embed_type: String,
-    /// TOON text.
-    pub content: String,
-    pub status: SkillStatus,
-    pub chat_id: ChatId,
-    pub message_id: MessageId,
+    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
+    pub embed_type: Option<String>,
+    /// Plaintext TOON.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content: Option<String>,
+    /// `processing`, `waiting`, `finished`, `error` or `cancelled` for skill embeds.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub chat_id: Option<ChatId>,
+    /// The assistant message the embed belongs to.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_id: Option<MessageId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub task_id: Option<TaskId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -99,12 +110,49 @@ pub struct SendEmbedData {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub parent_embed_id: Option<EmbedId>,
     /// SHA-256 (hex) over the embed's type and content as the server made them.
-    pub content_hash: String,
-    pub text_length_chars: u64,
-    pub version_number: u64,
-    /// Always `client`: the client encrypts what it stores.
-    pub encryption_mode: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub text_length_chars: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub version_number: Option<u64>,
+    /// `client` on server-made embeds: the client encrypts what it stores.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption_mode: Option<String>,
     /// Text in this embed looked like a prompt injection (score 5-7): shown for review.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub injection_flagged: bool,
+    /// The stored client-encrypted copy (`already_encrypted: true`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub embed: Option<crate::StoredEmbed>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embed_keys: Vec<crate::EmbedKey>,
+}
+
+impl SendEmbedData {
+    /// An embed frame with only its id set (fill the rest with struct update syntax).
+    pub fn new(embed_id: EmbedId) -> Self {
+        SendEmbedData {
+            embed_id,
+            already_encrypted: false,
+            embed_type: None,
+            content: None,
+            status: None,
+            chat_id: None,
+            message_id: None,
+            task_id: None,
+            skill_task_id: None,
+            app_id: None,
+            skill_id: None,
+            embed_ids: Vec::new(),
+            parent_embed_id: None,
+            content_hash: None,
+            text_length_chars: None,
+            version_number: None,
+            encryption_mode: None,
+            injection_flagged: false,
+            embed: None,
+            embed_keys: Vec::new(),
+        }
+    }
 }

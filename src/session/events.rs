@@ -65,25 +65,25 @@ impl TurnSink for Hub {
                 self.send(&ctx.user, Audience::All, &msg);
             }
             TurnEvent::Embed(e) => {
-                let msg = ServerMessage::SendEmbedData(SendEmbedData {
-                    text_length_chars: e.content.chars().count() as u64,
-                    embed_id: e.embed_id,
-                    embed_type: e.embed_type,
-                    content: e.content,
-                    status: e.status,
-                    chat_id: ctx.chat_id.clone(),
-                    message_id: ctx.assistant_message_id(),
+                let msg = ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+                    embed_type: Some(e.embed_type),
+                    text_length_chars: Some(e.content.chars().count() as u64),
+                    content: Some(e.content),
+                    status: Some(e.status.as_str().to_string()),
+                    chat_id: Some(ctx.chat_id.clone()),
+                    message_id: Some(ctx.assistant_message_id()),
                     task_id: Some(ctx.task_id.clone()),
                     skill_task_id: e.skill_task_id,
                     app_id: Some(e.app_id),
                     skill_id: Some(e.skill_id),
                     embed_ids: e.embed_ids,
                     parent_embed_id: e.parent_embed_id,
-                    content_hash: e.content_hash,
-                    version_number: e.version_number,
-                    encryption_mode: "client".into(),
+                    content_hash: Some(e.content_hash),
+                    version_number: Some(e.version_number),
+                    encryption_mode: Some("client".into()),
                     injection_flagged: e.injection_flagged,
-                });
+                    ..SendEmbedData::new(e.embed_id)
+                }));
                 self.send(&ctx.user, Audience::All, &msg);
             }
             TurnEvent::Chunk { text, sequence } => {

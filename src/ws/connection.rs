@@ -69,7 +69,7 @@ async fn read_loop(
         };
         match next {
             None => break,
-            Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()),
+            Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()).await,
             Some(Ok(Message::Binary(_))) => session.handle_binary(),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
             // The library queues the close reply; reading on until the stream ends flushes

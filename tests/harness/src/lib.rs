@@ -1,6 +1,7 @@
 //! chatd's test harness: real services on free ports, stopped on drop, and test clients.
 //! - [`redis::RedisServer`]: `redis-server` without persistence
 //! - [`openbao::OpenBao`]: `bao server -dev` with transit enabled
+//! - [`postgres::Postgres`]: a throwaway PostgreSQL cluster (`initdb` + `postgres`)
 //! - [`blackhole::Blackhole`]: accepts TCP and never answers
 //! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
 //! - [`fake_skill::FakeSkill`]: remote skills, web pages and a search API, scripted
@@ -16,6 +17,7 @@ pub mod blackhole;
 pub mod fake_llm;
 pub mod fake_skill;
 pub mod openbao;
+pub mod postgres;
 pub mod process;
 pub mod redis;
 pub mod ws_client;

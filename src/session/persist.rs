@@ -1,0 +1,490 @@
+//! The client's persistence messages: ciphertexts go to the permanent store unread, the
+//! sender gets an acknowledgement, the user's other devices learn of the change. Every id is
+//! checked against the owner (in the store's queries and in the in-memory chat registry);
+//! a foreign id is `forbidden` with nothing changed.
+
+use chatd_protocol::{
+    AiResponseCompleted, AiResponseStorageConfirmed, ChatDeleted, ChatId, ChatMessageConfirmed,
+    ChatMetadataStored, ChatTitleUpdated, DeleteChat, DeleteMessage, EmbedKeysStored, EmbedUpdate,
+    EncryptedChatMetadata, EncryptedChatMetadataUpdate, EncryptedMessage, EncryptedMetadataStored,
+    ErrorCode, ErrorPayload, MessageDeleted, MessageId, NewEncryptedMessage, RequestEmbed, Role,
+    SendEmbedData, ServerMessage, StoreEmbed, StoreEmbedKeys, UpdatePostProcessingMetadata,
+    UpdateTitle,
+};
+
+use super::Session;
+use super::hub::Audience;
+use crate::crypto::UserHash;
+use crate::store::{ChatPatch, StoreError, hash_id};
+
+/// Most wrapped keys accepted in one `store_embed_keys`.
+const MAX_EMBED_KEYS: usize = 1000;
+/// Most embeds one `delete_message` may remove.
+const MAX_EMBEDS_TO_DELETE: usize = 1000;
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Session {
+    pub(super) fn user_hash(&self) -> UserHash {
+        UserHash::of(&self.device.user)
+    }
+
+    fn invalid(&self, reason: impl Into<String>, chat: Option<&ChatId>) {
+        let mut p = ErrorPayload::new(ErrorCode::InvalidPayload, reason);
+        p.chat_id = chat.cloned();
+        self.reply(ServerMessage::Error(p));
+    }
+
+    /// Answers a store failure with its typed error frame.
+    pub(super) fn store_failed(
+        &self,
+        e: StoreError,
+        chat: Option<&ChatId>,
+        message: Option<&MessageId>,
+    ) {
+        let (code, text) = match &e {
+            StoreError::Forbidden => (ErrorCode::Forbidden, "this id belongs to another user"),
+            StoreError::NotFound => (ErrorCode::NotFound, "no such chat, message or embed"),
+            StoreError::ChatKeyMismatch => (
+                ErrorCode::ChatKeyMismatch,
+                "encrypted_chat_key differs from the chat's stored key; set allow_chat_key_rotation to replace it",
+            ),
+            StoreError::StaleVersion { .. } => (
+                ErrorCode::StaleVersion,
+                "version_number is lower than the stored embed's",
+            ),
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %e, "store unavailable");
+                (
+                    ErrorCode::StoreUnavailable,
+                    "the store is unavailable; retry later",
+                )
+            }
+            StoreError::Corrupt(_) => {
+                tracing::error!(error = %e, "store data unreadable");
+                (ErrorCode::InternalError, "internal error")
+            }
+        };
+        let mut p = ErrorPayload::new(code, text);
+        if let StoreError::StaleVersion { sent, stored } = e {
+            p.details = Some(format!("sent {sent}, stored {stored}"));
+        }
+        p.chat_id = chat.cloned();
+        p.message_id = message.cloned();
+        self.reply(ServerMessage::Error(p));
+    }
+
+    /// The in-memory registry's view (chats claimed by a turn but not stored yet).
+    fn owns_in_memory(&self, chat: &ChatId) -> bool {
+        self.app.chats.authorize(&self.device.user, chat).is_ok()
+    }
+
+    fn others(&self) -> Audience<'static> {
+        Audience::AllExcept(self.device.conn_id)
+    }
+
+    pub(super) async fn encrypted_chat_metadata(&self, m: EncryptedChatMetadata) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        if m.message_id.is_some() != m.encrypted_content.is_some() {
+            return self.invalid(
+                "message_id and encrypted_content must be sent together",
+                Some(chat),
+            );
+        }
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
+        }
+        let created_at = m.created_at.unwrap_or_else(now);
+        let patch = ChatPatch {
+            encrypted_title: m.encrypted_title.clone(),
+            encrypted_icon: m.encrypted_icon.clone(),
+            encrypted_category: m.encrypted_chat_category.clone(),
+            encrypted_chat_key: m.encrypted_chat_key.clone(),
+            encrypted_chat_tags: m.encrypted_chat_tags.clone(),
+            allow_key_rotation: m.allow_chat_key_rotation,
+            title_v: m.versions.title_v,
+            last_edited: Some(
+                m.versions
+                    .last_edited_overall_timestamp
+                    .unwrap_or(created_at),
+            ),
+            ..ChatPatch::default()
+        };
+        // The metadata first: a key mismatch must leave the message unstored too.
+        let mut details = match self.app.store.update_chat(user, chat, &patch).await {
+            Ok(d) => d,
+            Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
+        };
+        let mut stored_message = None;
+        if let (Some(message_id), Some(content)) = (&m.message_id, &m.encrypted_content) {
+            let message = EncryptedMessage {
+                message_id: message_id.clone(),
+                role: Role::User,
+                encrypted_content: content.clone(),
+                created_at,
+                encrypted_sender_name: m.encrypted_sender_name.clone(),
+                encrypted_category: m.encrypted_category.clone(),
+                encrypted_model_name: None,
+                encrypted_thinking_content: None,
+                encrypted_thinking_signature: None,
+                encrypted_pii_mappings: m.encrypted_pii_mappings.clone(),
+                has_thinking: None,
+                thinking_token_count: None,
+                user_message_id: None,
+                status: Some("synced".into()),
+            };
+            match self.app.store.add_message(user, chat, &message).await {
+                Ok(added) => {
+                    details.versions = added.versions;
+                    if added.is_new {
+                        stored_message = Some(message);
+                    }
+                }
+                Err(e) => return self.store_failed(e, Some(chat), Some(message_id)),
+            }
+            self.reply(ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+                chat_id: chat.clone(),
+                message_id: message_id.clone(),
+                temp_id: None,
+                new_messages_v: details.versions.messages_v,
+                new_last_edited_overall_timestamp: details.versions.last_edited_overall_timestamp,
+            }));
+        }
+        self.reply(ServerMessage::EncryptedMetadataStored(
+            EncryptedMetadataStored {
+                chat_id: chat.clone(),
+                message_id: m.message_id.clone(),
+                status: "stored".into(),
+                versions: details.versions,
+            },
+        ));
+        let update = ServerMessage::EncryptedChatMetadata(Box::new(EncryptedChatMetadataUpdate {
+            chat_id: chat.clone(),
+            message: stored_message,
+            chat: details,
+        }));
+        self.app.hub.send(user, self.others(), &update);
+    }
+
+    pub(super) async fn ai_response_completed(&self, m: AiResponseCompleted) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        let message = m.message;
+        if message.role == Role::User {
+            return self.invalid(
+                "message.role must be \"assistant\" or \"system\"",
+                Some(chat),
+            );
+        }
+        if message.encrypted_content.is_empty() {
+            return self.invalid("message.encrypted_content must not be empty", Some(chat));
+        }
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&message.message_id));
+        }
+        match self.app.store.add_message(user, chat, &message).await {
+            Ok(added) => {
+                self.reply(ServerMessage::AiResponseStorageConfirmed(
+                    AiResponseStorageConfirmed {
+                        chat_id: chat.clone(),
+                        message_id: message.message_id.clone(),
+                        stored: added.is_new,
+                        versions: added.versions,
+                    },
+                ));
+                if added.is_new {
+                    let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
+                        chat_id: chat.clone(),
+                        message,
+                        versions: added.versions,
+                    }));
+                    self.app.hub.send(user, self.others(), &new);
+                }
+            }
+            Err(e) => self.store_failed(e, Some(chat), Some(&message.message_id)),
+        }
+    }
+
+    pub(super) async fn update_post_processing_metadata(&self, m: UpdatePostProcessingMetadata) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
+        let patch = ChatPatch {
+            encrypted_title: m.encrypted_title,
+            encrypted_chat_key: m.encrypted_chat_key,
+            encrypted_chat_summary: m.encrypted_chat_summary,
+            encrypted_chat_tags: m.encrypted_chat_tags,
+            encrypted_follow_up_suggestions: m.encrypted_follow_up_suggestions,
+            encrypted_new_chat_suggestions: (!m.encrypted_new_chat_suggestions.is_empty())
+                .then_some(m.encrypted_new_chat_suggestions),
+            encrypted_top_recommended_apps_for_chat: m.encrypted_top_recommended_apps_for_chat,
+            encrypted_quick_tip_slugs: m.encrypted_quick_tip_slugs,
+            encrypted_share_cta_text: m.encrypted_share_cta_text,
+            title_v: m.title_v,
+            ..ChatPatch::default()
+        };
+        if patch.is_empty() {
+            return self.invalid("no encrypted field to store", Some(chat));
+        }
+        match self.existing_chat(chat).await {
+            Ok(()) => {}
+            Err(e) => return self.store_failed(e, Some(chat), None),
+        }
+        match self.app.store.update_chat(user, chat, &patch).await {
+            Ok(details) => {
+                let stored = ChatMetadataStored {
+                    chat_id: chat.clone(),
+                    chat: details,
+                };
+                self.reply(ServerMessage::PostProcessingMetadataStored(Box::new(
+                    stored.clone(),
+                )));
+                self.app.hub.send(
+                    user,
+                    self.others(),
+                    &ServerMessage::ChatMetadataUpdated(Box::new(stored)),
+                );
+            }
+            Err(e) => self.store_failed(e, Some(chat), None),
+        }
+    }
+
+    /// `Ok` if the owner has the chat in the store; `NotFound` or `Forbidden` otherwise.
+    async fn existing_chat(&self, chat: &ChatId) -> Result<(), StoreError> {
+        let user = &self.device.user;
+        match self.app.store.chat(user, chat).await? {
+            Some(_) => Ok(()),
+            None => {
+                self.app.store.authorize(user, chat).await?;
+                Err(StoreError::NotFound)
+            }
+        }
+    }
+
+    pub(super) async fn update_title(&self, m: UpdateTitle) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        if m.encrypted_title.is_empty() {
+            return self.invalid("encrypted_title must not be empty", Some(chat));
+        }
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
+        if let Err(e) = self.existing_chat(chat).await {
+            return self.store_failed(e, Some(chat), None);
+        }
+        let patch = ChatPatch {
+            encrypted_title: Some(m.encrypted_title.clone()),
+            encrypted_chat_key: m.encrypted_chat_key,
+            ..ChatPatch::default()
+        };
+        match self.app.store.update_chat(user, chat, &patch).await {
+            Ok(details) => {
+                let updated = ServerMessage::ChatTitleUpdated(ChatTitleUpdated {
+                    chat_id: chat.clone(),
+                    encrypted_title: m.encrypted_title,
+                    versions: details.versions,
+                });
+                self.app.hub.send(user, Audience::All, &updated);
+            }
+            Err(e) => self.store_failed(e, Some(chat), None),
+        }
+    }
+
+    /// Removes the chat from the store, the AI cache (messages, embeds index, exclusive
+    /// embeds, settings/memories) and the sync cache, then tells every device.
+    pub(super) async fn delete_chat(&self, m: DeleteChat) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
+        let removed = match self.app.store.delete_chat(user, chat).await {
+            Ok(d) => d.embeds,
+            // Never stored (only cached by a turn): the caches are still cleared.
+            Err(StoreError::NotFound) => Vec::new(),
+            Err(e) => return self.store_failed(e, Some(chat), None),
+        };
+        let hash = self.user_hash();
+        let backend = self.app.ai_cache.backend();
+        let mut failed = self
+            .app
+            .ai_cache
+            .delete(&hash, chat)
+            .await
+            .err()
+            .map(|e| e.to_string());
+        for embed in &removed {
+            if let Err(e) = backend
+                .kv_delete(&crate::cache::backend::keys::embed(embed.as_str()))
+                .await
+            {
+                failed = Some(e.to_string());
+            }
+        }
+        if let Err(e) = backend.sync_clear(&hash).await {
+            failed = Some(e.to_string());
+        }
+        if let Some(e) = failed {
+            tracing::warn!(error = %e, "chat deleted from the store; cache cleanup failed");
+            let mut p = ErrorPayload::new(
+                ErrorCode::CacheUnavailable,
+                "the chat was deleted from the store but the cache could not be cleared; retry",
+            );
+            p.chat_id = Some(chat.clone());
+            return self.reply(ServerMessage::Error(p));
+        }
+        self.app.hub.send(
+            user,
+            Audience::All,
+            &ServerMessage::ChatDeleted(ChatDeleted {
+                chat_id: chat.clone(),
+            }),
+        );
+    }
+
+    pub(super) async fn delete_message(&self, m: DeleteMessage) {
+        let user = &self.device.user;
+        let chat = &m.chat_id;
+        if m.embed_ids_to_delete.len() > MAX_EMBEDS_TO_DELETE {
+            return self.invalid(
+                format!("at most {MAX_EMBEDS_TO_DELETE} embedIdsToDelete"),
+                Some(chat),
+            );
+        }
+        if !self.owns_in_memory(chat) {
+            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&m.message_id));
+        }
+        match self
+            .app
+            .store
+            .delete_message(user, chat, &m.message_id, &m.embed_ids_to_delete)
+            .await
+        {
+            Ok(versions) => {
+                // The AI cache would still hold the message: drop the chat so the next
+                // turn asks the client for the history as it now is.
+                if let Err(e) = self.app.ai_cache.delete(&self.user_hash(), chat).await {
+                    tracing::warn!(error = %e, "cannot drop the chat from the AI cache");
+                }
+                self.app.hub.send(
+                    user,
+                    Audience::All,
+                    &ServerMessage::MessageDeleted(MessageDeleted {
+                        chat_id: chat.clone(),
+                        message_id: m.message_id,
+                        versions,
+                    }),
+                );
+            }
+            Err(e) => self.store_failed(e, Some(chat), Some(&m.message_id)),
+        }
+    }
+
+    pub(super) async fn store_embed(&self, m: StoreEmbed) {
+        let user = &self.device.user;
+        if m.encrypted_content.as_deref().is_none_or(str::is_empty) {
+            return self.invalid("encrypted_content is required", None);
+        }
+        match self.app.store.put_embed(user, &m).await {
+            Ok(()) => {
+                let update = EmbedUpdate {
+                    embed_id: m.embed_id,
+                    chat_id: m.hashed_chat_id,
+                    status: m.status,
+                    child_embed_ids: m.embed_ids,
+                    version_number: m.version_number,
+                };
+                self.reply(ServerMessage::EmbedStored(update.clone()));
+                self.app
+                    .hub
+                    .send(user, self.others(), &ServerMessage::EmbedUpdate(update));
+            }
+            Err(e) => self.store_failed(e, None, None),
+        }
+    }
+
+    pub(super) async fn store_embed_keys(&self, m: StoreEmbedKeys) {
+        if m.keys.is_empty() || m.keys.len() > MAX_EMBED_KEYS {
+            return self.invalid(
+                format!("keys must hold 1 to {MAX_EMBED_KEYS} entries"),
+                None,
+            );
+        }
+        for k in &m.keys {
+            if !matches!(k.key_type.as_str(), "master" | "chat") {
+                return self.invalid("key_type must be \"master\" or \"chat\"", None);
+            }
+            if k.hashed_embed_id.is_empty() || k.hashed_embed_id.len() > 128 {
+                return self.invalid("hashed_embed_id must be 1 to 128 characters", None);
+            }
+            if k.encrypted_embed_key.is_empty() {
+                return self.invalid("encrypted_embed_key must not be empty", None);
+            }
+        }
+        match self
+            .app
+            .store
+            .put_embed_keys(&self.device.user, &m.keys)
+            .await
+        {
+            Ok(count) => self.reply(ServerMessage::EmbedKeysStored(EmbedKeysStored { count })),
+            Err(e) => self.store_failed(e, None, None),
+        }
+    }
+
+    /// Serves an embed from the server cache (plaintext for the client to encrypt) or else
+    /// the stored client-encrypted copy with its wrapped keys. Another user's embed is
+    /// `not_found` (its existence is not revealed).
+    pub(super) async fn request_embed(&self, m: RequestEmbed) {
+        let user = &self.device.user;
+        match self
+            .app
+            .ai_cache
+            .get_embed(&self.user_hash(), &m.embed_id)
+            .await
+        {
+            Ok(Some(cached)) => {
+                return self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+                    embed_type: Some(cached.embed_type),
+                    content: Some(cached.content),
+                    status: cached.status,
+                    version_number: Some(cached.version_number),
+                    encryption_mode: Some("client".into()),
+                    ..SendEmbedData::new(m.embed_id)
+                })));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "embed cache unavailable; trying the store"),
+        }
+        let stored = match self.app.store.embed(user, &m.embed_id).await {
+            Ok(Some(e)) => e,
+            Ok(None) => return self.store_failed(StoreError::NotFound, None, None),
+            Err(e) => return self.store_failed(e, None, None),
+        };
+        let keys = match self
+            .app
+            .store
+            .embed_keys(user, &[hash_id(m.embed_id.as_str())])
+            .await
+        {
+            Ok(k) => k,
+            Err(e) => return self.store_failed(e, None, None),
+        };
+        self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+            already_encrypted: true,
+            status: stored.status.clone(),
+            embed: Some(stored),
+            embed_keys: keys,
+            ..SendEmbedData::new(m.embed_id)
+        })));
+    }
+}

@@ -1,0 +1,293 @@
+//! Phased sync (`phased_sync_request`): phase 1 (the last chat's metadata, then the content
+//! of up to 10 recent chats), phase 2 (metadata of up to 100 chats), phase 3 (the rest, 10
+//! chats per `background_message_sync`), then `phased_sync_complete`. Chats the client has
+//! at the same or newer `messages_v` and `title_v` are skipped, and so are embeds it lists.
+//! The store is read page by page, so a large user is never loaded at once.
+//!
+//! The sync cache holds phase 1's chats as client-encrypted blobs (1 h): the first blob is
+//! a header with the chat's `messages_v`, so a stale entry is never served. It is cleared
+//! after phase 3.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+
+use chatd_protocol::{
+    BackgroundMessageSync, ChatContent, ChatDetails, ChatId, ClientVersions, EmbedId, EmbedKey,
+    EncryptedMessage, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
+    PhasedSyncComplete, PhasedSyncRequest, ServerMessage, StoredEmbed, SyncPhase,
+};
+use serde::{Deserialize, Serialize};
+
+use super::Session;
+use crate::store::{ChatCursor, StoreError, hash_id};
+
+/// Chats whose content phase 1 sends (and phase 3 sends per batch).
+pub const CONTENT_BATCH: u32 = 10;
+/// Chats whose metadata phase 2 sends.
+pub const METADATA_LIMIT: u32 = 100;
+
+#[derive(Serialize, Deserialize)]
+struct SyncHeader {
+    messages_v: u64,
+}
+
+struct Delta {
+    chats: HashMap<ChatId, ClientVersions>,
+    embeds: HashSet<EmbedId>,
+}
+
+impl Delta {
+    /// True when the client already has this chat at the same or newer versions.
+    fn up_to_date(&self, chat: &ChatDetails) -> bool {
+        self.chats.get(&chat.chat_id).is_some_and(|v| {
+            v.messages_v.unwrap_or(0) >= chat.versions.messages_v
+                && v.title_v.unwrap_or(0) >= chat.versions.title_v
+        })
+    }
+}
+
+fn now() -> i64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
+        .unwrap_or(0)
+}
+
+impl Session {
+    pub(super) async fn phased_sync(&self, req: PhasedSyncRequest) {
+        if let Err(e) = self.run_sync(&req).await {
+            self.store_failed(e, None, None);
+            return;
+        }
+        self.reply(ServerMessage::PhasedSyncComplete(PhasedSyncComplete {
+            phase: req.phase,
+            timestamp: now(),
+        }));
+    }
+
+    async fn run_sync(&self, req: &PhasedSyncRequest) -> Result<(), StoreError> {
+        let user = &self.device.user;
+        let store = &self.app.store;
+        let mut chats: HashMap<ChatId, ClientVersions> = req
+            .client_chat_ids
+            .iter()
+            .map(|c| (c.clone(), ClientVersions::default()))
+            .collect();
+        chats.extend(req.client_chat_versions.clone());
+        let delta = Delta {
+            chats,
+            embeds: req.client_embed_ids.iter().cloned().collect(),
+        };
+        let (p1, p2, p3) = match req.phase {
+            SyncPhase::Phase1 => (true, false, false),
+            SyncPhase::Phase2 => (false, true, false),
+            SyncPhase::Phase3 => (false, false, true),
+            SyncPhase::All => (true, true, true),
+        };
+        let recent = store.chats_page(user, None, CONTENT_BATCH).await?;
+        if p1 {
+            let last = recent.first();
+            self.reply(ServerMessage::Phase1LastChatReady(Box::new(
+                Phase1LastChatReady {
+                    chat_id: last.map(|c| c.chat_id.clone()),
+                    chat_details: last.cloned(),
+                    phase: "phase1".into(),
+                    already_synced: last.is_some_and(|c| delta.up_to_date(c)),
+                },
+            )));
+            let wanted: Vec<&ChatDetails> =
+                recent.iter().filter(|c| !delta.up_to_date(c)).collect();
+            let chats = self.content(&wanted, true).await?;
+            let (embeds, embed_keys) = self.embeds_for(&wanted, &delta).await?;
+            self.reply(ServerMessage::Phase1bChatContentReady(Box::new(
+                Phase1bChatContentReady {
+                    chats,
+                    embeds,
+                    embed_keys,
+                },
+            )));
+        }
+        if p2 {
+            let page = store.chats_page(user, None, METADATA_LIMIT).await?;
+            let total = store.count_chats(user).await?;
+            let chats: Vec<ChatDetails> =
+                page.into_iter().filter(|c| !delta.up_to_date(c)).collect();
+            self.reply(ServerMessage::Phase2ChatsReady(Box::new(
+                Phase2ChatsReady {
+                    chat_count: chats.len() as u64,
+                    chats,
+                    total_chat_count: total,
+                    phase: "phase2".into(),
+                },
+            )));
+        }
+        if p3 {
+            self.phase3(&recent, &delta).await?;
+            if let Err(e) = self
+                .app
+                .ai_cache
+                .backend()
+                .sync_clear(&self.user_hash())
+                .await
+            {
+                tracing::warn!(error = %e, "cannot clear the sync cache");
+            }
+        }
+        Ok(())
+    }
+
+    /// Every chat after phase 1's, 10 per batch, reading one page ahead to mark the last.
+    async fn phase3(&self, recent: &[ChatDetails], delta: &Delta) -> Result<(), StoreError> {
+        let user = &self.device.user;
+        let store = &self.app.store;
+        let mut batch_number = 0u64;
+        let mut page = if recent.len() < CONTENT_BATCH as usize {
+            Vec::new()
+        } else {
+            let cursor = recent.last().map(ChatCursor::after);
+            store
+                .chats_page(user, cursor.as_ref(), CONTENT_BATCH)
+                .await?
+        };
+        loop {
+            let next = if page.len() < CONTENT_BATCH as usize {
+                Vec::new()
+            } else {
+                let cursor = page.last().map(ChatCursor::after);
+                store
+                    .chats_page(user, cursor.as_ref(), CONTENT_BATCH)
+                    .await?
+            };
+            let is_last_batch = next.is_empty();
+            let wanted: Vec<&ChatDetails> = page.iter().filter(|c| !delta.up_to_date(c)).collect();
+            if !wanted.is_empty() || is_last_batch {
+                batch_number += 1;
+                let chats = self.content(&wanted, false).await?;
+                let (embeds, embed_keys) = self.embeds_for(&wanted, delta).await?;
+                self.reply(ServerMessage::BackgroundMessageSync(Box::new(
+                    BackgroundMessageSync {
+                        chats,
+                        batch_number,
+                        is_last_batch,
+                        embeds,
+                        embed_keys,
+                    },
+                )));
+            }
+            if is_last_batch {
+                return Ok(());
+            }
+            page = next;
+        }
+    }
+
+    /// The chats' messages: from the sync cache when `use_cache` and fresh, else from the
+    /// store (warming the cache when `use_cache`).
+    async fn content(
+        &self,
+        chats: &[&ChatDetails],
+        use_cache: bool,
+    ) -> Result<Vec<ChatContent>, StoreError> {
+        let hash = self.user_hash();
+        let backend = self.app.ai_cache.backend();
+        let mut found: BTreeMap<ChatId, Vec<EncryptedMessage>> = BTreeMap::new();
+        let mut missing = Vec::new();
+        for chat in chats {
+            if use_cache
+                && let Ok(Some(blobs)) = backend.sync_get(&hash, &chat.chat_id).await
+                && let Some(messages) = decode_blobs(&blobs, chat.versions.messages_v)
+            {
+                found.insert(chat.chat_id.clone(), messages);
+                continue;
+            }
+            missing.push(chat.chat_id.clone());
+        }
+        if !missing.is_empty() {
+            let mut loaded: BTreeMap<ChatId, Vec<EncryptedMessage>> =
+                missing.iter().map(|c| (c.clone(), Vec::new())).collect();
+            for (chat, message) in self.app.store.messages(&self.device.user, &missing).await? {
+                loaded.entry(chat).or_default().push(message);
+            }
+            for (chat, messages) in loaded {
+                if use_cache {
+                    let version = chats
+                        .iter()
+                        .find(|c| c.chat_id == chat)
+                        .map_or(0, |c| c.versions.messages_v);
+                    if let Some(blobs) = encode_blobs(&messages, version)
+                        && let Err(e) = backend
+                            .sync_put(&hash, &chat, blobs, self.app.config.cache.sync_ttl)
+                            .await
+                    {
+                        tracing::debug!(error = %e, "cannot warm the sync cache");
+                    }
+                }
+                found.insert(chat, messages);
+            }
+        }
+        Ok(chats
+            .iter()
+            .map(|c| {
+                let messages = found.remove(&c.chat_id).unwrap_or_default();
+                ChatContent {
+                    chat_id: c.chat_id.clone(),
+                    server_message_count: messages.len() as u64,
+                    messages,
+                    versions: c.versions,
+                }
+            })
+            .collect())
+    }
+
+    /// The chats' embeds the client does not list, and their keys.
+    async fn embeds_for(
+        &self,
+        chats: &[&ChatDetails],
+        delta: &Delta,
+    ) -> Result<(Vec<StoredEmbed>, Vec<EmbedKey>), StoreError> {
+        if chats.is_empty() {
+            return Ok((Vec::new(), Vec::new()));
+        }
+        let hashed: Vec<String> = chats
+            .iter()
+            .flat_map(|c| [hash_id(c.chat_id.as_str()), c.chat_id.as_str().to_string()])
+            .collect();
+        let user = &self.device.user;
+        let embeds: Vec<StoredEmbed> = self
+            .app
+            .store
+            .embeds_for_chats(user, &hashed)
+            .await?
+            .into_iter()
+            .filter(|e| !delta.embeds.contains(&e.embed_id))
+            .collect();
+        if embeds.is_empty() {
+            return Ok((embeds, Vec::new()));
+        }
+        let ids: Vec<String> = embeds
+            .iter()
+            .map(|e| hash_id(e.embed_id.as_str()))
+            .collect();
+        let keys = self.app.store.embed_keys(user, &ids).await?;
+        Ok((embeds, keys))
+    }
+}
+
+fn encode_blobs(messages: &[EncryptedMessage], messages_v: u64) -> Option<Vec<Vec<u8>>> {
+    let mut blobs = Vec::with_capacity(messages.len() + 1);
+    blobs.push(serde_json::to_vec(&SyncHeader { messages_v }).ok()?);
+    for m in messages {
+        blobs.push(serde_json::to_vec(m).ok()?);
+    }
+    Some(blobs)
+}
+
+fn decode_blobs(blobs: &[Vec<u8>], messages_v: u64) -> Option<Vec<EncryptedMessage>> {
+    let (head, rest) = blobs.split_first()?;
+    let header: SyncHeader = serde_json::from_slice(head).ok()?;
+    if header.messages_v != messages_v {
+        return None;
+    }
+    rest.iter()
+        .map(|b| serde_json::from_slice(b).ok())
+        .collect()
+}

@@ -1,0 +1,756 @@
+//! The [`Store`](super::Store) implementation shared by both backends: the same SQL (`$N`
+//! parameters work in SQLite and PostgreSQL; no backend-specific functions), expanded once
+//! per pool type. Every statement filters on `owner`.
+
+/// Columns of `chats` in the order [`chat_from_row`] reads them.
+pub const CHAT_COLUMNS: &str = "chat_id, encrypted_title, encrypted_icon, encrypted_category, \
+     encrypted_chat_key, encrypted_chat_summary, encrypted_chat_tags, \
+     encrypted_follow_up_suggestions, encrypted_new_chat_suggestions, \
+     encrypted_top_recommended_apps_for_chat, encrypted_quick_tip_slugs, \
+     encrypted_share_cta_text, rejected_suggestion_hashes, messages_v, title_v, \
+     last_edited_overall_timestamp";
+
+/// Most ids bound in one `IN (...)` list.
+pub const MAX_IN: usize = 500;
+
+pub fn to_u64(v: i64) -> u64 {
+    u64::try_from(v).unwrap_or(0)
+}
+
+pub fn to_i64(v: u64) -> i64 {
+    i64::try_from(v).unwrap_or(i64::MAX)
+}
+
+pub fn json_list(s: Option<String>) -> Vec<String> {
+    s.and_then(|s| serde_json::from_str(&s).ok())
+        .unwrap_or_default()
+}
+
+macro_rules! impl_store {
+    ($store:ty, $db:ty, $name:literal) => {
+        use chatd_protocol::{
+            ChatDetails, ChatId, ChatVersions, EmbedId, EmbedKey, EncryptedMessage, MessageId,
+            StoreEmbed,
+        };
+        use futures_util::future::BoxFuture;
+        use sqlx::{QueryBuilder, Row};
+
+        use crate::auth::UserId;
+        use crate::store::sql::{CHAT_COLUMNS, MAX_IN, json_list, to_i64, to_u64};
+        use crate::store::{
+            ChatCursor, ChatPatch, DeletedChat, MessageAdded, Store, StoreError, hash_id,
+        };
+
+        fn chat_from_row(row: &<$db as sqlx::Database>::Row) -> Result<ChatDetails, StoreError> {
+            let chat_id: String = row.try_get(0)?;
+            Ok(ChatDetails {
+                chat_id: ChatId::parse(chat_id).map_err(|e| StoreError::Corrupt(e.to_string()))?,
+                encrypted_title: row.try_get(1)?,
+                encrypted_icon: row.try_get(2)?,
+                encrypted_category: row.try_get(3)?,
+                encrypted_chat_key: row.try_get(4)?,
+                encrypted_chat_summary: row.try_get(5)?,
+                encrypted_chat_tags: row.try_get(6)?,
+                encrypted_follow_up_suggestions: row.try_get(7)?,
+                encrypted_new_chat_suggestions: json_list(row.try_get(8)?),
+                encrypted_top_recommended_apps_for_chat: row.try_get(9)?,
+                encrypted_quick_tip_slugs: row.try_get(10)?,
+                encrypted_share_cta_text: row.try_get(11)?,
+                rejected_suggestion_hashes: json_list(row.try_get(12)?),
+                versions: ChatVersions {
+                    messages_v: to_u64(row.try_get(13)?),
+                    title_v: to_u64(row.try_get(14)?),
+                    last_edited_overall_timestamp: row.try_get(15)?,
+                },
+            })
+        }
+
+        fn versions_from_row(
+            row: &<$db as sqlx::Database>::Row,
+        ) -> Result<ChatVersions, StoreError> {
+            Ok(ChatVersions {
+                messages_v: to_u64(row.try_get(0)?),
+                title_v: to_u64(row.try_get(1)?),
+                last_edited_overall_timestamp: row.try_get(2)?,
+            })
+        }
+
+        fn decode<T: serde::de::DeserializeOwned>(body: &str) -> Result<T, StoreError> {
+            serde_json::from_str(body).map_err(|e| StoreError::Corrupt(e.to_string()))
+        }
+
+        fn encode<T: serde::Serialize>(value: &T) -> Result<String, StoreError> {
+            serde_json::to_string(value).map_err(|e| StoreError::Corrupt(e.to_string()))
+        }
+
+        /// Creates the chat for `owner` if no one has it; `Forbidden` if another owner does.
+        async fn claim(
+            conn: &mut <$db as sqlx::Database>::Connection,
+            owner: &UserId,
+            chat: &ChatId,
+        ) -> Result<(), StoreError> {
+            sqlx::query(
+                "INSERT INTO chats (chat_id, owner) VALUES ($1, $2) ON CONFLICT (chat_id) DO NOTHING",
+            )
+            .bind(chat.as_str())
+            .bind(owner.as_str())
+            .execute(&mut *conn)
+            .await?;
+            let mine = sqlx::query("SELECT 1 FROM chats WHERE chat_id = $1 AND owner = $2")
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .fetch_optional(&mut *conn)
+                .await?;
+            if mine.is_none() {
+                return Err(StoreError::Forbidden);
+            }
+            Ok(())
+        }
+
+        impl $store {
+            async fn exists_foreign(&self, owner: &UserId, chat: &ChatId) -> Result<bool, StoreError> {
+                let row = sqlx::query("SELECT 1 FROM chats WHERE chat_id = $1 AND owner <> $2")
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                Ok(row.is_some())
+            }
+
+            /// `NotFound` or `Forbidden` for a chat the owner does not have.
+            async fn missing(&self, owner: &UserId, chat: &ChatId) -> StoreError {
+                match self.exists_foreign(owner, chat).await {
+                    Ok(true) => StoreError::Forbidden,
+                    Ok(false) => StoreError::NotFound,
+                    Err(e) => e,
+                }
+            }
+
+            async fn get_chat(
+                &self,
+                owner: &UserId,
+                chat: &ChatId,
+            ) -> Result<Option<ChatDetails>, StoreError> {
+                let sql = format!("SELECT {CHAT_COLUMNS} FROM chats WHERE chat_id = $1 AND owner = $2");
+                let row = sqlx::query(&sql)
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                row.as_ref().map(chat_from_row).transpose()
+            }
+
+            async fn do_update_chat(
+                &self,
+                owner: &UserId,
+                chat: &ChatId,
+                patch: &ChatPatch,
+            ) -> Result<ChatDetails, StoreError> {
+                let mut tx = self.pool.begin().await?;
+                claim(&mut tx, owner, chat).await?;
+                let new_suggestions = match &patch.encrypted_new_chat_suggestions {
+                    Some(list) => Some(encode(list)?),
+                    None => None,
+                };
+                let title_v = to_i64(patch.title_v.unwrap_or(0));
+                let done = sqlx::query(
+                    "UPDATE chats SET \
+                       encrypted_title = COALESCE($3, encrypted_title), \
+                       encrypted_icon = COALESCE($4, encrypted_icon), \
+                       encrypted_category = COALESCE($5, encrypted_category), \
+                       encrypted_chat_key = COALESCE($6, encrypted_chat_key), \
+                       encrypted_chat_summary = COALESCE($7, encrypted_chat_summary), \
+                       encrypted_chat_tags = COALESCE($8, encrypted_chat_tags), \
+                       encrypted_follow_up_suggestions = COALESCE($9, encrypted_follow_up_suggestions), \
+                       encrypted_new_chat_suggestions = COALESCE($10, encrypted_new_chat_suggestions), \
+                       encrypted_top_recommended_apps_for_chat = COALESCE($11, encrypted_top_recommended_apps_for_chat), \
+                       encrypted_quick_tip_slugs = COALESCE($12, encrypted_quick_tip_slugs), \
+                       encrypted_share_cta_text = COALESCE($13, encrypted_share_cta_text), \
+                       title_v = CASE WHEN $3 IS NULL OR $3 = encrypted_title THEN title_v \
+                                      WHEN $14 > title_v THEN $14 ELSE title_v + 1 END, \
+                       last_edited_overall_timestamp = CASE WHEN $15 > last_edited_overall_timestamp \
+                                      THEN $15 ELSE last_edited_overall_timestamp END \
+                     WHERE chat_id = $1 AND owner = $2 \
+                       AND ($16 OR $6 IS NULL OR encrypted_chat_key IS NULL OR encrypted_chat_key = $6)",
+                )
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .bind(patch.encrypted_title.as_deref())
+                .bind(patch.encrypted_icon.as_deref())
+                .bind(patch.encrypted_category.as_deref())
+                .bind(patch.encrypted_chat_key.as_deref())
+                .bind(patch.encrypted_chat_summary.as_deref())
+                .bind(patch.encrypted_chat_tags.as_deref())
+                .bind(patch.encrypted_follow_up_suggestions.as_deref())
+                .bind(new_suggestions.as_deref())
+                .bind(patch.encrypted_top_recommended_apps_for_chat.as_deref())
+                .bind(patch.encrypted_quick_tip_slugs.as_deref())
+                .bind(patch.encrypted_share_cta_text.as_deref())
+                .bind(title_v)
+                .bind(patch.last_edited.unwrap_or(0))
+                .bind(patch.allow_key_rotation)
+                .execute(&mut *tx)
+                .await?;
+                if done.rows_affected() == 0 {
+                    // The chat is the owner's (claimed above), so only the key check failed.
+                    return Err(StoreError::ChatKeyMismatch);
+                }
+                let sql = format!("SELECT {CHAT_COLUMNS} FROM chats WHERE chat_id = $1 AND owner = $2");
+                let row = sqlx::query(&sql)
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let details = chat_from_row(&row)?;
+                tx.commit().await?;
+                Ok(details)
+            }
+
+            async fn do_add_message(
+                &self,
+                owner: &UserId,
+                chat: &ChatId,
+                message: &EncryptedMessage,
+            ) -> Result<MessageAdded, StoreError> {
+                let body = encode(message)?;
+                let role = match message.role {
+                    chatd_protocol::Role::User => "user",
+                    chatd_protocol::Role::Assistant => "assistant",
+                    chatd_protocol::Role::System => "system",
+                };
+                let mut tx = self.pool.begin().await?;
+                claim(&mut tx, owner, chat).await?;
+                let inserted = sqlx::query(
+                    "INSERT INTO messages (message_id, chat_id, owner, role, created_at, body) \
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING",
+                )
+                .bind(message.message_id.as_str())
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .bind(role)
+                .bind(message.created_at)
+                .bind(&body)
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                let versions_sql = "SELECT messages_v, title_v, last_edited_overall_timestamp \
+                                    FROM chats WHERE chat_id = $1 AND owner = $2";
+                if inserted == 0 {
+                    let same = sqlx::query(
+                        "SELECT 1 FROM messages WHERE message_id = $1 AND owner = $2 AND chat_id = $3",
+                    )
+                    .bind(message.message_id.as_str())
+                    .bind(owner.as_str())
+                    .bind(chat.as_str())
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if same.is_none() {
+                        // The id is another user's message, or the owner's in another chat.
+                        return Err(StoreError::Forbidden);
+                    }
+                    let row = sqlx::query(versions_sql)
+                        .bind(chat.as_str())
+                        .bind(owner.as_str())
+                        .fetch_one(&mut *tx)
+                        .await?;
+                    let versions = versions_from_row(&row)?;
+                    tx.commit().await?;
+                    return Ok(MessageAdded { is_new: false, versions });
+                }
+                sqlx::query(
+                    "UPDATE chats SET messages_v = messages_v + 1, \
+                       last_edited_overall_timestamp = CASE WHEN $3 > last_edited_overall_timestamp \
+                           THEN $3 ELSE last_edited_overall_timestamp END \
+                     WHERE chat_id = $1 AND owner = $2",
+                )
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .bind(message.created_at)
+                .execute(&mut *tx)
+                .await?;
+                let row = sqlx::query(versions_sql)
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                let versions = versions_from_row(&row)?;
+                tx.commit().await?;
+                Ok(MessageAdded { is_new: true, versions })
+            }
+
+            async fn do_chats_page(
+                &self,
+                owner: &UserId,
+                after: Option<&ChatCursor>,
+                limit: u32,
+            ) -> Result<Vec<ChatDetails>, StoreError> {
+                let rows = match after {
+                    None => {
+                        let sql = format!(
+                            "SELECT {CHAT_COLUMNS} FROM chats WHERE owner = $1 \
+                             ORDER BY last_edited_overall_timestamp DESC, chat_id ASC LIMIT $2"
+                        );
+                        sqlx::query(&sql)
+                            .bind(owner.as_str())
+                            .bind(i64::from(limit))
+                            .fetch_all(&self.pool)
+                            .await?
+                    }
+                    Some(c) => {
+                        let sql = format!(
+                            "SELECT {CHAT_COLUMNS} FROM chats WHERE owner = $1 \
+                             AND (last_edited_overall_timestamp < $2 \
+                                  OR (last_edited_overall_timestamp = $2 AND chat_id > $3)) \
+                             ORDER BY last_edited_overall_timestamp DESC, chat_id ASC LIMIT $4"
+                        );
+                        sqlx::query(&sql)
+                            .bind(owner.as_str())
+                            .bind(c.last_edited)
+                            .bind(c.chat_id.as_str())
+                            .bind(i64::from(limit))
+                            .fetch_all(&self.pool)
+                            .await?
+                    }
+                };
+                rows.iter().map(chat_from_row).collect()
+            }
+
+            async fn do_messages(
+                &self,
+                owner: &UserId,
+                chats: &[ChatId],
+            ) -> Result<Vec<(ChatId, EncryptedMessage)>, StoreError> {
+                let mut out = Vec::new();
+                for part in chats.chunks(MAX_IN) {
+                    let mut q = QueryBuilder::<$db>::new(
+                        "SELECT chat_id, body FROM messages WHERE owner = ",
+                    );
+                    q.push_bind(owner.as_str());
+                    q.push(" AND chat_id IN (");
+                    let mut list = q.separated(", ");
+                    for c in part {
+                        list.push_bind(c.as_str());
+                    }
+                    q.push(") ORDER BY chat_id, created_at, seq");
+                    let rows = q.build().fetch_all(&self.pool).await?;
+                    for row in rows {
+                        let chat: String = row.try_get(0)?;
+                        let body: String = row.try_get(1)?;
+                        let chat =
+                            ChatId::parse(chat).map_err(|e| StoreError::Corrupt(e.to_string()))?;
+                        out.push((chat, decode(&body)?));
+                    }
+                }
+                Ok(out)
+            }
+
+            async fn do_delete_chat(
+                &self,
+                owner: &UserId,
+                chat: &ChatId,
+            ) -> Result<DeletedChat, StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let gone = sqlx::query("DELETE FROM chats WHERE chat_id = $1 AND owner = $2")
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                if gone == 0 {
+                    drop(tx);
+                    return Err(self.missing(owner, chat).await);
+                }
+                let messages = sqlx::query("DELETE FROM messages WHERE chat_id = $1 AND owner = $2")
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                let hashed = hash_id(chat.as_str());
+                let rows = sqlx::query(
+                    "SELECT embed_id FROM embeds WHERE owner = $1 \
+                     AND (hashed_chat_id = $2 OR hashed_chat_id = $3)",
+                )
+                .bind(owner.as_str())
+                .bind(&hashed)
+                .bind(chat.as_str())
+                .fetch_all(&mut *tx)
+                .await?;
+                let mut embeds = Vec::with_capacity(rows.len());
+                for row in &rows {
+                    let id: String = row.try_get(0)?;
+                    embeds.push(EmbedId::parse(id).map_err(|e| StoreError::Corrupt(e.to_string()))?);
+                }
+                sqlx::query(
+                    "DELETE FROM embeds WHERE owner = $1 AND (hashed_chat_id = $2 OR hashed_chat_id = $3)",
+                )
+                .bind(owner.as_str())
+                .bind(&hashed)
+                .bind(chat.as_str())
+                .execute(&mut *tx)
+                .await?;
+                sqlx::query(
+                    "DELETE FROM embed_keys WHERE owner = $1 AND (hashed_chat_id = $2 OR hashed_chat_id = $3)",
+                )
+                .bind(owner.as_str())
+                .bind(&hashed)
+                .bind(chat.as_str())
+                .execute(&mut *tx)
+                .await?;
+                for part in embeds.chunks(MAX_IN) {
+                    let mut q = QueryBuilder::<$db>::new("DELETE FROM embed_keys WHERE owner = ");
+                    q.push_bind(owner.as_str());
+                    q.push(" AND hashed_embed_id IN (");
+                    let mut list = q.separated(", ");
+                    for e in part {
+                        list.push_bind(hash_id(e.as_str()));
+                    }
+                    q.push(")");
+                    q.build().execute(&mut *tx).await?;
+                }
+                tx.commit().await?;
+                Ok(DeletedChat { messages, embeds })
+            }
+
+            async fn do_delete_message(
+                &self,
+                owner: &UserId,
+                chat: &ChatId,
+                message: &MessageId,
+                embeds: &[EmbedId],
+            ) -> Result<ChatVersions, StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let bumped = sqlx::query(
+                    "UPDATE chats SET messages_v = messages_v + 1 WHERE chat_id = $1 AND owner = $2",
+                )
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if bumped == 0 {
+                    drop(tx);
+                    return Err(self.missing(owner, chat).await);
+                }
+                let gone = sqlx::query(
+                    "DELETE FROM messages WHERE message_id = $1 AND chat_id = $2 AND owner = $3",
+                )
+                .bind(message.as_str())
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .execute(&mut *tx)
+                .await?
+                .rows_affected();
+                if gone == 0 {
+                    drop(tx);
+                    let foreign = sqlx::query("SELECT 1 FROM messages WHERE message_id = $1")
+                        .bind(message.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    return Err(if foreign.is_some() {
+                        StoreError::Forbidden
+                    } else {
+                        StoreError::NotFound
+                    });
+                }
+                for part in embeds.chunks(MAX_IN) {
+                    let mut q = QueryBuilder::<$db>::new("DELETE FROM embeds WHERE owner = ");
+                    q.push_bind(owner.as_str());
+                    q.push(" AND embed_id IN (");
+                    let mut list = q.separated(", ");
+                    for e in part {
+                        list.push_bind(e.as_str());
+                    }
+                    q.push(")");
+                    q.build().execute(&mut *tx).await?;
+                }
+                let row = sqlx::query(
+                    "SELECT messages_v, title_v, last_edited_overall_timestamp \
+                     FROM chats WHERE chat_id = $1 AND owner = $2",
+                )
+                .bind(chat.as_str())
+                .bind(owner.as_str())
+                .fetch_one(&mut *tx)
+                .await?;
+                let versions = versions_from_row(&row)?;
+                tx.commit().await?;
+                Ok(versions)
+            }
+
+            async fn do_put_embed(&self, owner: &UserId, embed: &StoreEmbed) -> Result<(), StoreError> {
+                let body = encode(embed)?;
+                let version = to_i64(embed.version_number);
+                let done = sqlx::query(
+                    "INSERT INTO embeds (embed_id, owner, hashed_chat_id, version_number, body) \
+                     VALUES ($1, $2, $3, $4, $5) \
+                     ON CONFLICT (embed_id) DO UPDATE SET hashed_chat_id = excluded.hashed_chat_id, \
+                       version_number = excluded.version_number, body = excluded.body \
+                     WHERE embeds.owner = excluded.owner AND embeds.version_number <= excluded.version_number",
+                )
+                .bind(embed.embed_id.as_str())
+                .bind(owner.as_str())
+                .bind(embed.hashed_chat_id.as_deref())
+                .bind(version)
+                .bind(&body)
+                .execute(&self.pool)
+                .await?
+                .rows_affected();
+                if done > 0 {
+                    return Ok(());
+                }
+                let mine = sqlx::query(
+                    "SELECT version_number FROM embeds WHERE embed_id = $1 AND owner = $2",
+                )
+                .bind(embed.embed_id.as_str())
+                .bind(owner.as_str())
+                .fetch_optional(&self.pool)
+                .await?;
+                match mine {
+                    Some(row) => Err(StoreError::StaleVersion {
+                        sent: embed.version_number,
+                        stored: to_u64(row.try_get(0)?),
+                    }),
+                    None => Err(StoreError::Forbidden),
+                }
+            }
+
+            async fn do_embed(
+                &self,
+                owner: &UserId,
+                embed: &EmbedId,
+            ) -> Result<Option<StoreEmbed>, StoreError> {
+                let row = sqlx::query("SELECT body FROM embeds WHERE embed_id = $1 AND owner = $2")
+                    .bind(embed.as_str())
+                    .bind(owner.as_str())
+                    .fetch_optional(&self.pool)
+                    .await?;
+                match row {
+                    Some(row) => {
+                        let body: String = row.try_get(0)?;
+                        Ok(Some(decode(&body)?))
+                    }
+                    None => Ok(None),
+                }
+            }
+
+            async fn do_embeds_for_chats(
+                &self,
+                owner: &UserId,
+                hashed: &[String],
+            ) -> Result<Vec<StoreEmbed>, StoreError> {
+                let mut out = Vec::new();
+                for part in hashed.chunks(MAX_IN) {
+                    let mut q = QueryBuilder::<$db>::new("SELECT body FROM embeds WHERE owner = ");
+                    q.push_bind(owner.as_str());
+                    q.push(" AND hashed_chat_id IN (");
+                    let mut list = q.separated(", ");
+                    for h in part {
+                        list.push_bind(h.as_str());
+                    }
+                    q.push(") ORDER BY embed_id");
+                    for row in q.build().fetch_all(&self.pool).await? {
+                        let body: String = row.try_get(0)?;
+                        out.push(decode(&body)?);
+                    }
+                }
+                Ok(out)
+            }
+
+            async fn do_put_embed_keys(&self, owner: &UserId, keys: &[EmbedKey]) -> Result<u64, StoreError> {
+                let mut tx = self.pool.begin().await?;
+                let mut n = 0;
+                for k in keys {
+                    n += sqlx::query(
+                        "INSERT INTO embed_keys (owner, hashed_embed_id, key_type, hashed_chat_id, \
+                           encrypted_embed_key, created_at) VALUES ($1, $2, $3, $4, $5, $6) \
+                         ON CONFLICT (owner, hashed_embed_id, key_type, hashed_chat_id) \
+                         DO UPDATE SET encrypted_embed_key = excluded.encrypted_embed_key, \
+                           created_at = excluded.created_at",
+                    )
+                    .bind(owner.as_str())
+                    .bind(&k.hashed_embed_id)
+                    .bind(&k.key_type)
+                    .bind(k.hashed_chat_id.as_deref().unwrap_or(""))
+                    .bind(&k.encrypted_embed_key)
+                    .bind(k.created_at)
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                }
+                tx.commit().await?;
+                Ok(n)
+            }
+
+            async fn do_embed_keys(
+                &self,
+                owner: &UserId,
+                hashed: &[String],
+            ) -> Result<Vec<EmbedKey>, StoreError> {
+                let mut out = Vec::new();
+                for part in hashed.chunks(MAX_IN) {
+                    let mut q = QueryBuilder::<$db>::new(
+                        "SELECT hashed_embed_id, key_type, hashed_chat_id, encrypted_embed_key, \
+                         created_at FROM embed_keys WHERE owner = ",
+                    );
+                    q.push_bind(owner.as_str());
+                    q.push(" AND hashed_embed_id IN (");
+                    let mut list = q.separated(", ");
+                    for h in part {
+                        list.push_bind(h.as_str());
+                    }
+                    q.push(") ORDER BY hashed_embed_id, key_type, hashed_chat_id");
+                    for row in q.build().fetch_all(&self.pool).await? {
+                        let chat: String = row.try_get(2)?;
+                        out.push(EmbedKey {
+                            hashed_embed_id: row.try_get(0)?,
+                            key_type: row.try_get(1)?,
+                            hashed_chat_id: (!chat.is_empty()).then_some(chat),
+                            encrypted_embed_key: row.try_get(3)?,
+                            created_at: row.try_get(4)?,
+                        });
+                    }
+                }
+                Ok(out)
+            }
+        }
+
+        impl Store for $store {
+            fn backend_name(&self) -> &'static str {
+                $name
+            }
+
+            fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
+                Box::pin(async move {
+                    sqlx::query("SELECT 1").execute(&self.pool).await?;
+                    Ok(())
+                })
+            }
+
+            fn authorize<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+            ) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(async move {
+                    if self.exists_foreign(owner, chat).await? {
+                        return Err(StoreError::Forbidden);
+                    }
+                    Ok(())
+                })
+            }
+
+            fn update_chat<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+                patch: &'a ChatPatch,
+            ) -> BoxFuture<'a, Result<ChatDetails, StoreError>> {
+                Box::pin(self.do_update_chat(owner, chat, patch))
+            }
+
+            fn add_message<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+                message: &'a EncryptedMessage,
+            ) -> BoxFuture<'a, Result<MessageAdded, StoreError>> {
+                Box::pin(self.do_add_message(owner, chat, message))
+            }
+
+            fn chat<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+            ) -> BoxFuture<'a, Result<Option<ChatDetails>, StoreError>> {
+                Box::pin(self.get_chat(owner, chat))
+            }
+
+            fn chats_page<'a>(
+                &'a self,
+                owner: &'a UserId,
+                after: Option<&'a ChatCursor>,
+                limit: u32,
+            ) -> BoxFuture<'a, Result<Vec<ChatDetails>, StoreError>> {
+                Box::pin(self.do_chats_page(owner, after, limit))
+            }
+
+            fn count_chats<'a>(&'a self, owner: &'a UserId) -> BoxFuture<'a, Result<u64, StoreError>> {
+                Box::pin(async move {
+                    let row = sqlx::query("SELECT COUNT(*) FROM chats WHERE owner = $1")
+                        .bind(owner.as_str())
+                        .fetch_one(&self.pool)
+                        .await?;
+                    Ok(to_u64(row.try_get(0)?))
+                })
+            }
+
+            fn messages<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chats: &'a [ChatId],
+            ) -> BoxFuture<'a, Result<Vec<(ChatId, EncryptedMessage)>, StoreError>> {
+                Box::pin(self.do_messages(owner, chats))
+            }
+
+            fn delete_chat<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+            ) -> BoxFuture<'a, Result<DeletedChat, StoreError>> {
+                Box::pin(self.do_delete_chat(owner, chat))
+            }
+
+            fn delete_message<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+                message: &'a MessageId,
+                embeds: &'a [EmbedId],
+            ) -> BoxFuture<'a, Result<ChatVersions, StoreError>> {
+                Box::pin(self.do_delete_message(owner, chat, message, embeds))
+            }
+
+            fn put_embed<'a>(
+                &'a self,
+                owner: &'a UserId,
+                embed: &'a StoreEmbed,
+            ) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(self.do_put_embed(owner, embed))
+            }
+
+            fn embed<'a>(
+                &'a self,
+                owner: &'a UserId,
+                embed: &'a EmbedId,
+            ) -> BoxFuture<'a, Result<Option<StoreEmbed>, StoreError>> {
+                Box::pin(self.do_embed(owner, embed))
+            }
+
+            fn embeds_for_chats<'a>(
+                &'a self,
+                owner: &'a UserId,
+                hashed_chat_ids: &'a [String],
+            ) -> BoxFuture<'a, Result<Vec<StoreEmbed>, StoreError>> {
+                Box::pin(self.do_embeds_for_chats(owner, hashed_chat_ids))
+            }
+
+            fn put_embed_keys<'a>(
+                &'a self,
+                owner: &'a UserId,
+                keys: &'a [EmbedKey],
+            ) -> BoxFuture<'a, Result<u64, StoreError>> {
+                Box::pin(self.do_put_embed_keys(owner, keys))
+            }
+
+            fn embed_keys<'a>(
+                &'a self,
+                owner: &'a UserId,
+                hashed_embed_ids: &'a [String],
+            ) -> BoxFuture<'a, Result<Vec<EmbedKey>, StoreError>> {
+                Box::pin(self.do_embed_keys(owner, hashed_embed_ids))
+            }
+        }
+    };
+}
+
+pub(crate) use impl_store;

@@ -1,0 +1,42 @@
+//! The embedded store: one SQLite file (WAL journal, `synchronous = NORMAL`, foreign keys
+//! on, a busy timeout so writers queue instead of failing).
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
+
+use super::ACQUIRE_TIMEOUT;
+
+static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
+
+pub struct SqliteStore {
+    pool: sqlx::SqlitePool,
+}
+
+impl SqliteStore {
+    /// Opens (creating if missing) the database at `url` (`sqlite://PATH`) and migrates it.
+    pub async fn open(url: &str) -> Result<Self, StoreError> {
+        let options = SqliteConnectOptions::from_str(url)?
+            .create_if_missing(true)
+            .journal_mode(SqliteJournalMode::Wal)
+            .synchronous(SqliteSynchronous::Normal)
+            .foreign_keys(true)
+            .busy_timeout(Duration::from_secs(5));
+        if let Some(dir) = options.get_filename().parent()
+            && !dir.as_os_str().is_empty()
+        {
+            std::fs::create_dir_all(dir)
+                .map_err(|e| StoreError::Unavailable(format!("{}: {e}", dir.display())))?;
+        }
+        let pool = SqlitePoolOptions::new()
+            .max_connections(4)
+            .acquire_timeout(ACQUIRE_TIMEOUT)
+            .connect_with(options)
+            .await?;
+        MIGRATOR.run(&pool).await?;
+        Ok(Self { pool })
+    }
+}
+
+super::sql::impl_store!(SqliteStore, sqlx::Sqlite, "sqlite");

@@ -1,0 +1,183 @@
+//! A throwaway PostgreSQL cluster: `initdb` into a temp dir, `postgres` on a free port
+//! (fsync off), killed on drop. Running as root, both run as the `postgres` user (PostgreSQL
+//! refuses root) through `setpriv`, which execs in place so the child is postgres itself.
+
+use std::path::PathBuf;
+use std::process::Stdio;
+
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
+
+use crate::process::{find_binary, port_open, wait_until};
+
+const HINT: &str = "apt-get install postgresql";
+/// The superuser `initdb` creates (trust authentication on 127.0.0.1 only).
+const SUPERUSER: &str = "chatd";
+
+pub struct Postgres {
+    port: u16,
+    bin_dir: PathBuf,
+    child: Option<Child>,
+    run_as: Option<String>,
+    _dir: tempfile::TempDir,
+}
+
+/// Debian keeps the server binaries outside PATH.
+fn pg_dirs() -> Vec<PathBuf> {
+    let mut dirs: Vec<PathBuf> = std::fs::read_dir("/usr/lib/postgresql")
+        .map(|rd| {
+            rd.filter_map(|e| e.ok())
+                .map(|e| e.path().join("bin"))
+                .collect()
+        })
+        .unwrap_or_default();
+    dirs.sort();
+    dirs.reverse();
+    dirs
+}
+
+fn is_root() -> bool {
+    std::process::Command::new("id")
+        .arg("-u")
+        .output()
+        .map(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+        .unwrap_or(false)
+}
+
+impl Postgres {
+    pub async fn start() -> anyhow::Result<Postgres> {
+        let initdb = find_binary("initdb", &pg_dirs(), HINT)?;
+        let bin_dir = std::fs::canonicalize(&initdb)?
+            .parent()
+            .map(PathBuf::from)
+            .context("initdb has no parent directory")?;
+        let dir = tempfile::tempdir()?;
+        let run_as = is_root().then(|| "postgres".to_string());
+        if let Some(user) = &run_as {
+            let status = Command::new("chown")
+                .arg(format!("{user}:"))
+                .arg(dir.path())
+                .status()
+                .await?;
+            if !status.success() {
+                bail!("cannot chown the PostgreSQL temp dir to `{user}` (does the user exist?)");
+            }
+        }
+        let mut pg = Postgres {
+            port: crate::free_port(),
+            bin_dir,
+            child: None,
+            run_as,
+            _dir: dir,
+        };
+        let data = pg._dir.path().join("data");
+        let out = pg
+            .command("initdb")
+            .arg("-D")
+            .arg(&data)
+            .args(["-U", SUPERUSER, "--auth=trust", "-E", "UTF8", "--no-sync"])
+            .output()
+            .await
+            .context("running initdb")?;
+        if !out.status.success() {
+            bail!(
+                "initdb failed: {}{}",
+                String::from_utf8_lossy(&out.stdout),
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
+        let child = pg
+            .command("postgres")
+            .arg("-D")
+            .arg(&data)
+            .args(["-p", &pg.port.to_string()])
+            .args(["-c", "listen_addresses=127.0.0.1"])
+            .arg("-k")
+            .arg(pg._dir.path())
+            .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .kill_on_drop(true)
+            .spawn()
+            .context("starting postgres")?;
+        pg.child = Some(child);
+        let port = pg.port;
+        wait_until("postgres", || async move { port_open(port).await }).await?;
+        // Accepting TCP precedes accepting logins: ready once a database can be created.
+        let pg_ref = &pg;
+        wait_until("postgres logins", || async move {
+            pg_ref.create_database("chatd_ready").await.is_ok()
+        })
+        .await?;
+        Ok(pg)
+    }
+
+    /// A PostgreSQL binary, run as the `postgres` user when we are root.
+    fn command(&self, name: &str) -> Command {
+        let bin = self.bin_dir.join(name);
+        match &self.run_as {
+            Some(user) => {
+                let mut c = Command::new("setpriv");
+                c.arg(format!("--reuid={user}"))
+                    .arg(format!("--regid={user}"))
+                    .arg("--init-groups")
+                    .arg(bin);
+                c
+            }
+            None => Command::new(bin),
+        }
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    /// The URL of database `db`.
+    pub fn url(&self, db: &str) -> String {
+        format!("postgres://{SUPERUSER}@127.0.0.1:{}/{db}", self.port)
+    }
+
+    /// Creates an empty database (each test gets its own).
+    pub async fn create_database(&self, name: &str) -> anyhow::Result<()> {
+        let out = self
+            .command("createdb")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+            ])
+            .arg(name)
+            .output()
+            .await
+            .context("running createdb")?;
+        if !out.status.success() {
+            bail!("createdb failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(())
+    }
+
+    /// Runs one SQL statement with `psql` and returns its unaligned, tuples-only output.
+    pub async fn psql(&self, db: &str, sql: &str) -> anyhow::Result<String> {
+        let out = self
+            .command("psql")
+            .args([
+                "-h",
+                "127.0.0.1",
+                "-p",
+                &self.port.to_string(),
+                "-U",
+                SUPERUSER,
+            ])
+            .args(["-d", db, "-At", "-v", "ON_ERROR_STOP=1", "-c", sql])
+            .output()
+            .await
+            .context("running psql")?;
+        if !out.status.success() {
+            bail!("psql failed: {}", String::from_utf8_lossy(&out.stderr));
+        }
+        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+    }
+}

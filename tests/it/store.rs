@@ -1,0 +1,560 @@
+//! Persistence end to end over WebSocket: a chat turn followed by the client's encrypted
+//! persistence messages, relayed to the user's other devices; duplicates stored once; key
+//! mismatch and stale embeds refused; another user's ids refused with nothing changed;
+//! `delete_chat` leaving no trace in the store or in a real Redis.
+
+use chatd::auth::UserId;
+use chatd::store::hash_id;
+use chatd_protocol::{
+    AiResponseCompleted, ChatId, ClientMessage, ClientVersions, DeleteChat, DeleteMessage, EmbedId,
+    EmbedKey, EncryptedChatMetadata, EncryptedMessage, ErrorCode, MessageId, RequestEmbed, Role,
+    ServerMessage, StoreEmbed, StoreEmbedKeys, UpdatePostProcessingMetadata, UpdateTitle,
+};
+use chatd_test_harness::redis::RedisServer;
+use chatd_test_harness::ws_client::WsClient;
+
+use crate::support::{chat_id, collect_answer, error_code, spawn_app, user_message};
+
+pub fn metadata(chat: &str, message: &str, content: &str, key: &str) -> ClientMessage {
+    ClientMessage::EncryptedChatMetadata(Box::new(EncryptedChatMetadata {
+        chat_id: chat_id(chat),
+        message_id: Some(MessageId::parse(message).unwrap()),
+        encrypted_content: Some(content.to_string()),
+        encrypted_sender_name: None,
+        encrypted_category: Some(format!("enc-category-{chat}")),
+        encrypted_pii_mappings: None,
+        encrypted_title: Some(format!("enc-title-{chat}")),
+        encrypted_icon: Some("enc-icon".into()),
+        encrypted_chat_category: Some("enc-chat-category".into()),
+        encrypted_chat_tags: None,
+        encrypted_chat_key: Some(key.to_string()),
+        allow_chat_key_rotation: false,
+        created_at: Some(1_700_000_000),
+        versions: ClientVersions::default(),
+    }))
+}
+
+pub fn assistant(message: &str, content: &str) -> EncryptedMessage {
+    EncryptedMessage {
+        message_id: MessageId::parse(message).unwrap(),
+        role: Role::Assistant,
+        encrypted_content: content.to_string(),
+        created_at: 1_700_000_001,
+        encrypted_sender_name: None,
+        encrypted_category: None,
+        encrypted_model_name: Some("enc-model".into()),
+        encrypted_thinking_content: None,
+        encrypted_thinking_signature: None,
+        encrypted_pii_mappings: None,
+        has_thinking: None,
+        thinking_token_count: None,
+        user_message_id: None,
+        status: Some("synced".into()),
+    }
+}
+
+pub fn completed(chat: &str, message: &str, content: &str) -> ClientMessage {
+    ClientMessage::AiResponseCompleted(Box::new(AiResponseCompleted {
+        chat_id: chat_id(chat),
+        message: assistant(message, content),
+        versions: ClientVersions::default(),
+    }))
+}
+
+pub fn store_embed(id: &str, chat: &str, version: u64) -> ClientMessage {
+    ClientMessage::StoreEmbed(Box::new(StoreEmbed {
+        embed_id: EmbedId::parse(id).unwrap(),
+        encrypted_type: Some("enc-type".into()),
+        encrypted_content: Some(format!("enc-embed-{id}-v{version}")),
+        encrypted_text_preview: None,
+        status: Some("finished".into()),
+        hashed_chat_id: Some(hash_id(chat)),
+        hashed_message_id: None,
+        hashed_task_id: None,
+        embed_ids: Vec::new(),
+        parent_embed_id: None,
+        version_number: version,
+        content_hash: None,
+        text_length_chars: None,
+        is_private: false,
+        is_shared: false,
+    }))
+}
+
+pub fn embed_key(id: &str, chat: &str) -> ClientMessage {
+    ClientMessage::StoreEmbedKeys(StoreEmbedKeys {
+        keys: vec![EmbedKey {
+            hashed_embed_id: hash_id(id),
+            key_type: "chat".into(),
+            hashed_chat_id: Some(hash_id(chat)),
+            encrypted_embed_key: format!("wrapped-key-{id}"),
+            created_at: 1_700_000_000,
+        }],
+    })
+}
+
+/// Receives until a frame of the given type (skipping others, e.g. a turn's late frames).
+pub async fn expect(ws: &mut WsClient, kind: &str) -> ServerMessage {
+    ws.recv_until(|m| (m.type_name() == kind).then(|| m.clone()))
+        .await
+}
+
+/// Receives until an `error` frame and returns its code.
+pub async fn expect_error(ws: &mut WsClient) -> ErrorCode {
+    ws.recv_until(error_code).await
+}
+
+/// Stores a chat (user message with metadata) and an assistant message for `user`.
+pub async fn store_chat(ws: &mut WsClient, chat: &str) {
+    ws.send(&metadata(
+        chat,
+        &format!("{chat}-u"),
+        &format!("enc-user-{chat}"),
+        "key-1",
+    ))
+    .await;
+    expect(ws, "encrypted_metadata_stored").await;
+    ws.send(&completed(
+        chat,
+        &format!("{chat}-a"),
+        &format!("enc-answer-{chat}"),
+    ))
+    .await;
+    expect(ws, "ai_response_storage_confirmed").await;
+}
+
+fn uid(s: &str) -> UserId {
+    UserId::parse(s).unwrap()
+}
+
+#[tokio::test]
+async fn a_turn_then_its_persistence_reaches_the_store_and_the_other_device() {
+    let app = spawn_app(|_| {}).await;
+    let mut a = app.connect_showing("alice", "chat-1").await;
+    let mut b = app.connect("alice").await;
+
+    a.send(&user_message("chat-1", "m-user-1", "Hello there"))
+        .await;
+    let (_, last) = collect_answer(&mut a).await;
+    let answer_id = last.message_id.clone();
+    expect(&mut a, "post_processing_completed").await;
+
+    // The client encrypts the user message and the metadata.
+    a.send(&metadata("chat-1", "m-user-1", "enc-user-message", "key-1"))
+        .await;
+    match expect(&mut a, "chat_message_confirmed").await {
+        ServerMessage::ChatMessageConfirmed(c) => assert_eq!(c.message_id.as_str(), "m-user-1"),
+        other => panic!("{other:?}"),
+    }
+    match expect(&mut a, "encrypted_metadata_stored").await {
+        ServerMessage::EncryptedMetadataStored(s) => {
+            assert_eq!(s.versions.messages_v, 1);
+            assert_eq!(s.versions.title_v, 1);
+        }
+        other => panic!("{other:?}"),
+    }
+    match expect(&mut b, "encrypted_chat_metadata").await {
+        ServerMessage::EncryptedChatMetadata(u) => {
+            assert_eq!(u.chat.encrypted_title.as_deref(), Some("enc-title-chat-1"));
+            assert_eq!(u.chat.encrypted_chat_key.as_deref(), Some("key-1"));
+            assert_eq!(
+                u.message.unwrap().encrypted_content,
+                "enc-user-message",
+                "the other device gets the ciphertext"
+            );
+        }
+        other => panic!("{other:?}"),
+    }
+
+    // The assistant message, with a plaintext `content` sent by mistake: dropped.
+    let mut frame = serde_json::to_value(completed(
+        "chat-1",
+        answer_id.as_str(),
+        "enc-assistant-message",
+    ))
+    .unwrap();
+    frame["payload"]["message"]["content"] = "PLAINTEXT-LEAK-8812".into();
+    a.send_json(frame.clone()).await;
+    match expect(&mut a, "ai_response_storage_confirmed").await {
+        ServerMessage::AiResponseStorageConfirmed(c) => {
+            assert!(c.stored);
+            assert_eq!(c.versions.messages_v, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    match expect(&mut b, "new_encrypted_message").await {
+        ServerMessage::NewEncryptedMessage(m) => {
+            assert_eq!(m.message.encrypted_content, "enc-assistant-message")
+        }
+        other => panic!("{other:?}"),
+    }
+    // A duplicate is acknowledged and not stored again.
+    a.send_json(frame).await;
+    match expect(&mut a, "ai_response_storage_confirmed").await {
+        ServerMessage::AiResponseStorageConfirmed(c) => {
+            assert!(!c.stored);
+            assert_eq!(c.versions.messages_v, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    let stored = app
+        .state
+        .store
+        .messages(&uid("alice"), &[chat_id("chat-1")])
+        .await
+        .unwrap();
+    let contents: Vec<&str> = stored
+        .iter()
+        .map(|(_, m)| m.encrypted_content.as_str())
+        .collect();
+    assert_eq!(contents, ["enc-user-message", "enc-assistant-message"]);
+    let db = std::fs::read(app.state.config.server.data_dir.join("chatd.db")).unwrap();
+    let wal =
+        std::fs::read(app.state.config.server.data_dir.join("chatd.db-wal")).unwrap_or_default();
+    for bytes in [&db, &wal] {
+        assert!(
+            !bytes.windows(19).any(|w| w == b"PLAINTEXT-LEAK-8812"),
+            "plaintext content must never be stored"
+        );
+    }
+
+    // Post-processing metadata and a title change.
+    a.send(&ClientMessage::UpdatePostProcessingMetadata(Box::new(
+        UpdatePostProcessingMetadata {
+            encrypted_chat_summary: Some("enc-summary".into()),
+            encrypted_follow_up_suggestions: Some("enc-follow-ups".into()),
+            ..UpdatePostProcessingMetadata::new(chat_id("chat-1"))
+        },
+    )))
+    .await;
+    expect(&mut a, "post_processing_metadata_stored").await;
+    match expect(&mut b, "chat_metadata_updated").await {
+        ServerMessage::ChatMetadataUpdated(u) => {
+            assert_eq!(
+                u.chat.encrypted_chat_summary.as_deref(),
+                Some("enc-summary")
+            )
+        }
+        other => panic!("{other:?}"),
+    }
+    a.send(&ClientMessage::UpdateTitle(UpdateTitle {
+        chat_id: chat_id("chat-1"),
+        encrypted_title: "enc-title-2".into(),
+        encrypted_chat_key: None,
+    }))
+    .await;
+    for ws in [&mut a, &mut b] {
+        match expect(ws, "chat_title_updated").await {
+            ServerMessage::ChatTitleUpdated(t) => {
+                assert_eq!(t.encrypted_title, "enc-title-2");
+                assert_eq!(t.versions.title_v, 2);
+            }
+            other => panic!("{other:?}"),
+        }
+    }
+
+    // Deleting a message: both devices learn it, the store drops it.
+    a.send(&ClientMessage::DeleteMessage(DeleteMessage {
+        chat_id: chat_id("chat-1"),
+        message_id: MessageId::parse("m-user-1").unwrap(),
+        embed_ids_to_delete: Vec::new(),
+    }))
+    .await;
+    for ws in [&mut a, &mut b] {
+        expect(ws, "message_deleted").await;
+    }
+    let left = app
+        .state
+        .store
+        .messages(&uid("alice"), &[chat_id("chat-1")])
+        .await
+        .unwrap();
+    assert_eq!(left.len(), 1);
+}
+
+#[tokio::test]
+async fn a_different_chat_key_is_refused_unless_rotation_is_allowed() {
+    let app = spawn_app(|_| {}).await;
+    let mut a = app.connect("alice").await;
+    store_chat(&mut a, "chat-k").await;
+
+    a.send(&metadata("chat-k", "m-2", "enc-2", "key-OTHER"))
+        .await;
+    assert_eq!(expect_error(&mut a).await, ErrorCode::ChatKeyMismatch);
+    let stored = app
+        .state
+        .store
+        .chat(&uid("alice"), &chat_id("chat-k"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.encrypted_chat_key.as_deref(), Some("key-1"));
+    assert_eq!(
+        stored.versions.messages_v, 2,
+        "the message was not stored either"
+    );
+
+    let mut rotate = metadata("chat-k", "m-2", "enc-2", "key-OTHER");
+    if let ClientMessage::EncryptedChatMetadata(m) = &mut rotate {
+        m.allow_chat_key_rotation = true;
+    }
+    a.send(&rotate).await;
+    expect(&mut a, "encrypted_metadata_stored").await;
+    let stored = app
+        .state
+        .store
+        .chat(&uid("alice"), &chat_id("chat-k"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.encrypted_chat_key.as_deref(), Some("key-OTHER"));
+    assert_eq!(stored.versions.messages_v, 3);
+}
+
+#[tokio::test]
+async fn embeds_are_versioned_relayed_and_served_back_encrypted() {
+    let app = spawn_app(|_| {}).await;
+    let mut a = app.connect("alice").await;
+    let mut b = app.connect("alice").await;
+    store_chat(&mut a, "chat-e").await;
+
+    a.send(&store_embed("emb-1", "chat-e", 2)).await;
+    expect(&mut a, "embed_stored").await;
+    match expect(&mut b, "embed_update").await {
+        ServerMessage::EmbedUpdate(u) => {
+            assert_eq!(u.embed_id.as_str(), "emb-1");
+            assert_eq!(u.version_number, 2);
+        }
+        other => panic!("{other:?}"),
+    }
+    a.send(&store_embed("emb-1", "chat-e", 1)).await;
+    assert_eq!(expect_error(&mut a).await, ErrorCode::StaleVersion);
+    a.send(&embed_key("emb-1", "chat-e")).await;
+    expect(&mut a, "embed_keys_stored").await;
+
+    a.send(&ClientMessage::RequestEmbed(RequestEmbed {
+        embed_id: EmbedId::parse("emb-1").unwrap(),
+    }))
+    .await;
+    match expect(&mut a, "send_embed_data").await {
+        ServerMessage::SendEmbedData(d) => {
+            assert!(d.already_encrypted);
+            let embed = d.embed.unwrap();
+            assert_eq!(
+                embed.encrypted_content.as_deref(),
+                Some("enc-embed-emb-1-v2")
+            );
+            assert_eq!(d.embed_keys.len(), 1);
+            assert_eq!(d.embed_keys[0].encrypted_embed_key, "wrapped-key-emb-1");
+        }
+        other => panic!("{other:?}"),
+    }
+    // Bad input: no content.
+    a.send_json(serde_json::json!({"type": "store_embed", "payload": {"embed_id": "emb-2"}}))
+        .await;
+    assert_eq!(expect_error(&mut a).await, ErrorCode::InvalidPayload);
+}
+
+#[tokio::test]
+async fn another_users_ids_are_refused_and_nothing_changes() {
+    let app = spawn_app(|_| {}).await;
+    let mut alice = app.connect("alice").await;
+    store_chat(&mut alice, "chat-a").await;
+    alice.send(&store_embed("emb-a", "chat-a", 1)).await;
+    expect(&mut alice, "embed_stored").await;
+    let store = app.state.store.clone();
+    let before_chat = store.chat(&uid("alice"), &chat_id("chat-a")).await.unwrap();
+    let before_messages = store
+        .messages(&uid("alice"), &[chat_id("chat-a")])
+        .await
+        .unwrap();
+    let before_embed = store
+        .embed(&uid("alice"), &EmbedId::parse("emb-a").unwrap())
+        .await
+        .unwrap();
+
+    let mut bob = app.connect("bob").await;
+    let attempts = [
+        (
+            metadata("chat-a", "bob-m", "x", "key-1"),
+            ErrorCode::Forbidden,
+        ),
+        (completed("chat-a", "bob-a", "x"), ErrorCode::Forbidden),
+        // Bob's own chat, but alice's message id.
+        (completed("chat-bob", "chat-a-a", "x"), ErrorCode::Forbidden),
+        (
+            ClientMessage::UpdatePostProcessingMetadata(Box::new(UpdatePostProcessingMetadata {
+                encrypted_chat_summary: Some("x".into()),
+                ..UpdatePostProcessingMetadata::new(chat_id("chat-a"))
+            })),
+            ErrorCode::Forbidden,
+        ),
+        (
+            ClientMessage::UpdateTitle(UpdateTitle {
+                chat_id: chat_id("chat-a"),
+                encrypted_title: "x".into(),
+                encrypted_chat_key: None,
+            }),
+            ErrorCode::Forbidden,
+        ),
+        (
+            ClientMessage::DeleteMessage(DeleteMessage {
+                chat_id: chat_id("chat-a"),
+                message_id: MessageId::parse("chat-a-u").unwrap(),
+                embed_ids_to_delete: vec![EmbedId::parse("emb-a").unwrap()],
+            }),
+            ErrorCode::Forbidden,
+        ),
+        (
+            ClientMessage::DeleteChat(DeleteChat {
+                chat_id: chat_id("chat-a"),
+            }),
+            ErrorCode::Forbidden,
+        ),
+        (store_embed("emb-a", "chat-a", 9), ErrorCode::Forbidden),
+        (
+            ClientMessage::RequestEmbed(RequestEmbed {
+                embed_id: EmbedId::parse("emb-a").unwrap(),
+            }),
+            ErrorCode::NotFound,
+        ),
+    ];
+    for (msg, code) in attempts {
+        let kind = msg.type_name();
+        bob.send(&msg).await;
+        assert_eq!(expect_error(&mut bob).await, code, "{kind}");
+    }
+    // Bad ids are typed errors too.
+    bob.send_json(serde_json::json!({"type": "delete_chat", "payload": {"chatId": "bad id"}}))
+        .await;
+    assert_eq!(expect_error(&mut bob).await, ErrorCode::InvalidPayload);
+
+    assert_eq!(
+        store.chat(&uid("alice"), &chat_id("chat-a")).await.unwrap(),
+        before_chat
+    );
+    assert_eq!(
+        store
+            .messages(&uid("alice"), &[chat_id("chat-a")])
+            .await
+            .unwrap(),
+        before_messages
+    );
+    assert_eq!(
+        store
+            .embed(&uid("alice"), &EmbedId::parse("emb-a").unwrap())
+            .await
+            .unwrap(),
+        before_embed
+    );
+    assert!(
+        store
+            .chat(&uid("bob"), &chat_id("chat-bob"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert_eq!(store.count_chats(&uid("bob")).await.unwrap(), 0);
+}
+
+#[tokio::test]
+async fn delete_chat_removes_every_trace_from_the_store_and_redis() {
+    let redis = RedisServer::start().await.unwrap();
+    let app = spawn_app(|c| {
+        c.cache.backend = chatd::config::CacheBackendKind::Redis;
+        c.cache.redis_url = redis.url();
+    })
+    .await;
+    let chat = "chat-gone-5521";
+    let mut a = app.connect_showing("alice", chat).await;
+    let mut b = app.connect("alice").await;
+    // A turn fills the AI cache (with a cached embed); persistence fills the store.
+    a.send(&crate::support::user_message_with(
+        chat,
+        "m-1",
+        "Hello",
+        |m| {
+            m.embeds = vec![chatd_protocol::ClientEmbed {
+                embed_id: EmbedId::parse("emb-gone").unwrap(),
+                embed_type: "web_page".into(),
+                content: "title: x".into(),
+                status: None,
+                version_number: 1,
+            }];
+        },
+    ))
+    .await;
+    collect_answer(&mut a).await;
+    store_chat(&mut a, chat).await;
+    a.send(&store_embed("emb-gone", chat, 1)).await;
+    expect(&mut a, "embed_stored").await;
+    a.send(&embed_key("emb-gone", chat)).await;
+    expect(&mut a, "embed_keys_stored").await;
+    // Phase 1 warms the sync cache.
+    a.send(&ClientMessage::PhasedSyncRequest(Box::new(
+        chatd_protocol::PhasedSyncRequest {
+            phase: chatd_protocol::SyncPhase::Phase1,
+            client_chat_versions: Default::default(),
+            client_chat_ids: Vec::new(),
+            client_embed_ids: Vec::new(),
+        },
+    )))
+    .await;
+    expect(&mut a, "phased_sync_complete").await;
+    let dump = redis.dump().await.unwrap();
+    assert!(
+        dump.iter()
+            .any(|(k, _)| k.contains(chat) && k.ends_with(":messages:ai")),
+        "{dump:?}"
+    );
+    assert!(
+        dump.iter()
+            .any(|(k, _)| k.contains(chat) && k.ends_with(":messages:sync")),
+        "{dump:?}"
+    );
+    assert!(dump.iter().any(|(k, _)| k == "embed:emb-gone"), "{dump:?}");
+
+    a.send(&ClientMessage::DeleteChat(DeleteChat {
+        chat_id: chat_id(chat),
+    }))
+    .await;
+    for ws in [&mut a, &mut b] {
+        match expect(ws, "chat_deleted").await {
+            ServerMessage::ChatDeleted(d) => assert_eq!(d.chat_id.as_str(), chat),
+            other => panic!("{other:?}"),
+        }
+    }
+    let store = &app.state.store;
+    let alice = uid("alice");
+    assert!(store.chat(&alice, &chat_id(chat)).await.unwrap().is_none());
+    assert!(
+        store
+            .messages(&alice, &[chat_id(chat)])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(
+        store
+            .embed(&alice, &EmbedId::parse("emb-gone").unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    assert!(
+        store
+            .embed_keys(&alice, &[hash_id("emb-gone")])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert_eq!(store.count_chats(&alice).await.unwrap(), 0);
+    let dump = redis.dump().await.unwrap();
+    for (key, value) in &dump {
+        assert!(!key.contains(chat), "{key} survived the deletion");
+        assert!(!key.contains("emb-gone"), "{key} survived the deletion");
+        let text = String::from_utf8_lossy(value);
+        assert!(!text.contains(chat), "{key} still names the chat: {text}");
+    }
+    let _: ChatId = chat_id(chat);
+}

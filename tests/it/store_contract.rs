@@ -1,0 +1,341 @@
+//! The store contract, run on both backends: SQLite (a temp file) and a real PostgreSQL
+//! started by the harness. Ownership, versions, idempotence, key checks, embed versions,
+//! paging and deletion must behave the same on both.
+
+use std::sync::Arc;
+
+use chatd::auth::UserId;
+use chatd::store::{ChatCursor, ChatPatch, Store, StoreError, hash_id};
+use chatd_protocol::{ChatId, EmbedId, EmbedKey, EncryptedMessage, MessageId, Role, StoreEmbed};
+use chatd_test_harness::postgres::Postgres;
+
+fn user(s: &str) -> UserId {
+    UserId::parse(s).unwrap()
+}
+
+fn chat(s: &str) -> ChatId {
+    ChatId::parse(s).unwrap()
+}
+
+pub fn message(id: &str, role: Role, content: &str, created_at: i64) -> EncryptedMessage {
+    EncryptedMessage {
+        message_id: MessageId::parse(id).unwrap(),
+        role,
+        encrypted_content: content.to_string(),
+        created_at,
+        encrypted_sender_name: None,
+        encrypted_category: Some("enc-cat".into()),
+        encrypted_model_name: None,
+        encrypted_thinking_content: None,
+        encrypted_thinking_signature: None,
+        encrypted_pii_mappings: None,
+        has_thinking: None,
+        thinking_token_count: None,
+        user_message_id: None,
+        status: None,
+    }
+}
+
+pub fn embed(id: &str, chat: &str, version: u64) -> StoreEmbed {
+    StoreEmbed {
+        embed_id: EmbedId::parse(id).unwrap(),
+        encrypted_type: Some("enc-type".into()),
+        encrypted_content: Some(format!("enc-content-v{version}")),
+        encrypted_text_preview: None,
+        status: Some("finished".into()),
+        hashed_chat_id: Some(hash_id(chat)),
+        hashed_message_id: None,
+        hashed_task_id: None,
+        embed_ids: Vec::new(),
+        parent_embed_id: None,
+        version_number: version,
+        content_hash: None,
+        text_length_chars: None,
+        is_private: false,
+        is_shared: false,
+    }
+}
+
+fn titled(title: &str, key: &str) -> ChatPatch {
+    ChatPatch {
+        encrypted_title: Some(title.into()),
+        encrypted_chat_key: Some(key.into()),
+        last_edited: Some(100),
+        ..ChatPatch::default()
+    }
+}
+
+async fn contract(store: Arc<dyn Store>) {
+    let (a, b) = (user("alice"), user("bob"));
+    let c1 = chat("chat-1");
+    store.ping().await.unwrap();
+
+    // Metadata: created on first write, title_v counts title changes.
+    let d = store
+        .update_chat(&a, &c1, &titled("t1", "k1"))
+        .await
+        .unwrap();
+    assert_eq!(d.encrypted_title.as_deref(), Some("t1"));
+    assert_eq!(d.versions.title_v, 1);
+    let d = store
+        .update_chat(&a, &c1, &titled("t1", "k1"))
+        .await
+        .unwrap();
+    assert_eq!(d.versions.title_v, 1, "the same title is not a new version");
+    let d = store
+        .update_chat(&a, &c1, &titled("t2", "k1"))
+        .await
+        .unwrap();
+    assert_eq!(d.versions.title_v, 2);
+
+    // A different chat key is refused, nothing changes; rotation must be explicit.
+    let err = store
+        .update_chat(&a, &c1, &titled("t3", "k2"))
+        .await
+        .unwrap_err();
+    assert!(matches!(err, StoreError::ChatKeyMismatch), "{err:?}");
+    let d = store.chat(&a, &c1).await.unwrap().unwrap();
+    assert_eq!(d.encrypted_title.as_deref(), Some("t2"));
+    assert_eq!(d.encrypted_chat_key.as_deref(), Some("k1"));
+    let mut rotate = titled("t3", "k2");
+    rotate.allow_key_rotation = true;
+    let d = store.update_chat(&a, &c1, &rotate).await.unwrap();
+    assert_eq!(d.encrypted_chat_key.as_deref(), Some("k2"));
+
+    // Messages: each new one raises messages_v; a duplicate id is acknowledged, not stored.
+    let m1 = message("m-1", Role::User, "cipher-1", 200);
+    let m2 = message("m-2", Role::Assistant, "cipher-2", 200);
+    let r = store.add_message(&a, &c1, &m1).await.unwrap();
+    assert!(r.is_new);
+    assert_eq!(r.versions.messages_v, 1);
+    assert_eq!(r.versions.last_edited_overall_timestamp, 200);
+    let r = store.add_message(&a, &c1, &m2).await.unwrap();
+    assert_eq!(r.versions.messages_v, 2);
+    let r = store.add_message(&a, &c1, &m2).await.unwrap();
+    assert!(!r.is_new);
+    assert_eq!(r.versions.messages_v, 2);
+    let stored = store.messages(&a, std::slice::from_ref(&c1)).await.unwrap();
+    assert_eq!(
+        stored,
+        vec![(c1.clone(), m1.clone()), (c1.clone(), m2.clone())],
+        "stored exactly once, in order, byte-equal"
+    );
+
+    // Another user: every operation on alice's ids is refused and changes nothing.
+    let before = store.chat(&a, &c1).await.unwrap();
+    assert!(matches!(
+        store.update_chat(&b, &c1, &titled("x", "k2")).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        store
+            .add_message(&b, &c1, &message("m-b", Role::User, "x", 1))
+            .await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        store.add_message(&b, &chat("bob-chat"), &m1).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        store.authorize(&b, &c1).await,
+        Err(StoreError::Forbidden)
+    ));
+    store.authorize(&a, &c1).await.unwrap();
+    store.authorize(&b, &chat("free")).await.unwrap();
+    assert!(store.chat(&b, &c1).await.unwrap().is_none());
+    assert!(
+        store
+            .messages(&b, std::slice::from_ref(&c1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.delete_message(&b, &c1, &m1.message_id, &[]).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(matches!(
+        store.delete_chat(&b, &c1).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert_eq!(store.chat(&a, &c1).await.unwrap(), before);
+    assert_eq!(
+        store
+            .messages(&a, std::slice::from_ref(&c1))
+            .await
+            .unwrap()
+            .len(),
+        2
+    );
+    // Bob's own chat "bob-chat" was not created by the refused write.
+    assert_eq!(store.count_chats(&b).await.unwrap(), 0);
+
+    // Embeds: versions only move forward; another user cannot overwrite or read them.
+    let e1 = EmbedId::parse("e-1").unwrap();
+    store
+        .put_embed(&a, &embed("e-1", "chat-1", 1))
+        .await
+        .unwrap();
+    let err = store
+        .put_embed(&a, &embed("e-1", "chat-1", 0))
+        .await
+        .unwrap_err();
+    assert!(
+        matches!(err, StoreError::StaleVersion { sent: 0, stored: 1 }),
+        "{err:?}"
+    );
+    store
+        .put_embed(&a, &embed("e-1", "chat-1", 2))
+        .await
+        .unwrap();
+    assert!(matches!(
+        store.put_embed(&b, &embed("e-1", "chat-1", 9)).await,
+        Err(StoreError::Forbidden)
+    ));
+    assert!(store.embed(&b, &e1).await.unwrap().is_none());
+    let got = store.embed(&a, &e1).await.unwrap().unwrap();
+    assert_eq!(got.encrypted_content.as_deref(), Some("enc-content-v2"));
+    let by_chat = store
+        .embeds_for_chats(&a, &[hash_id("chat-1")])
+        .await
+        .unwrap();
+    assert_eq!(by_chat.len(), 1);
+    assert!(
+        store
+            .embeds_for_chats(&b, &[hash_id("chat-1")])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    let key = EmbedKey {
+        hashed_embed_id: hash_id("e-1"),
+        key_type: "chat".into(),
+        hashed_chat_id: Some(hash_id("chat-1")),
+        encrypted_embed_key: "wrapped".into(),
+        created_at: 5,
+    };
+    assert_eq!(
+        store
+            .put_embed_keys(&a, std::slice::from_ref(&key))
+            .await
+            .unwrap(),
+        1
+    );
+    store
+        .put_embed_keys(&a, std::slice::from_ref(&key))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.embed_keys(&a, &[hash_id("e-1")]).await.unwrap(),
+        vec![key.clone()]
+    );
+    assert!(
+        store
+            .embed_keys(&b, &[hash_id("e-1")])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+
+    // Deleting a message raises messages_v; deleting it again is not_found.
+    let v = store
+        .delete_message(&a, &c1, &m1.message_id, &[])
+        .await
+        .unwrap();
+    assert_eq!(v.messages_v, 3);
+    assert!(matches!(
+        store.delete_message(&a, &c1, &m1.message_id, &[]).await,
+        Err(StoreError::NotFound)
+    ));
+
+    // Paging: most recently edited first, every chat exactly once.
+    for i in 0..25 {
+        let mut p = titled(&format!("t{i}"), "k");
+        p.last_edited = Some(1000 + i64::from(i % 7));
+        store
+            .update_chat(&a, &chat(&format!("page-{i:02}")), &p)
+            .await
+            .unwrap();
+    }
+    assert_eq!(store.count_chats(&a).await.unwrap(), 26);
+    let mut seen = Vec::new();
+    let mut cursor: Option<ChatCursor> = None;
+    loop {
+        let page = store.chats_page(&a, cursor.as_ref(), 10).await.unwrap();
+        if page.is_empty() {
+            break;
+        }
+        cursor = page.last().map(ChatCursor::after);
+        seen.extend(page);
+    }
+    assert_eq!(seen.len(), 26);
+    let stamps: Vec<i64> = seen
+        .iter()
+        .map(|c| c.versions.last_edited_overall_timestamp)
+        .collect();
+    assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "{stamps:?}");
+    let unique: std::collections::HashSet<_> = seen.iter().map(|c| c.chat_id.clone()).collect();
+    assert_eq!(unique.len(), 26);
+
+    // Deleting the chat removes its messages, embeds and keys.
+    let gone = store.delete_chat(&a, &c1).await.unwrap();
+    assert_eq!(gone.messages, 1);
+    assert_eq!(gone.embeds, vec![e1.clone()]);
+    assert!(store.chat(&a, &c1).await.unwrap().is_none());
+    assert!(
+        store
+            .messages(&a, std::slice::from_ref(&c1))
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(store.embed(&a, &e1).await.unwrap().is_none());
+    assert!(
+        store
+            .embed_keys(&a, &[hash_id("e-1")])
+            .await
+            .unwrap()
+            .is_empty()
+    );
+    assert!(matches!(
+        store.delete_chat(&a, &c1).await,
+        Err(StoreError::NotFound)
+    ));
+    // The id is free again.
+    store
+        .update_chat(&b, &c1, &titled("bob", "kb"))
+        .await
+        .unwrap();
+}
+
+#[tokio::test]
+async fn sqlite_store_meets_the_contract() {
+    let dir = tempfile::tempdir().unwrap();
+    let url = format!("sqlite://{}", dir.path().join("store.db").display());
+    let store = chatd::store::open(&url).await.unwrap();
+    assert_eq!(store.backend_name(), "sqlite");
+    contract(store).await;
+    // Migrations are idempotent: reopening applies nothing and keeps the data.
+    let again = chatd::store::open(&url).await.unwrap();
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    let wal = dir.path().join("store.db-wal");
+    assert!(wal.exists(), "SQLite runs in WAL mode");
+}
+
+#[tokio::test]
+async fn postgres_store_meets_the_contract() {
+    let pg = Postgres::start().await.unwrap();
+    pg.create_database("contract").await.unwrap();
+    let url = pg.url("contract");
+    let store = chatd::store::open(&url).await.unwrap();
+    assert_eq!(store.backend_name(), "postgres");
+    contract(store).await;
+    let again = chatd::store::open(&url).await.unwrap();
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    let versions = pg
+        .psql("contract", "SELECT count(*) FROM _sqlx_migrations")
+        .await
+        .unwrap();
+    assert_eq!(versions.trim(), "1", "each migration applied once");
+}

@@ -1,0 +1,220 @@
+//! Phased sync end to end: a fresh device receives exactly the stored ciphertexts
+//! (byte-equal), in phases, on SQLite and PostgreSQL; a device that has some chats gets only
+//! what it lacks; the sync cache is warmed by phase 1 and cleared after phase 3.
+
+use std::collections::{BTreeMap, BTreeSet};
+
+use chatd::crypto::UserHash;
+use chatd_protocol::{
+    ChatContent, ChatId, ClientMessage, ClientVersions, EmbedId, PhasedSyncRequest, ServerMessage,
+    SyncPhase,
+};
+use chatd_test_harness::postgres::Postgres;
+use chatd_test_harness::ws_client::WsClient;
+
+use crate::store::{embed_key, expect, store_chat, store_embed};
+use crate::support::{TestApp, chat_id, spawn_app};
+
+/// Filling 25 chats sends ~50 frames at once: lift the rate limits.
+fn unlimited(c: &mut chatd::config::Config) {
+    c.limits.connection_rate = 100_000;
+    c.limits.connection_burst = 100_000;
+    c.limits.user_rate = 100_000;
+    c.limits.user_burst = 100_000;
+}
+
+fn request(phase: SyncPhase) -> PhasedSyncRequest {
+    PhasedSyncRequest {
+        phase,
+        client_chat_versions: BTreeMap::new(),
+        client_chat_ids: Vec::new(),
+        client_embed_ids: Vec::new(),
+    }
+}
+
+#[derive(Default, Debug)]
+struct Synced {
+    last_chat: Option<ChatId>,
+    content: Vec<ChatContent>,
+    metadata: Vec<ChatId>,
+    total: u64,
+    batches: Vec<(u64, bool)>,
+    embeds: Vec<EmbedId>,
+    embed_keys: usize,
+}
+
+async fn sync(ws: &mut WsClient, req: PhasedSyncRequest) -> Synced {
+    ws.send(&ClientMessage::PhasedSyncRequest(Box::new(req)))
+        .await;
+    let mut out = Synced::default();
+    loop {
+        match ws.recv().await {
+            ServerMessage::Phase1LastChatReady(p) => out.last_chat = p.chat_id,
+            ServerMessage::Phase1bChatContentReady(p) => {
+                out.content.extend(p.chats);
+                out.embeds.extend(p.embeds.into_iter().map(|e| e.embed_id));
+                out.embed_keys += p.embed_keys.len();
+            }
+            ServerMessage::Phase2ChatsReady(p) => {
+                out.metadata.extend(p.chats.into_iter().map(|c| c.chat_id));
+                out.total = p.total_chat_count;
+            }
+            ServerMessage::BackgroundMessageSync(p) => {
+                out.batches.push((p.batch_number, p.is_last_batch));
+                out.content.extend(p.chats);
+                out.embeds.extend(p.embeds.into_iter().map(|e| e.embed_id));
+                out.embed_keys += p.embed_keys.len();
+            }
+            ServerMessage::PhasedSyncComplete(_) => return out,
+            ServerMessage::Error(e) => panic!("sync failed: {e:?}"),
+            _ => {}
+        }
+    }
+}
+
+/// 25 chats (each a user and an assistant message), an embed with a key in chat-07.
+async fn fill(app: &TestApp) {
+    let mut ws = app.connect("alice").await;
+    for i in 0..25 {
+        store_chat(&mut ws, &format!("chat-{i:02}")).await;
+    }
+    ws.send(&store_embed("emb-7", "chat-07", 1)).await;
+    expect(&mut ws, "embed_stored").await;
+    ws.send(&embed_key("emb-7", "chat-07")).await;
+    expect(&mut ws, "embed_keys_stored").await;
+}
+
+async fn fresh_device_gets_exactly_the_stored_ciphertexts(app: TestApp) {
+    fill(&app).await;
+    let store = &app.state.store;
+    let alice = chatd::auth::UserId::parse("alice").unwrap();
+    let ids: Vec<ChatId> = (0..25).map(|i| chat_id(&format!("chat-{i:02}"))).collect();
+    let stored = store.messages(&alice, &ids).await.unwrap();
+
+    let mut fresh = app.connect("alice").await;
+    let got = sync(&mut fresh, request(SyncPhase::All)).await;
+    assert!(got.last_chat.is_some());
+    assert_eq!(got.total, 25);
+    assert_eq!(
+        got.metadata.len(),
+        25,
+        "phase 2: metadata of every chat (≤ 100)"
+    );
+    let synced_ids: BTreeSet<ChatId> = got.content.iter().map(|c| c.chat_id.clone()).collect();
+    assert_eq!(synced_ids.len(), 25, "every chat's content exactly once");
+    assert_eq!(got.content.len(), 25);
+    // Phase 1b covers 10 chats; phase 3 the other 15 in batches of 10, the last marked.
+    assert_eq!(got.batches, vec![(1, false), (2, true)]);
+    let mut received: Vec<(ChatId, chatd_protocol::EncryptedMessage)> = got
+        .content
+        .iter()
+        .flat_map(|c| c.messages.iter().map(|m| (c.chat_id.clone(), m.clone())))
+        .collect();
+    received.sort_by(|a, b| a.0.cmp(&b.0));
+    assert_eq!(received, stored, "byte-equal ciphertexts");
+    assert_eq!(got.embeds, vec![EmbedId::parse("emb-7").unwrap()]);
+    assert_eq!(got.embed_keys, 1);
+
+    // A device that has everything but two chats, and the embed, gets only those two.
+    let mut versions = BTreeMap::new();
+    for c in store.chats_page(&alice, None, 100).await.unwrap() {
+        if c.chat_id.as_str() != "chat-03" && c.chat_id.as_str() != "chat-20" {
+            versions.insert(
+                c.chat_id.clone(),
+                ClientVersions {
+                    messages_v: Some(c.versions.messages_v),
+                    title_v: Some(c.versions.title_v),
+                    last_edited_overall_timestamp: None,
+                },
+            );
+        }
+    }
+    let mut partial = app.connect("alice").await;
+    let got = sync(
+        &mut partial,
+        PhasedSyncRequest {
+            phase: SyncPhase::All,
+            client_chat_versions: versions,
+            client_chat_ids: Vec::new(),
+            client_embed_ids: vec![EmbedId::parse("emb-7").unwrap()],
+        },
+    )
+    .await;
+    let synced: BTreeSet<&str> = got.content.iter().map(|c| c.chat_id.as_str()).collect();
+    assert_eq!(synced, BTreeSet::from(["chat-03", "chat-20"]));
+    let meta: BTreeSet<&str> = got.metadata.iter().map(|c| c.as_str()).collect();
+    assert_eq!(meta, BTreeSet::from(["chat-03", "chat-20"]));
+    assert!(got.embeds.is_empty(), "embeds the client has are skipped");
+}
+
+#[tokio::test]
+async fn a_fresh_device_syncs_the_stored_ciphertexts_on_sqlite() {
+    let app = spawn_app(unlimited).await;
+    fresh_device_gets_exactly_the_stored_ciphertexts(app).await;
+}
+
+#[tokio::test]
+async fn a_fresh_device_syncs_the_stored_ciphertexts_on_postgres() {
+    let pg = Postgres::start().await.unwrap();
+    pg.create_database("sync").await.unwrap();
+    let url = pg.url("sync");
+    let app = spawn_app(|c| {
+        unlimited(c);
+        c.store.url = url;
+    })
+    .await;
+    assert_eq!(app.state.store.backend_name(), "postgres");
+    fresh_device_gets_exactly_the_stored_ciphertexts(app).await;
+}
+
+#[tokio::test]
+async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
+    let app = spawn_app(unlimited).await;
+    fill(&app).await;
+    let alice = chatd::auth::UserId::parse("alice").unwrap();
+    let hash = UserHash::of(&alice);
+    let backend = app.state.ai_cache.backend().clone();
+    let recent = app.state.store.chats_page(&alice, None, 10).await.unwrap();
+    for c in &recent {
+        assert!(backend.sync_get(&hash, &c.chat_id).await.unwrap().is_none());
+    }
+    let mut ws = app.connect("alice").await;
+    let first = sync(&mut ws, request(SyncPhase::Phase1)).await;
+    assert_eq!(first.content.len(), 10);
+    for c in &recent {
+        assert!(
+            backend.sync_get(&hash, &c.chat_id).await.unwrap().is_some(),
+            "phase 1 warms {}",
+            c.chat_id
+        );
+    }
+    // Served from the warm cache: the same ciphertexts.
+    let again = sync(&mut ws, request(SyncPhase::Phase1)).await;
+    assert_eq!(again.content, first.content);
+    // A new message makes the cached copy stale; it is not served.
+    ws.send(&crate::store::completed(
+        recent[0].chat_id.as_str(),
+        "late-answer",
+        "enc-late",
+    ))
+    .await;
+    expect(&mut ws, "ai_response_storage_confirmed").await;
+    let fresh = sync(&mut ws, request(SyncPhase::Phase1)).await;
+    let newest = fresh.content.iter().find(|c| {
+        c.chat_id.as_str() == "late-answer"
+            || c.messages.iter().any(|m| m.encrypted_content == "enc-late")
+    });
+    assert!(
+        newest.is_some(),
+        "the new message is synced, not the stale cache"
+    );
+
+    let done = sync(&mut ws, request(SyncPhase::Phase3)).await;
+    assert_eq!(done.batches.last().map(|b| b.1), Some(true));
+    for c in &recent {
+        assert!(
+            backend.sync_get(&hash, &c.chat_id).await.unwrap().is_none(),
+            "phase 3 clears the sync cache"
+        );
+    }
+}
