@@ -20,6 +20,7 @@ use crate::chats::Chats;
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::history::HistoryRequests;
+use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
@@ -55,6 +56,8 @@ pub struct AppState {
     pub models: Models,
     /// The tools the main model may call.
     pub tools: Arc<dyn ToolRunner>,
+    /// Background link validation of answers; `None` when `links.enabled` is off.
+    pub links: Option<Arc<LinkChecker>>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
@@ -92,6 +95,8 @@ pub enum BuildError {
     Keys(#[from] KeyError),
     #[error("instructions: {0}")]
     Instructions(#[from] InstructionsError),
+    #[error(transparent)]
+    Links(#[from] LinkError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -187,9 +192,19 @@ impl App {
         );
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+        let metrics = Arc::new(Metrics::new());
+        let turns_shutdown = CancellationToken::new();
+        let links = match config.links.enabled {
+            true => Some(Arc::new(LinkChecker::new(
+                &config.links,
+                metrics.clone(),
+                turns_shutdown.clone(),
+            )?)),
+            false => None,
+        };
         let state = Arc::new(AppState {
             keys,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             hub: Arc::new(Hub::default()),
             chats: Chats::default(),
             turns: Turns::default(),
@@ -198,10 +213,11 @@ impl App {
             instructions,
             models,
             tools: BuiltinTools::new(),
+            links,
             user_limiter,
             tasks: Tasks {
                 turns: TaskTracker::new(),
-                turns_shutdown: CancellationToken::new(),
+                turns_shutdown,
                 connections: TaskTracker::new(),
                 connections_shutdown: CancellationToken::new(),
             },

@@ -16,6 +16,7 @@ pub mod config;
 pub mod crypto;
 pub mod history;
 pub mod http;
+pub mod links;
 pub mod llm;
 pub mod metrics;
 pub mod pipeline;
