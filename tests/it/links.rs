@@ -13,8 +13,8 @@ use axum::extract::State;
 use axum::http::{Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use chatd::config::Config;
-use chatd_protocol::{AiMessageUpdate, ServerMessage};
-use chatd_test_harness::fake_llm::{FakeLlm, Reply};
+use chatd_protocol::{AiMessageUpdate, ClientMessage, ServerMessage};
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
 use chatd_test_harness::ws_client::WsClient;
 use tokio::sync::{Notify, watch};
 
@@ -179,7 +179,8 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
     ];
     let chunks: Vec<&str> = answer.iter().map(String::as_str).collect();
     fake.push(text(&chunks));
-    fake.push(text(&["Second answer."]));
+    let again = format!("Again [fine]({}).", u("/ok-twice"));
+    fake.push(text(&[&again]));
     let app = spawn_app(|c| {
         use_llm(c, fake.base_url());
         links_on(c, true);
@@ -261,7 +262,12 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
     // The next turn's history holds the corrected answer (from the AI cache).
     ws.send(&user_message("chat-l", "m2", "thanks")).await;
     let second = updates(&mut ws).await;
-    assert_eq!(second.last().unwrap().full_content_so_far, "Second answer.");
+    assert_eq!(second.last().unwrap().full_content_so_far, again);
+    assert_eq!(
+        site.hits("HEAD", "/ok-twice"),
+        1,
+        "a result is reused by the next answer"
+    );
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
     let history = conversation(&requests[1]);
@@ -346,4 +352,44 @@ async fn the_ssrf_guard_never_contacts_private_targets() {
         metrics.contains("chatd_links_skipped_ssrf_total 6"),
         "{metrics}"
     );
+}
+
+#[tokio::test]
+async fn a_cancelled_turn_is_not_repaired() {
+    let site = Site::start().await;
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    let first = format!("See [gone]({}).\n\n", site.url("/missing"));
+    fake.push(Reply::Stall {
+        chunks: vec![first.clone()],
+        gate: gate.clone(),
+        then: Box::new(text(&["Never sent."])),
+    });
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        links_on(c, true);
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-c").await;
+    ws.send(&user_message("chat-c", "m1", "cancel me")).await;
+    let frame = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(frame.full_content_so_far, first);
+    // The link was found broken before the cancel.
+    site.wait_for_hit("/missing").await;
+    ws.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask {
+        task_id: frame.task_id.clone(),
+        chat_id: None,
+    }))
+    .await;
+    let frames = updates(&mut ws).await;
+    let last = frames.last().unwrap();
+    assert!(last.interrupted_by_revocation);
+    assert_eq!(last.full_content_so_far, first);
+    assert!(frames.iter().all(|f| f.full_content_so_far == first));
+    gate.release();
 }
