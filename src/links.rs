@@ -32,6 +32,9 @@ use guard::{Guard, GuardedResolver};
 /// How long repair waits beyond `links.timeout` for checks still queued.
 const REPAIR_GRACE: Duration = Duration::from_secs(1);
 
+/// Distinct links checked per answer; further ones are left as they are.
+pub const MAX_LINKS_PER_ANSWER: usize = 100;
+
 /// What a check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
@@ -236,6 +239,9 @@ impl ParagraphHook for AnswerLinks {
             checks,
         } = &mut *batch;
         for link in extract::links(text, in_fence) {
+            if queued.len() >= MAX_LINKS_PER_ANSWER {
+                break;
+            }
             if !queued.insert(link.url.to_string()) {
                 continue;
             }

@@ -110,6 +110,11 @@ async fn serve(State(site): State<Arc<SiteState>>, method: Method, uri: Uri) -> 
         "/error" => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         "/slow" => std::future::pending().await,
         "/moved" => (StatusCode::FOUND, [(header::LOCATION, "/missing")]).into_response(),
+        "/to-metadata" => (
+            StatusCode::FOUND,
+            [(header::LOCATION, "http://169.254.169.254/latest/meta-data/")],
+        )
+            .into_response(),
         "/held" => {
             let mut rx = site.release.subscribe();
             let _ = rx.wait_for(|r| *r).await;
@@ -158,9 +163,10 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
     let u = |p: &str| site.url(p);
     let answer = [
         format!(
-            "Try [fine]({}) and [gone page]({}#top).\n\n",
+            "Try [fine]({}) and [gone page]({}#top), not [meta]({}).\n\n",
             u("/ok-twice"),
-            u("/missing")
+            u("/missing"),
+            u("/to-metadata")
         ),
         format!(
             "More: [secret]({}), [no head]({}), [flaky]({}), [slow]({}), [moved]({}), [bad](http://exa mple.com/x).\n\n",
@@ -255,6 +261,17 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
         site.hits("HEAD", "/missing"),
         2,
         "direct and via the redirect"
+    );
+    // A redirect hop to a metadata address is refused (even with private targets allowed).
+    assert_eq!(site.hits("HEAD", "/to-metadata"), 1);
+    let metrics = app.state.metrics.render();
+    assert!(
+        metrics.contains("chatd_links_skipped_ssrf_total 1"),
+        "{metrics}"
+    );
+    assert!(
+        metrics.contains("chatd_links_replaced_total 4"),
+        "{metrics}"
     );
     assert_eq!(site.hits("HEAD", "/in-code"), 0);
     assert_eq!(site.hits("HEAD", "/inline"), 0);
