@@ -410,3 +410,48 @@ async fn a_cancelled_turn_is_not_repaired() {
     assert!(frames.iter().all(|f| f.full_content_so_far == first));
     gate.release();
 }
+
+#[tokio::test]
+async fn checks_go_through_the_configured_proxy_and_stay_guarded() {
+    // The local site doubles as a forward proxy: it answers absolute-form requests itself.
+    let proxy = Site::start().await;
+    let fake = FakeLlm::start().await.unwrap();
+    let answer = "[gone](http://127.0.0.1:9/missing) and [local](http://localhost:9/ok)";
+    fake.push(text(&[answer]));
+    fake.push(text(&[answer]));
+    let proxied = |allow_private: bool| {
+        let base = fake.base_url();
+        let url = proxy.url("");
+        move |c: &mut Config| {
+            use_llm(c, base);
+            links_on(c, allow_private);
+            c.links.proxy = Some(url.into());
+        }
+    };
+
+    // Private targets allowed: both checks reach the target through the proxy.
+    let app = spawn_app(proxied(true)).await;
+    let mut ws = app.connect_showing("alice", "chat-p").await;
+    ws.send(&user_message("chat-p", "m1", "via proxy")).await;
+    let frames = updates(&mut ws).await;
+    assert_eq!(
+        frames.last().unwrap().full_content_so_far,
+        format!(
+            "[gone]({}) and [local](http://localhost:9/ok)",
+            search("gone")
+        )
+    );
+    assert_eq!(proxy.hits("HEAD", "/missing"), 1);
+    assert_eq!(proxy.hits("HEAD", "/ok"), 1);
+    drop(ws);
+    app.shutdown().await.unwrap();
+
+    // Not allowed: targets are resolved and refused before the proxy is asked.
+    let app = spawn_app(proxied(false)).await;
+    let mut ws = app.connect_showing("alice", "chat-p").await;
+    ws.send(&user_message("chat-p", "m2", "via proxy again"))
+        .await;
+    let frames = updates(&mut ws).await;
+    assert_eq!(frames.last().unwrap().full_content_so_far, answer);
+    assert_eq!(proxy.total_hits(), 2, "no new request reached the proxy");
+}
