@@ -32,6 +32,8 @@ struct SiteState {
     hits: Mutex<HashMap<(String, String), usize>>,
     hit: Notify,
     release: watch::Sender<bool>,
+    /// Requests to `/hold/*` in progress, and the most seen at once.
+    in_flight: Mutex<(usize, usize)>,
 }
 
 impl Site {
@@ -81,6 +83,26 @@ impl Site {
             .expect("the site saw no request in time");
     }
 
+    /// Waits until `n` requests to `/hold/*` are in progress at once.
+    async fn wait_in_flight(&self, n: usize) {
+        let wait = async {
+            loop {
+                let seen = self.shared.hit.notified();
+                if self.shared.in_flight.lock().unwrap().0 >= n {
+                    return;
+                }
+                seen.await;
+            }
+        };
+        tokio::time::timeout(Duration::from_secs(15), wait)
+            .await
+            .expect("fewer requests in flight than expected");
+    }
+
+    fn max_in_flight(&self) -> usize {
+        self.shared.in_flight.lock().unwrap().1
+    }
+
     fn release(&self) {
         self.shared.release.send_replace(true);
     }
@@ -100,6 +122,18 @@ async fn serve(State(site): State<Arc<SiteState>>, method: Method, uri: Uri) -> 
         .unwrap()
         .entry((method.to_string(), path.clone()))
         .or_default() += 1;
+    if path.starts_with("/hold/") {
+        {
+            let mut f = site.in_flight.lock().unwrap();
+            f.0 += 1;
+            f.1 = f.1.max(f.0);
+        }
+        site.hit.notify_waiters();
+        let mut rx = site.release.subscribe();
+        let _ = rx.wait_for(|r| *r).await;
+        site.in_flight.lock().unwrap().0 -= 1;
+        return StatusCode::NOT_FOUND.into_response();
+    }
     site.hit.notify_waiters();
     match path.as_str() {
         "/ok" | "/ok-twice" => StatusCode::OK.into_response(),
@@ -454,4 +488,36 @@ async fn checks_go_through_the_configured_proxy_and_stay_guarded() {
     let frames = updates(&mut ws).await;
     assert_eq!(frames.last().unwrap().full_content_so_far, answer);
     assert_eq!(proxy.total_hits(), 2, "no new request reached the proxy");
+}
+
+#[tokio::test]
+async fn checks_of_one_host_respect_the_per_host_limit() {
+    let site = Site::start().await;
+    let fake = FakeLlm::start().await.unwrap();
+    let answer: String = (1..=5)
+        .map(|i| format!("[l{i}]({}) ", site.url(&format!("/hold/{i}"))))
+        .collect();
+    let answer = answer.trim_end().to_string();
+    fake.push(text(&[&answer]));
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        links_on(c, true);
+        c.links.timeout = Duration::from_secs(10);
+        c.links.per_host_concurrency = 2;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-ph").await;
+    ws.send(&user_message("chat-ph", "m1", "many links")).await;
+    // Two checks are held open at once; a third would have to pass the per-host limit.
+    site.wait_in_flight(2).await;
+    site.release();
+    let frames = updates(&mut ws).await;
+    let expected: String = (1..=5)
+        .map(|i| format!("[l{i}]({}) ", search(&format!("l{i}"))))
+        .collect();
+    assert_eq!(
+        frames.last().unwrap().full_content_so_far,
+        expected.trim_end()
+    );
+    assert_eq!(site.max_in_flight(), 2);
 }
