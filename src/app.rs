@@ -20,6 +20,7 @@ use crate::chats::Chats;
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::history::HistoryRequests;
+use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
@@ -56,6 +57,8 @@ pub struct AppState {
     pub models: Models,
     /// The skills the main model may call (the pipeline's tool runner).
     pub skills: Arc<Skills>,
+    /// Background link validation of answers; `None` when `links.enabled` is off.
+    pub links: Option<Arc<LinkChecker>>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
@@ -103,6 +106,8 @@ pub enum BuildError {
     Skills(#[from] SkillsError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Links(#[from] LinkError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -209,9 +214,19 @@ impl App {
         let store = crate::store::open(&config.store_url()).await?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+        let metrics = Arc::new(Metrics::new());
+        let turns_shutdown = CancellationToken::new();
+        let links = match config.links.enabled {
+            true => Some(Arc::new(LinkChecker::new(
+                &config.links,
+                metrics.clone(),
+                turns_shutdown.clone(),
+            )?)),
+            false => None,
+        };
         let state = Arc::new(AppState {
             keys,
-            metrics: Arc::new(Metrics::new()),
+            metrics,
             hub,
             chats: Chats::default(),
             turns: Turns::default(),
@@ -220,10 +235,11 @@ impl App {
             instructions,
             models,
             skills,
+            links,
             user_limiter,
             tasks: Tasks {
                 turns: turn_tasks,
-                turns_shutdown: CancellationToken::new(),
+                turns_shutdown,
                 connections: TaskTracker::new(),
                 connections_shutdown: CancellationToken::new(),
             },

@@ -30,6 +30,7 @@ pub struct Config {
     pub pipeline: PipelineConfig,
     pub skills: SkillsConfig,
     pub store: StoreConfig,
+    pub links: LinksConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -153,6 +154,29 @@ pub struct PipelineConfig {
     pub max_tool_rounds: u32,
     pub answer_reserve_tokens: u32,
     pub postprocessing: bool,
+}
+
+/// Background link validation (`[links]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksConfig {
+    pub enabled: bool,
+    pub allow_private_targets: bool,
+    /// Deadline of one URL's check, redirects included.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Replacement for a broken link; `{query}` becomes the link text.
+    pub search_url_template: String,
+    pub concurrency: usize,
+    pub per_host_concurrency: usize,
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+    pub cache_max_entries: usize,
+    pub max_redirects: usize,
+    /// Outbound proxy URL (may hold credentials, hence secret).
+    #[serde(default)]
+    pub proxy: Option<SecretString>,
+    pub report_replaced: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -398,6 +422,46 @@ impl Config {
         }
         if p.stage_timeout.is_zero() {
             return invalid("pipeline.stage_timeout", "must be longer than zero");
+        }
+        self.validate_links()
+    }
+
+    fn validate_links(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        let l = &self.links;
+        if l.timeout.is_zero() || l.timeout > Duration::from_secs(120) {
+            return invalid("links.timeout", "must be between 1ms and 120s");
+        }
+        let t = l.search_url_template.trim();
+        if !(t.starts_with("http://") || t.starts_with("https://")) || !t.contains("{query}") {
+            return invalid(
+                "links.search_url_template",
+                "must start with http:// or https:// and contain {query}",
+            );
+        }
+        if !(1..=1024).contains(&l.concurrency) {
+            return invalid("links.concurrency", "must be between 1 and 1024");
+        }
+        if !(1..=64).contains(&l.per_host_concurrency) {
+            return invalid("links.per_host_concurrency", "must be between 1 and 64");
+        }
+        if !(1..=1_000_000).contains(&l.cache_max_entries) {
+            return invalid("links.cache_max_entries", "must be between 1 and 1000000");
+        }
+        if l.max_redirects > 20 {
+            return invalid("links.max_redirects", "must be at most 20");
+        }
+        if let Some(proxy) = &l.proxy {
+            use secrecy::ExposeSecret;
+            let p = proxy.expose_secret().trim();
+            if !(p.starts_with("http://") || p.starts_with("https://")) {
+                return invalid("links.proxy", "must start with http:// or https://");
+            }
         }
         Ok(())
     }

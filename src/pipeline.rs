@@ -90,6 +90,9 @@ pub struct TurnOutcome {
     pub trimmed_history: usize,
     /// Set when preprocessing refused the message (the text is the refusal).
     pub rejection: Option<RejectionReason>,
+    /// Links replaced by link repair, as (link text, original URL), when
+    /// `links.report_replaced` is on.
+    pub replaced_links: Vec<(String, String)>,
 }
 
 impl Default for TurnOutcome {
@@ -103,6 +106,7 @@ impl Default for TurnOutcome {
             tool_rounds: 0,
             trimmed_history: 0,
             rejection: None,
+            replaced_links: Vec::new(),
         }
     }
 }

@@ -30,8 +30,6 @@ use manifest::{AppManifest, SkillManifest};
 use runner::Invocation;
 use sanitize::{Detector, DetectorPrompt};
 
-pub use web_read::is_public;
-
 #[derive(Debug, thiserror::Error)]
 pub enum SkillsError {
     #[error("skills: {0}")]

@@ -273,6 +273,19 @@ pub struct AiMessageUpdate {
     /// Final frame only: the oldest history messages left out to fit the model's context window.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub trimmed_history_messages: u64,
+    /// Final frame only, when the server is configured to report them: the broken links
+    /// that link repair replaced by search links on their own text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced_links: Vec<ReplacedLink>,
+}
+
+/// A broken link of an answer, replaced by a search link on its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplacedLink {
+    /// The link text (kept in the answer).
+    pub text: String,
+    /// The original URL, as the model wrote it.
+    pub url: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -31,6 +31,12 @@ impl<F: Fn() -> Interruption + Send + Sync> CancelReason for F {
     }
 }
 
+/// Sees each completed paragraph of the answer as it streams (link checking); must not
+/// block.
+pub trait ParagraphHook: Send + Sync {
+    fn paragraph(&self, text: &str);
+}
+
 pub struct AnswerStream<'a> {
     pub llm: &'a dyn LlmClient,
     pub sink: &'a dyn TurnSink,
@@ -41,6 +47,8 @@ pub struct AnswerStream<'a> {
     pub tools: Option<&'a dyn ToolRunner>,
     /// Model calls per answer (at least 1); the last one has `tool_choice: none`.
     pub max_rounds: u32,
+    /// Told about every completed paragraph, after its chunk was emitted.
+    pub paragraphs: Option<&'a dyn ParagraphHook>,
 }
 
 enum Step {
@@ -230,6 +238,9 @@ impl AnswerStream<'_> {
         for range in p.chunker.push(delta) {
             p.sequence += 1;
             self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            if let Some(hook) = self.paragraphs {
+                hook.paragraph(&p.chunker.text()[range]);
+            }
         }
     }
 
@@ -255,6 +266,9 @@ impl AnswerStream<'_> {
         {
             p.sequence += 1;
             self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            if let Some(hook) = self.paragraphs {
+                hook.paragraph(&p.chunker.text()[range]);
+            }
         }
         self.outcome(&p, interrupted, error)
     }

@@ -4,7 +4,8 @@
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
-    PostProcessingCompleted, PreprocessingStep, SendEmbedData, ServerMessage, SkillExecutionStatus,
+    PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData, ServerMessage,
+    SkillExecutionStatus,
 };
 
 use super::hub::{Audience, Hub};
@@ -112,6 +113,14 @@ impl TurnSink for Hub {
                 last.trimmed_history_messages = outcome.trimmed_history as u64;
                 last.prompt_tokens = outcome.usage.map(|u| u.prompt_tokens);
                 last.completion_tokens = outcome.usage.map(|u| u.completion_tokens);
+                last.replaced_links = outcome
+                    .replaced_links
+                    .iter()
+                    .map(|(text, url)| ReplacedLink {
+                        text: text.clone(),
+                        url: url.clone(),
+                    })
+                    .collect();
                 self.send(
                     &ctx.user,
                     Audience::Showing(&ctx.chat_id),
@@ -154,6 +163,7 @@ fn update(ctx: &TurnContext, text: String, sequence: u64, is_final_chunk: bool) 
         prompt_tokens: None,
         completion_tokens: None,
         trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
     }
 }
 

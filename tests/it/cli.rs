@@ -95,6 +95,17 @@ fn check_config_reports_the_first_problem() {
         .unwrap();
     assert!(!env_bad.status.success());
     assert!(String::from_utf8_lossy(&env_bad.stderr).contains("server.max_frame_bytes"));
+    let links_bad = Command::new(BIN)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env(
+            "CHATD__LINKS__SEARCH_URL_TEMPLATE",
+            "https://search.example/?q=",
+        )
+        .output()
+        .unwrap();
+    assert!(!links_bad.status.success());
+    assert!(String::from_utf8_lossy(&links_bad.stderr).contains("links.search_url_template"));
 }
 
 #[tokio::test]
@@ -120,6 +131,8 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
         .current_dir(dir.path())
         .env("CHATD__SERVER__LISTEN", &listen)
         .env("CHATD__LLM__SIMULATED_PACE", "1ms")
+        // The simulated answer holds a public link; tests make no outside requests.
+        .env("CHATD__LINKS__ENABLED", "false")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

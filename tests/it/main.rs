@@ -13,6 +13,7 @@ mod cache_contract;
 mod cli;
 mod history;
 mod http_surface;
+mod links;
 mod pipeline;
 mod redis_cache;
 mod shutdown;

@@ -721,7 +721,10 @@ async fn web_read_refuses_private_addresses_unless_allowed() {
     let result = tool_result(&fake.requests()[1], "r1");
     for g in result["results"].as_array().unwrap() {
         assert!(
-            g["error"].as_str().unwrap().contains("private or reserved"),
+            g["error"]
+                .as_str()
+                .unwrap()
+                .contains("not a public address"),
             "{g}"
         );
     }
