@@ -329,22 +329,26 @@ async fn server_errors_are_retried_once_client_errors_never() {
     );
 }
 
-#[tokio::test]
-async fn a_rate_limit_waits_for_retry_after_and_the_user_sees_it() {
-    let s = setup().await;
-    offer(&s.fake, &["demo-find"]);
-    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let f = first.clone();
-    s.skill.respond(move |_| {
-        if f.swap(false, std::sync::atomic::Ordering::SeqCst) {
+/// The first request gets 429 with `Retry-After: 1`, every later one `body`.
+fn rate_limited_once(skill: &FakeSkill, body: Value) {
+    let first = std::sync::atomic::AtomicBool::new(true);
+    skill.respond(move |_| {
+        if first.swap(false, std::sync::atomic::Ordering::SeqCst) {
             SkillReply::Status {
                 status: 429,
                 retry_after: Some(1),
             }
         } else {
-            SkillReply::Json(json!({"results": [{"rank": 7}]}))
+            SkillReply::Json(body.clone())
         }
     });
+}
+
+#[tokio::test]
+async fn a_rate_limit_waits_for_retry_after_and_the_user_sees_it() {
+    let s = setup().await;
+    offer(&s.fake, &["demo-find"]);
+    rate_limited_once(&s.skill, json!({"results": [{"rank": 7}]}));
     s.fake.push(calls(vec![call(
         "c1",
         "demo-find",
@@ -773,18 +777,10 @@ skills:
 async fn a_long_rate_limit_finishes_the_turn_and_the_results_follow_as_a_message() {
     let s = setup_with(|c| c.skills.long_wait = Duration::from_millis(100)).await;
     offer(&s.fake, &["demo-find"]);
-    let first = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(true));
-    let f = first.clone();
-    s.skill.respond(move |_| {
-        if f.swap(false, std::sync::atomic::Ordering::SeqCst) {
-            SkillReply::Status {
-                status: 429,
-                retry_after: Some(1),
-            }
-        } else {
-            SkillReply::Json(json!({"results": [{"rank": 3, "url": "https://late.example/"}]}))
-        }
-    });
+    rate_limited_once(
+        &s.skill,
+        json!({"results": [{"rank": 3, "url": "https://late.example/"}]}),
+    );
     s.fake.push(calls(vec![call(
         "c1",
         "demo-find",
