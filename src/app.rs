@@ -20,14 +20,15 @@ use crate::chats::Chats;
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::history::HistoryRequests;
+use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
 use crate::pipeline::models::Models;
-use crate::pipeline::tools::{BuiltinTools, ToolRunner};
 use crate::session::hub::Hub;
 use crate::session::quota;
 use crate::session::turns::Turns;
+use crate::skills::{Skills, SkillsError};
 use crate::store::{Store, StoreError};
 
 /// Owners of every spawned task, in two groups shut down in order: turns first (so their
@@ -54,8 +55,10 @@ pub struct AppState {
     pub instructions: Arc<Instructions>,
     /// The model catalog and each stage's default model.
     pub models: Models,
-    /// The tools the main model may call.
-    pub tools: Arc<dyn ToolRunner>,
+    /// The skills the main model may call (the pipeline's tool runner).
+    pub skills: Arc<Skills>,
+    /// Background link validation of answers; `None` when `links.enabled` is off.
+    pub links: Option<Arc<LinkChecker>>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
     pub tasks: Tasks,
@@ -97,8 +100,14 @@ pub enum BuildError {
     Keys(#[from] KeyError),
     #[error("instructions: {0}")]
     Instructions(#[from] InstructionsError),
+    #[error(transparent)]
+    Secrets(#[from] crate::llm::secrets::SecretError),
+    #[error(transparent)]
+    Skills(#[from] SkillsError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
+    #[error(transparent)]
+    Links(#[from] LinkError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -109,6 +118,25 @@ pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheErro
         CacheBackendKind::Memory => Arc::new(MemoryBackend::new(c.memory_max_entries)),
         CacheBackendKind::Redis => Arc::new(RedisBackend::new(&c.redis_url, c.timeout)?),
     })
+}
+
+/// The Vault/OpenBao token: `keys.vault_token`, or the contents of `keys.vault_token_file`.
+pub fn vault_token(k: &crate::config::KeysConfig) -> Result<zeroize::Zeroizing<String>, KeyError> {
+    use secrecy::ExposeSecret;
+    match (&k.vault_token, &k.vault_token_file) {
+        (Some(t), _) => Ok(zeroize::Zeroizing::new(t.expose_secret().to_string())),
+        (None, Some(path)) => Ok(zeroize::Zeroizing::new(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    KeyError::Unavailable(format!("keys.vault_token_file {}: {e}", path.display()))
+                })?
+                .trim()
+                .to_string(),
+        )),
+        (None, None) => Err(KeyError::Unavailable(
+            "keys.vault_token or keys.vault_token_file is required".into(),
+        )),
+    }
 }
 
 /// The configured key provider.
@@ -123,26 +151,7 @@ pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
             Arc::new(LocalKeyProvider::load(&path)?)
         }
         KeyProviderKind::Vault => {
-            use secrecy::ExposeSecret;
-            let token = match (&k.vault_token, &k.vault_token_file) {
-                (Some(t), _) => zeroize::Zeroizing::new(t.expose_secret().to_string()),
-                (None, Some(path)) => zeroize::Zeroizing::new(
-                    std::fs::read_to_string(path)
-                        .map_err(|e| {
-                            KeyError::Unavailable(format!(
-                                "keys.vault_token_file {}: {e}",
-                                path.display()
-                            ))
-                        })?
-                        .trim()
-                        .to_string(),
-                ),
-                (None, None) => {
-                    return Err(KeyError::Unavailable(
-                        "keys.vault_token or keys.vault_token_file is required".into(),
-                    ));
-                }
-            };
+            let token = vault_token(k)?;
             Arc::new(VaultKeyProvider::new(
                 &k.vault_addr,
                 &token,
@@ -159,7 +168,8 @@ pub struct App {
 }
 
 impl App {
-    pub async fn build(config: Config) -> Result<App, BuildError> {
+    pub async fn build(mut config: Config) -> Result<App, BuildError> {
+        crate::llm::secrets::resolve(&mut config).await?;
         let keys = TokenKeys::load(&config)?;
         let llm = llm::from_config(&config.llm)?;
         Self::build_with_llm(config, keys, llm).await
@@ -192,24 +202,44 @@ impl App {
                 max_chats: config.cache.ai_max_chats,
             },
         );
+        let hub = Arc::new(Hub::default());
+        let turn_tasks = TaskTracker::new();
+        let skills = Arc::new(Skills::load(
+            &config.skills,
+            hub.clone(),
+            ai_cache.clone(),
+            models.preprocessing(),
+            turn_tasks.clone(),
+        )?);
         let store = crate::store::open(&config.store_url()).await?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+        let metrics = Arc::new(Metrics::new());
+        let turns_shutdown = CancellationToken::new();
+        let links = match config.links.enabled {
+            true => Some(Arc::new(LinkChecker::new(
+                &config.links,
+                metrics.clone(),
+                turns_shutdown.clone(),
+            )?)),
+            false => None,
+        };
         let state = Arc::new(AppState {
             keys,
-            metrics: Arc::new(Metrics::new()),
-            hub: Arc::new(Hub::default()),
+            metrics,
+            hub,
             chats: Chats::default(),
             turns: Turns::default(),
             ai_cache,
             history_requests: HistoryRequests::default(),
             instructions,
             models,
-            tools: BuiltinTools::new(),
+            skills,
+            links,
             user_limiter,
             tasks: Tasks {
-                turns: TaskTracker::new(),
-                turns_shutdown: CancellationToken::new(),
+                turns: turn_tasks,
+                turns_shutdown,
                 connections: TaskTracker::new(),
                 connections_shutdown: CancellationToken::new(),
             },

@@ -12,6 +12,9 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, compiled into the binary.
+mod skills;
+pub use skills::{SkillsConfig, WebSearchConfig};
+
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
 #[derive(Debug, Clone, Deserialize)]
@@ -25,7 +28,9 @@ pub struct Config {
     pub keys: KeysConfig,
     pub models: ModelsConfig,
     pub pipeline: PipelineConfig,
+    pub skills: SkillsConfig,
     pub store: StoreConfig,
+    pub links: LinksConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -77,6 +82,9 @@ pub struct LlmConfig {
     pub base_url: String,
     #[serde(default)]
     pub api_key: Option<SecretString>,
+    /// `MOUNT/PATH#FIELD` of a Vault/OpenBao KV v2 secret holding the API key (read at start-up).
+    #[serde(default)]
+    pub api_key_vault: Option<String>,
     pub model: String,
     #[serde(with = "humantime_serde")]
     pub connect_timeout: Duration,
@@ -106,6 +114,12 @@ pub struct ModelEntry {
     pub base_url: Option<String>,
     #[serde(default)]
     pub api_key_env: Option<String>,
+    /// `MOUNT/PATH#FIELD` of a Vault/OpenBao KV v2 secret holding the API key.
+    #[serde(default)]
+    pub api_key_vault: Option<String>,
+    /// Filled at start-up from `api_key_vault` (never from the file).
+    #[serde(skip)]
+    pub api_key: Option<SecretString>,
     pub context_window: u32,
     #[serde(default)]
     pub capabilities: Vec<Capability>,
@@ -140,6 +154,29 @@ pub struct PipelineConfig {
     pub max_tool_rounds: u32,
     pub answer_reserve_tokens: u32,
     pub postprocessing: bool,
+}
+
+/// Background link validation (`[links]`).
+#[derive(Debug, Clone, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksConfig {
+    pub enabled: bool,
+    pub allow_private_targets: bool,
+    /// Deadline of one URL's check, redirects included.
+    #[serde(with = "humantime_serde")]
+    pub timeout: Duration,
+    /// Replacement for a broken link; `{query}` becomes the link text.
+    pub search_url_template: String,
+    pub concurrency: usize,
+    pub per_host_concurrency: usize,
+    #[serde(with = "humantime_serde")]
+    pub cache_ttl: Duration,
+    pub cache_max_entries: usize,
+    pub max_redirects: usize,
+    /// Outbound proxy URL (may hold credentials, hence secret).
+    #[serde(default)]
+    pub proxy: Option<SecretString>,
+    pub report_replaced: bool,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
@@ -296,6 +333,9 @@ impl Config {
         if self.llm.model.trim().is_empty() {
             return invalid("llm.model", "must not be empty");
         }
+        if let Some(r) = &self.llm.api_key_vault {
+            self.check_vault_ref("llm.api_key_vault", r)?;
+        }
         let c = &self.cache;
         if c.backend == CacheBackendKind::Redis
             && !(c.redis_url.starts_with("redis://")
@@ -345,6 +385,7 @@ impl Config {
             return invalid("llm.context_window", "must be at least 1024 tokens");
         }
         self.validate_models()?;
+        self.skills.validate()?;
         let url = self.store.url.trim();
         if !(url.is_empty()
             || url.starts_with("sqlite://")
@@ -381,6 +422,62 @@ impl Config {
         }
         if p.stage_timeout.is_zero() {
             return invalid("pipeline.stage_timeout", "must be longer than zero");
+        }
+        self.validate_links()
+    }
+
+    fn validate_links(&self) -> Result<(), ConfigError> {
+        let invalid = |key, reason: &str| {
+            Err(ConfigError::Invalid {
+                key,
+                reason: reason.to_string(),
+            })
+        };
+        let l = &self.links;
+        if l.timeout.is_zero() || l.timeout > Duration::from_secs(120) {
+            return invalid("links.timeout", "must be between 1ms and 120s");
+        }
+        let t = l.search_url_template.trim();
+        if !(t.starts_with("http://") || t.starts_with("https://")) || !t.contains("{query}") {
+            return invalid(
+                "links.search_url_template",
+                "must start with http:// or https:// and contain {query}",
+            );
+        }
+        if !(1..=1024).contains(&l.concurrency) {
+            return invalid("links.concurrency", "must be between 1 and 1024");
+        }
+        if !(1..=64).contains(&l.per_host_concurrency) {
+            return invalid("links.per_host_concurrency", "must be between 1 and 64");
+        }
+        if !(1..=1_000_000).contains(&l.cache_max_entries) {
+            return invalid("links.cache_max_entries", "must be between 1 and 1000000");
+        }
+        if l.max_redirects > 20 {
+            return invalid("links.max_redirects", "must be at most 20");
+        }
+        if let Some(proxy) = &l.proxy {
+            use secrecy::ExposeSecret;
+            let p = proxy.expose_secret().trim();
+            if !(p.starts_with("http://") || p.starts_with("https://")) {
+                return invalid("links.proxy", "must start with http:// or https://");
+            }
+        }
+        Ok(())
+    }
+
+    /// A `MOUNT/PATH#FIELD` reference needs Vault access (`keys.vault_addr` and a token).
+    fn check_vault_ref(&self, key: &'static str, reference: &str) -> Result<(), ConfigError> {
+        if let Err(reason) = crate::llm::secrets::KvRef::parse(reference) {
+            return Err(ConfigError::Invalid { key, reason });
+        }
+        if self.keys.vault_token.is_none() && self.keys.vault_token_file.is_none() {
+            return Err(ConfigError::Invalid {
+                key,
+                reason:
+                    "reading an API key from Vault needs keys.vault_token or keys.vault_token_file"
+                        .into(),
+            });
         }
         Ok(())
     }
@@ -421,6 +518,9 @@ impl Config {
                         entry.id
                     ),
                 );
+            }
+            if let Some(r) = &entry.api_key_vault {
+                self.check_vault_ref("models.catalog", r)?;
             }
             if let Some(var) = &entry.api_key_env
                 && std::env::var_os(var).is_none()

@@ -6,6 +6,7 @@
 //! - [`session`] dispatches client messages, routes events to devices, runs turns;
 //! - [`pipeline`] turns a chat message into a streamed answer (internal types only);
 //! - [`llm`] is the model boundary; [`chats`] holds ownership and history;
+//! - [`skills`] are the tools the model calls (manifests, runner, embeds, injection check);
 //! - [`auth`] mints and checks session tokens; [`metrics`] exports Prometheus metrics.
 
 pub mod app;
@@ -16,9 +17,12 @@ pub mod config;
 pub mod crypto;
 pub mod history;
 pub mod http;
+pub mod links;
 pub mod llm;
 pub mod metrics;
+pub mod net_guard;
 pub mod pipeline;
 pub mod session;
+pub mod skills;
 pub mod store;
 pub mod ws;

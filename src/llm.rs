@@ -3,6 +3,7 @@
 //! (local, deterministic). Nothing above this module knows a provider's JSON.
 
 mod openai;
+pub mod secrets;
 mod simulated;
 
 use std::pin::Pin;

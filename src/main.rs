@@ -44,6 +44,11 @@ enum Command {
         #[arg(long, value_name = "FILE")]
         config: Option<PathBuf>,
     },
+    /// Validate skill manifests (`*.yml` app files); without DIR, the built-in ones.
+    LintSkills {
+        #[arg(value_name = "DIR")]
+        dir: Option<PathBuf>,
+    },
 }
 
 fn main() -> ExitCode {
@@ -77,13 +82,30 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
+        Command::LintSkills { dir } => {
+            let dir = dir.unwrap_or_default();
+            let count = chatd::skills::lint_dir(&dir)?;
+            let shown = if dir.as_os_str().is_empty() {
+                "built-in manifests".to_string()
+            } else {
+                dir.display().to_string()
+            };
+            println!("{shown}: {count} skills ok");
+            Ok(())
+        }
         Command::CheckConfig { config } => {
             let config = Config::load(config.as_deref())?;
+            let instructions = chatd::pipeline::instructions::Instructions::load(&config.pipeline)?;
+            let skills = chatd::skills::lint_dir(&config.skills.apps_dir)?;
             println!(
-                "configuration ok (listen {}, llm {:?}, store {})",
+                "configuration ok (listen {}, llm {:?}, store {}, {} models, {} mates, {} focus modes, {} skills)",
                 config.server.listen,
                 config.llm.provider,
-                config.store_url().split(':').next().unwrap_or("sqlite")
+                config.store_url().split(':').next().unwrap_or("sqlite"),
+                config.models.catalog.len().max(1),
+                instructions.mates.len(),
+                instructions.focus_modes.len(),
+                skills
             );
             Ok(())
         }

@@ -38,6 +38,15 @@ pub struct Metrics {
     pub key_service_calls: Gauge,
     /// Preprocessing that fell back to defaults, postprocessing that failed.
     pub stage_failures: Family<StageLabel, Counter>,
+    /// Link checks that reached the network (cache hits and guard refusals excluded).
+    pub links_checked: Counter,
+    /// Links found broken (4xx, malformed), temporary (5xx, timeouts, connection errors),
+    /// refused by the SSRF guard, and replaced in answers.
+    pub links_broken: Counter,
+    pub links_temporary: Counter,
+    pub links_skipped: Counter,
+    pub links_replaced: Counter,
+    pub link_check_seconds: Histogram,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -105,8 +114,50 @@ impl Metrics {
             "Time from a turn's start to its first streamed chunk",
             ttft_seconds.clone(),
         );
+        let links_checked = Counter::default();
+        registry.register(
+            "links_checked",
+            "Links checked over the network",
+            links_checked.clone(),
+        );
+        let links_broken = Counter::default();
+        registry.register(
+            "links_broken",
+            "Links found broken (4xx or malformed)",
+            links_broken.clone(),
+        );
+        let links_temporary = Counter::default();
+        registry.register(
+            "links_temporary",
+            "Link checks with a temporary result (5xx, timeout, connection error), left alone",
+            links_temporary.clone(),
+        );
+        let links_skipped = Counter::default();
+        registry.register(
+            "links_skipped_ssrf",
+            "Links not checked because the address guard refused their target",
+            links_skipped.clone(),
+        );
+        let links_replaced = Counter::default();
+        registry.register(
+            "links_replaced",
+            "Broken links replaced by search links in answers",
+            links_replaced.clone(),
+        );
+        let link_check_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
+        registry.register(
+            "link_check_duration_seconds",
+            "Time of one link check over the network, redirects included",
+            link_check_seconds.clone(),
+        );
         Self {
             registry,
+            links_checked,
+            links_broken,
+            links_temporary,
+            links_skipped,
+            links_replaced,
+            link_check_seconds,
             connections_open,
             frames_in,
             frames_out,

@@ -17,7 +17,10 @@ pub mod tools;
 
 use std::sync::Arc;
 
-use chatd_protocol::{ChatId, MessageId, PreprocessingStepKind, RejectionReason, TaskId};
+use chatd_protocol::{
+    ChatId, EmbedId, MessageId, PreprocessingStepKind, RejectionReason, SkillStatus, SkillTaskId,
+    TaskId,
+};
 
 use crate::auth::UserId;
 use crate::llm::{LlmError, Usage};
@@ -87,6 +90,9 @@ pub struct TurnOutcome {
     pub trimmed_history: usize,
     /// Set when preprocessing refused the message (the text is the refusal).
     pub rejection: Option<RejectionReason>,
+    /// Links replaced by link repair, as (link text, original URL), when
+    /// `links.report_replaced` is on.
+    pub replaced_links: Vec<(String, String)>,
 }
 
 impl Default for TurnOutcome {
@@ -100,6 +106,7 @@ impl Default for TurnOutcome {
             tool_rounds: 0,
             trimmed_history: 0,
             rejection: None,
+            replaced_links: Vec::new(),
         }
     }
 }
@@ -130,8 +137,36 @@ pub struct PostProcessed {
     pub updated_chat_title: Option<String>,
 }
 
-/// Progress of a turn, in order: `Step`s, `Typing`, any number of `Chunk`s, one
-/// `Finished`, then possibly `PostProcessed`.
+/// A skill invocation changed state.
+#[derive(Debug, Clone)]
+pub struct SkillEvent {
+    pub skill_task_id: SkillTaskId,
+    pub app_id: String,
+    pub skill_id: String,
+    pub status: SkillStatus,
+    pub preview: serde_json::Value,
+    pub error: Option<String>,
+}
+
+/// An embed the server made (plaintext TOON) for the user's devices to encrypt and store.
+#[derive(Debug, Clone)]
+pub struct EmbedEvent {
+    pub embed_id: EmbedId,
+    pub embed_type: String,
+    pub content: String,
+    pub status: SkillStatus,
+    pub skill_task_id: Option<SkillTaskId>,
+    pub app_id: String,
+    pub skill_id: String,
+    pub embed_ids: Vec<EmbedId>,
+    pub parent_embed_id: Option<EmbedId>,
+    pub content_hash: String,
+    pub version_number: u64,
+    pub injection_flagged: bool,
+}
+
+/// Progress of a turn, in order: `Step`s, `Typing`, `Chunk`s interleaved with skill
+/// `Embed`/`Skill` events, one `Finished`, then possibly `PostProcessed`.
 #[derive(Debug, Clone)]
 pub enum TurnEvent {
     Step(StepEvent),
@@ -143,6 +178,8 @@ pub enum TurnEvent {
     },
     Finished(TurnOutcome),
     PostProcessed(PostProcessed),
+    Skill(SkillEvent),
+    Embed(EmbedEvent),
 }
 
 /// Where a turn reports its events (implemented by the session hub).

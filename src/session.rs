@@ -21,6 +21,7 @@ use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
 use crate::app::AppState;
 use crate::metrics::TypeLabel;
+use crate::skills::CancelRefused;
 use hub::{Audience, Device};
 use turns::{Admission, CancelError, Inbound, MessageOptions};
 
@@ -135,6 +136,7 @@ impl Session {
                     self.chat_message_added(*m)
                 }
             }
+            ClientMessage::CancelSkill(m) => self.cancel_skill(m),
             ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
             ClientMessage::EncryptedChatMetadata(m) => self.encrypted_chat_metadata(*m).await,
             ClientMessage::AiResponseCompleted(m) => self.ai_response_completed(*m).await,
@@ -264,6 +266,39 @@ impl Session {
                 p.chat_id = Some(m.chat_id);
                 p.message_id = Some(message_id);
                 self.reply(ServerMessage::Error(p));
+            }
+        }
+    }
+
+    /// Stops the owner's running skill; the flag also goes to the cache backend (1 h) so
+    /// every node sees it.
+    fn cancel_skill(&self, m: chatd_protocol::CancelSkill) {
+        match self
+            .app
+            .skills
+            .cancels()
+            .cancel(&self.device.user, &m.skill_task_id)
+        {
+            Ok(embed_id) => {
+                let skills = self.app.skills.clone();
+                let id = m.skill_task_id.clone();
+                self.app
+                    .tasks
+                    .turns
+                    .spawn(async move { skills.flag_cancelled(&id).await });
+                self.reply(ServerMessage::SkillCancelRequested(
+                    chatd_protocol::SkillCancelRequested {
+                        skill_task_id: m.skill_task_id,
+                        embed_id: Some(embed_id),
+                        status: "cancellation_requested".into(),
+                    },
+                ));
+            }
+            Err(CancelRefused::NotFound) => {
+                self.error(ErrorCode::NotFound, "no running skill with this id")
+            }
+            Err(CancelRefused::Forbidden) => {
+                self.error(ErrorCode::Forbidden, "this skill belongs to another user")
             }
         }
     }

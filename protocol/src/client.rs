@@ -19,6 +19,8 @@ pub enum ClientMessage {
     ChatMessageAdded(Box<ChatMessageAdded>),
     /// Stops a running AI task; answered with `ai_task_cancel_requested`.
     CancelAiTask(CancelAiTask),
+    /// Stops one running skill; answered with `skill_cancel_requested`.
+    CancelSkill(crate::CancelSkill),
     /// The encrypted user message and chat metadata; answered with `chat_message_confirmed`
     /// and `encrypted_metadata_stored`, relayed to the other devices.
     EncryptedChatMetadata(Box<EncryptedChatMetadata>),
@@ -49,6 +51,7 @@ impl ClientMessage {
         "set_active_chat",
         "chat_message_added",
         "cancel_ai_task",
+        "cancel_skill",
         "encrypted_chat_metadata",
         "ai_response_completed",
         "update_post_processing_metadata",
@@ -68,6 +71,7 @@ impl ClientMessage {
             ClientMessage::SetActiveChat(_) => "set_active_chat",
             ClientMessage::ChatMessageAdded(_) => "chat_message_added",
             ClientMessage::CancelAiTask(_) => "cancel_ai_task",
+            ClientMessage::CancelSkill(_) => "cancel_skill",
             ClientMessage::EncryptedChatMetadata(_) => "encrypted_chat_metadata",
             ClientMessage::AiResponseCompleted(_) => "ai_response_completed",
             ClientMessage::UpdatePostProcessingMetadata(_) => "update_post_processing_metadata",

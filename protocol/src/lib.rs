@@ -14,6 +14,7 @@ mod parse;
 mod persist;
 mod schema;
 mod server;
+mod skills;
 
 pub use client::*;
 pub use close::CloseCode;
@@ -23,6 +24,7 @@ pub use parse::{ParseError, parse_client_message};
 pub use persist::*;
 pub use schema::schemas;
 pub use server::*;
+pub use skills::*;
 
 /// An empty payload object (`{}`), for messages that carry no fields.
 #[derive(

@@ -395,24 +395,6 @@ pub struct EmbedKeysStored {
     pub count: u64,
 }
 
-/// `send_embed_data`: either the server-cached plaintext embed (`already_encrypted:
-/// false`, `type`/`content`) or the stored client-encrypted copy with its keys.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct SendEmbedData {
-    pub embed_id: EmbedId,
-    pub already_encrypted: bool,
-    #[serde(rename = "type", default, skip_serializing_if = "Option::is_none")]
-    pub embed_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub embed: Option<StoredEmbed>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub embed_keys: Vec<EmbedKey>,
-}
-
 /// One chat's content in a sync frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct ChatContent {

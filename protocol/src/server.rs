@@ -36,6 +36,10 @@ pub enum ServerMessage {
     PreprocessingStep(PreprocessingStep),
     /// Suggestions, summary and tags computed after the answer; to every device.
     PostProcessingCompleted(PostProcessingCompleted),
+    /// A skill invocation changed state; to every device.
+    SkillExecutionStatus(crate::SkillExecutionStatus),
+    /// Answer to `cancel_skill`.
+    SkillCancelRequested(crate::SkillCancelRequested),
     /// Something went wrong; the connection stays usable.
     Error(ErrorPayload),
     /// `encrypted_chat_metadata` was stored; to the sender.
@@ -62,8 +66,9 @@ pub enum ServerMessage {
     EmbedUpdate(EmbedUpdate),
     /// `store_embed_keys` was stored; to the sender.
     EmbedKeysStored(EmbedKeysStored),
-    /// Answer to `request_embed`.
-    SendEmbedData(Box<SendEmbedData>),
+    /// An embed: a skill's (placeholder, parent or child result; to every device), or the
+    /// answer to `request_embed`.
+    SendEmbedData(Box<crate::SendEmbedData>),
     /// Sync phase 1a: the last opened chat's metadata.
     #[serde(rename = "phase_1_last_chat_ready")]
     Phase1LastChatReady(Box<Phase1LastChatReady>),
@@ -95,6 +100,8 @@ impl ServerMessage {
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
+        "skill_execution_status",
+        "skill_cancel_requested",
         "error",
         "encrypted_metadata_stored",
         "encrypted_chat_metadata",
@@ -132,6 +139,8 @@ impl ServerMessage {
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
+            ServerMessage::SkillExecutionStatus(_) => "skill_execution_status",
+            ServerMessage::SkillCancelRequested(_) => "skill_cancel_requested",
             ServerMessage::Error(_) => "error",
             ServerMessage::EncryptedMetadataStored(_) => "encrypted_metadata_stored",
             ServerMessage::EncryptedChatMetadata(_) => "encrypted_chat_metadata",
@@ -264,6 +273,19 @@ pub struct AiMessageUpdate {
     /// Final frame only: the oldest history messages left out to fit the model's context window.
     #[serde(default, skip_serializing_if = "is_zero")]
     pub trimmed_history_messages: u64,
+    /// Final frame only, when the server is configured to report them: the broken links
+    /// that link repair replaced by search links on their own text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced_links: Vec<ReplacedLink>,
+}
+
+/// A broken link of an answer, replaced by a search link on its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplacedLink {
+    /// The link text (kept in the answer).
+    pub text: String,
+    /// The original URL, as the model wrote it.
+    pub url: String,
 }
 
 fn is_zero(n: &u64) -> bool {

@@ -90,6 +90,7 @@ pub enum EmbedWrite {
     Foreign,
 }
 
+#[derive(Clone)]
 pub struct AiCache {
     backend: Arc<dyn CacheBackend>,
     keyring: Arc<Keyring>,

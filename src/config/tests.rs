@@ -43,6 +43,40 @@ fn secrets_are_redacted_in_debug() {
 }
 
 #[test]
+fn links_defaults_and_validation() {
+    let c = Config::defaults().unwrap();
+    assert!(c.links.enabled);
+    assert!(!c.links.allow_private_targets);
+    assert_eq!(c.links.timeout, Duration::from_secs(8));
+    assert_eq!(
+        c.links.search_url_template,
+        "https://search.brave.com/search?q={query}"
+    );
+    assert!(c.links.proxy.is_none());
+    let rejects = |edit: fn(&mut LinksConfig), key: &str| {
+        let mut c = Config::defaults().unwrap();
+        edit(&mut c.links);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
+    };
+    rejects(|l| l.timeout = Duration::ZERO, "links.timeout");
+    rejects(
+        |l| l.search_url_template = "https://s.example/?q=".into(),
+        "links.search_url_template",
+    );
+    rejects(|l| l.concurrency = 0, "links.concurrency");
+    rejects(|l| l.per_host_concurrency = 0, "links.per_host_concurrency");
+    rejects(
+        |l| l.proxy = Some(SecretString::from("ftp://p.example")),
+        "links.proxy",
+    );
+    let mut c = Config::defaults().unwrap();
+    c.links.proxy = Some(SecretString::from("http://user:hunter2@p.example:3128"));
+    c.validate().unwrap();
+    assert!(!format!("{c:?}").contains("hunter2"));
+}
+
+#[test]
 fn store_url_defaults_to_sqlite_in_the_data_dir_and_is_validated() {
     let mut c = Config::defaults().unwrap();
     assert_eq!(c.store.url, "");

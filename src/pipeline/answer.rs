@@ -9,7 +9,7 @@
 use std::sync::Arc;
 
 use futures_util::StreamExt;
-use futures_util::future::join_all;
+use futures_util::future::{BoxFuture, join_all};
 use tokio_util::sync::CancellationToken;
 
 use super::chunker::ParagraphChunker;
@@ -31,6 +31,12 @@ impl<F: Fn() -> Interruption + Send + Sync> CancelReason for F {
     }
 }
 
+/// Sees each completed paragraph of the answer as it streams (link checking); must not
+/// block.
+pub trait ParagraphHook: Send + Sync {
+    fn paragraph(&self, text: &str);
+}
+
 pub struct AnswerStream<'a> {
     pub llm: &'a dyn LlmClient,
     pub sink: &'a dyn TurnSink,
@@ -41,6 +47,8 @@ pub struct AnswerStream<'a> {
     pub tools: Option<&'a dyn ToolRunner>,
     /// Model calls per answer (at least 1); the last one has `tool_choice: none`.
     pub max_rounds: u32,
+    /// Told about every completed paragraph, after its chunk was emitted.
+    pub paragraphs: Option<&'a dyn ParagraphHook>,
 }
 
 enum Step {
@@ -105,7 +113,7 @@ impl AnswerStream<'_> {
                 _ = self.cancel.cancelled() => {
                     return self.outcome(&p, Some(self.cancel_reason.reason()), None);
                 }
-                r = self.run_tools(runner, &offered, &calls) => r,
+                r = self.run_tools(runner, &offered, &calls, &mut p) => r,
             };
             p.tool_rounds += 1;
             request.messages.push(LlmMessage::Assistant {
@@ -123,27 +131,31 @@ impl AnswerStream<'_> {
     }
 
     /// Runs a round's calls concurrently; a tool that was not offered is refused, not run.
+    /// Each call's embed reference is streamed before the calls run.
     async fn run_tools(
         &self,
         runner: &dyn ToolRunner,
         offered: &[String],
         calls: &[ToolCall],
+        p: &mut Progress,
     ) -> Vec<String> {
-        let runs = calls.iter().map(|call| {
+        let mut runs = Vec::with_capacity(calls.len());
+        for call in calls {
             let name = normalize_tool_name(&call.name);
-            let allowed = offered.contains(&name);
+            if !offered.contains(&name) {
+                tracing::warn!(tool = %name, "model called a tool it was not offered");
+                let refusal = tools::refused(&name);
+                runs.push(Box::pin(async move { refusal }) as BoxFuture<'static, String>);
+                continue;
+            }
             let mut call = call.clone();
             call.name = name;
-            let cancel = self.cancel.child_token();
-            async move {
-                if allowed {
-                    runner.run(call, cancel).await
-                } else {
-                    tracing::warn!(tool = %call.name, "model called a tool it was not offered");
-                    tools::refused(&call.name)
-                }
+            let prepared = runner.prepare(call, self.ctx, self.cancel.child_token());
+            if let Some(reference) = prepared.reference {
+                self.push_text(p, &reference);
             }
-        });
+            runs.push(prepared.run);
+        }
         join_all(runs).await
     }
 
@@ -226,6 +238,9 @@ impl AnswerStream<'_> {
         for range in p.chunker.push(delta) {
             p.sequence += 1;
             self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            if let Some(hook) = self.paragraphs {
+                hook.paragraph(&p.chunker.text()[range]);
+            }
         }
     }
 
@@ -251,6 +266,9 @@ impl AnswerStream<'_> {
         {
             p.sequence += 1;
             self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            if let Some(hook) = self.paragraphs {
+                hook.paragraph(&p.chunker.text()[range]);
+            }
         }
         self.outcome(&p, interrupted, error)
     }

@@ -100,8 +100,14 @@ impl Models {
         // One client per distinct endpoint and key.
         let mut clients: HashMap<(String, Option<String>), Arc<dyn LlmClient>> = HashMap::new();
         for entry in &m.catalog {
+            // Where the entry's key comes from: Vault (read at start-up) wins over the env.
+            let key_source = match (&entry.api_key_vault, &entry.api_key_env) {
+                (Some(r), _) => Some(format!("vault:{r}")),
+                (None, Some(var)) => Some(format!("env:{var}")),
+                (None, None) => None,
+            };
             let client = if config.llm.provider == LlmProvider::Simulated
-                || (entry.base_url.is_none() && entry.api_key_env.is_none())
+                || (entry.base_url.is_none() && key_source.is_none())
             {
                 default_client.clone()
             } else {
@@ -110,14 +116,16 @@ impl Models {
                         .base_url
                         .clone()
                         .unwrap_or_else(|| config.llm.base_url.clone()),
-                    entry.api_key_env.clone(),
+                    key_source,
                 );
                 match clients.get(&key) {
                     Some(c) => c.clone(),
                     None => {
                         let mut llm_config = config.llm.clone();
                         llm_config.base_url = key.0.clone();
-                        if let Some(var) = &key.1 {
+                        if entry.api_key.is_some() {
+                            llm_config.api_key = entry.api_key.clone();
+                        } else if let Some(var) = &entry.api_key_env {
                             llm_config.api_key = std::env::var(var).ok().map(SecretString::from);
                         }
                         let c = llm::from_config(&llm_config)?;
@@ -167,11 +175,7 @@ impl Models {
         match self.by_id.get(id) {
             Some(m) => m.clone(),
             // Validated at start-up; the first entry is a safe answer regardless.
-            None => self
-                .all()
-                .next()
-                .cloned()
-                .unwrap_or_else(unreachable_model),
+            None => self.all().next().cloned().unwrap_or_else(unreachable_model),
         }
     }
 
@@ -299,6 +303,8 @@ mod tests {
             name: None,
             base_url: None,
             api_key_env: None,
+            api_key_vault: None,
+            api_key: None,
             context_window: 32_000,
             capabilities: caps.to_vec(),
             cost_tier: tier,

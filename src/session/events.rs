@@ -4,7 +4,8 @@
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
-    PostProcessingCompleted, PreprocessingStep, ServerMessage,
+    PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData, ServerMessage,
+    SkillExecutionStatus,
 };
 
 use super::hub::{Audience, Hub};
@@ -50,6 +51,42 @@ impl TurnSink for Hub {
                 });
                 self.send(&ctx.user, Audience::All, &msg);
             }
+            TurnEvent::Skill(e) => {
+                let msg = ServerMessage::SkillExecutionStatus(SkillExecutionStatus {
+                    chat_id: ctx.chat_id.clone(),
+                    message_id: ctx.assistant_message_id(),
+                    task_id: ctx.task_id.clone(),
+                    skill_task_id: e.skill_task_id,
+                    app_id: e.app_id,
+                    skill_id: e.skill_id,
+                    status: e.status,
+                    preview_data: e.preview,
+                    error: e.error,
+                });
+                self.send(&ctx.user, Audience::All, &msg);
+            }
+            TurnEvent::Embed(e) => {
+                let msg = ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+                    embed_type: Some(e.embed_type),
+                    text_length_chars: Some(e.content.chars().count() as u64),
+                    content: Some(e.content),
+                    status: Some(e.status.as_str().to_string()),
+                    chat_id: Some(ctx.chat_id.clone()),
+                    message_id: Some(ctx.assistant_message_id()),
+                    task_id: Some(ctx.task_id.clone()),
+                    skill_task_id: e.skill_task_id,
+                    app_id: Some(e.app_id),
+                    skill_id: Some(e.skill_id),
+                    embed_ids: e.embed_ids,
+                    parent_embed_id: e.parent_embed_id,
+                    content_hash: Some(e.content_hash),
+                    version_number: Some(e.version_number),
+                    encryption_mode: Some("client".into()),
+                    injection_flagged: e.injection_flagged,
+                    ..SendEmbedData::new(e.embed_id)
+                }));
+                self.send(&ctx.user, Audience::All, &msg);
+            }
             TurnEvent::Chunk { text, sequence } => {
                 let msg =
                     ServerMessage::AiMessageUpdate(update(ctx, text.to_string(), sequence, false));
@@ -76,6 +113,14 @@ impl TurnSink for Hub {
                 last.trimmed_history_messages = outcome.trimmed_history as u64;
                 last.prompt_tokens = outcome.usage.map(|u| u.prompt_tokens);
                 last.completion_tokens = outcome.usage.map(|u| u.completion_tokens);
+                last.replaced_links = outcome
+                    .replaced_links
+                    .iter()
+                    .map(|(text, url)| ReplacedLink {
+                        text: text.clone(),
+                        url: url.clone(),
+                    })
+                    .collect();
                 self.send(
                     &ctx.user,
                     Audience::Showing(&ctx.chat_id),
@@ -118,6 +163,7 @@ fn update(ctx: &TurnContext, text: String, sequence: u64, is_final_chunk: bool) 
         prompt_tokens: None,
         completion_tokens: None,
         trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
     }
 }
 

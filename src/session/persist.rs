@@ -502,13 +502,12 @@ impl Session {
         {
             Ok(Some(cached)) => {
                 return self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
-                    embed_id: m.embed_id,
-                    already_encrypted: false,
                     embed_type: Some(cached.embed_type),
                     content: Some(cached.content),
                     status: cached.status,
-                    embed: None,
-                    embed_keys: Vec::new(),
+                    version_number: Some(cached.version_number),
+                    encryption_mode: Some("client".into()),
+                    ..SendEmbedData::new(m.embed_id)
                 })));
             }
             Ok(None) => {}
@@ -529,13 +528,11 @@ impl Session {
             Err(e) => return self.store_failed(e, None, None),
         };
         self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
-            embed_id: m.embed_id,
             already_encrypted: true,
-            embed_type: None,
-            content: None,
             status: stored.status.clone(),
             embed: Some(stored),
             embed_keys: keys,
+            ..SendEmbedData::new(m.embed_id)
         })));
     }
 }

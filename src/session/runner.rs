@@ -20,13 +20,15 @@ use crate::cache::ai::{CacheFault, CachedMessage};
 use crate::config::PipelineConfig;
 use crate::crypto::{KeyError, UserHash};
 use crate::history::{self, Prepared};
+use crate::links::AnswerLinks;
 use crate::metrics::{Metrics, StageLabel};
 use crate::metrics::{OutcomeLabel, ReasonLabel};
-use crate::pipeline::answer::AnswerStream;
+use crate::pipeline::answer::{AnswerStream, ParagraphHook};
 use crate::pipeline::function_call::StageError;
 use crate::pipeline::instructions::Instructions;
 use crate::pipeline::models::Model;
 use crate::pipeline::preprocess::{self, Preprocessed, step_data};
+use crate::pipeline::tools::ToolRunner;
 use crate::pipeline::{
     HistoryRole, Interruption, StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing,
     context, postprocess, tokens,
@@ -117,7 +119,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             .is_some_and(|i| i.prior_messages == 0)
         && history.len() <= new_messages;
 
-    let tools = app.tools.as_ref();
+    let tools: &dyn ToolRunner = app.skills.as_ref();
     let pre = {
         let stage = preprocess::Stage {
             instructions: &app.instructions,
@@ -162,7 +164,8 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         }),
     );
     let reason = || ticket.interruption();
-    let outcome = if ticket.cancel.is_cancelled() {
+    let links = app.links.as_ref().map(|c| c.answer());
+    let mut outcome = if ticket.cancel.is_cancelled() {
         TurnOutcome {
             interrupted: Some(ticket.interruption()),
             ..TurnOutcome::default()
@@ -204,12 +207,16 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             cancel_reason: &reason,
             tools: Some(tools),
             max_rounds: app.config.pipeline.max_tool_rounds,
+            paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
         }
         .run(request)
         .await;
         outcome.trimmed_history = dropped;
         outcome
     };
+    if let Some(links) = links {
+        repair_links(app, sink, &ctx, &ticket.cancel, links, &mut outcome).await;
+    }
     if !outcome.text.trim().is_empty() {
         remember_answer(app, user, &owner, &ctx, &outcome.text).await;
     }
@@ -263,6 +270,38 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             app.tasks.turns_shutdown.clone(),
             job,
         ));
+    }
+}
+
+/// Replaces the answer's broken links once its checks are done: the corrected text goes
+/// out as one more `ai_message_update` and becomes the outcome's text (so the final frame
+/// and the AI cache carry it). Interrupted and refused answers are left as they are.
+async fn repair_links(
+    app: &AppState,
+    sink: &dyn TurnSink,
+    ctx: &TurnContext,
+    cancel: &CancellationToken,
+    links: AnswerLinks,
+    outcome: &mut TurnOutcome,
+) {
+    if outcome.interrupted.is_some() || outcome.rejection.is_some() || cancel.is_cancelled() {
+        return;
+    }
+    let Some(repair) = links.repair(&outcome.text, cancel).await else {
+        return;
+    };
+    let text: Arc<str> = Arc::from(repair.text);
+    sink.emit(
+        ctx,
+        TurnEvent::Chunk {
+            text: text.clone(),
+            sequence: outcome.sequence,
+        },
+    );
+    outcome.sequence += 1;
+    outcome.text = text;
+    if app.config.links.report_replaced {
+        outcome.replaced_links = repair.replaced;
     }
 }
 

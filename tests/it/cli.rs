@@ -45,6 +45,41 @@ fn check_config_reports_the_first_problem() {
     assert!(!typo.status.success());
     assert!(String::from_utf8_lossy(&typo.stderr).contains("provder"));
 
+    // The pipeline's instructions and the model catalog are checked too.
+    std::fs::write(dir.path().join("prompts.yml"), "prompts: {}\n").unwrap();
+    std::fs::write(
+        dir.path().join("pipeline.toml"),
+        "[pipeline]\ninstructions_file = \"prompts.yml\"\n",
+    )
+    .unwrap();
+    let prompts = chatd(dir.path(), &["check-config", "--config", "pipeline.toml"]);
+    assert!(!prompts.status.success());
+    assert!(
+        String::from_utf8_lossy(&prompts.stderr).contains("base_ethics"),
+        "{}",
+        String::from_utf8_lossy(&prompts.stderr)
+    );
+    std::fs::write(
+        dir.path().join("models.toml"),
+        "[models]\nmain = \"nope\"\n[[models.catalog]]\nid = \"small\"\ncontext_window = 8000\n",
+    )
+    .unwrap();
+    let models = chatd(dir.path(), &["check-config", "--config", "models.toml"]);
+    assert!(!models.status.success());
+    assert!(
+        String::from_utf8_lossy(&models.stderr).contains("models.main"),
+        "{}",
+        String::from_utf8_lossy(&models.stderr)
+    );
+    std::fs::write(
+        dir.path().join("kv.toml"),
+        "[llm]\napi_key_vault = \"secret-without-path\"\n",
+    )
+    .unwrap();
+    let kv = chatd(dir.path(), &["check-config", "--config", "kv.toml"]);
+    assert!(!kv.status.success());
+    assert!(String::from_utf8_lossy(&kv.stderr).contains("MOUNT/PATH#FIELD"));
+
     let env = Command::new(BIN)
         .arg("check-config")
         .current_dir(dir.path())
@@ -60,6 +95,17 @@ fn check_config_reports_the_first_problem() {
         .unwrap();
     assert!(!env_bad.status.success());
     assert!(String::from_utf8_lossy(&env_bad.stderr).contains("server.max_frame_bytes"));
+    let links_bad = Command::new(BIN)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env(
+            "CHATD__LINKS__SEARCH_URL_TEMPLATE",
+            "https://search.example/?q=",
+        )
+        .output()
+        .unwrap();
+    assert!(!links_bad.status.success());
+    assert!(String::from_utf8_lossy(&links_bad.stderr).contains("links.search_url_template"));
 }
 
 #[tokio::test]
@@ -85,6 +131,8 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
         .current_dir(dir.path())
         .env("CHATD__SERVER__LISTEN", &listen)
         .env("CHATD__LLM__SIMULATED_PACE", "1ms")
+        // The simulated answer holds a public link; tests make no outside requests.
+        .env("CHATD__LINKS__ENABLED", "false")
         .stdout(Stdio::null())
         .stderr(Stdio::piped())
         .kill_on_drop(true)

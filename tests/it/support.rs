@@ -35,6 +35,8 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     config.server.shutdown_grace = Duration::from_secs(5);
     config.auth.secret = Some(SECRET.to_string().into());
     config.llm.simulated_pace = Duration::ZERO;
+    // Answers may hold links (the simulated model's do): no checks leave the machine.
+    config.links.enabled = false;
     config
 }
 

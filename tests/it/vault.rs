@@ -238,3 +238,60 @@ async fn a_missing_transit_mount_is_named_in_readyz_and_the_first_turn() {
         error.message
     );
 }
+
+#[tokio::test]
+async fn provider_api_keys_are_read_from_vault_kv() {
+    let bao = OpenBao::start().await.unwrap();
+    // `bao server -dev` mounts KV v2 at `secret/`.
+    bao.http(
+        "POST",
+        "/v1/secret/data/llm/fake",
+        Some(json!({"data": {"api_key": "sk-from-vault"}})),
+    )
+    .await
+    .unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.keys.vault_addr = bao.addr();
+        c.keys.vault_token = Some(bao.root_token().to_string().into());
+        c.models.catalog = vec![chatd::config::ModelEntry {
+            id: "vaulted".into(),
+            name: None,
+            base_url: Some(fake.base_url()),
+            api_key_env: None,
+            api_key_vault: Some("secret/llm/fake#api_key".into()),
+            api_key: None,
+            context_window: 32_000,
+            capabilities: vec![chatd::config::Capability::Tools],
+            cost_tier: 1,
+        }];
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-kv").await;
+    ws.send(&user_message("chat-kv", "m1", "hi")).await;
+    outcome(&mut ws).await.answer();
+    let auth = fake.authorizations();
+    assert!(!auth.is_empty());
+    assert!(
+        auth.iter()
+            .all(|a| a.as_deref() == Some("Bearer sk-from-vault")),
+        "{auth:?}"
+    );
+
+    // A reference to a field that does not exist stops start-up with a precise message.
+    let dir = tempfile::tempdir().unwrap();
+    let mut config = crate::support::test_config(dir.path());
+    use_llm(&mut config, fake.base_url());
+    config.keys.vault_addr = bao.addr();
+    config.keys.vault_token = Some(bao.root_token().to_string().into());
+    config.llm.api_key_vault = Some("secret/llm/fake#missing".into());
+    let err = match chatd::app::App::build(config).await {
+        Ok(_) => panic!("start-up must fail"),
+        Err(e) => e.to_string(),
+    };
+    assert!(
+        err.contains("secret/llm/fake#missing") && err.contains("no field"),
+        "{err}"
+    );
+}

@@ -81,6 +81,27 @@ pub fn postprocess(message: &str) -> Value {
     })
 }
 
+/// Arguments of `report_prompt_injection`: the classic phrases, reported verbatim.
+pub fn injection(text: &str) -> Value {
+    let lower = text.to_lowercase();
+    let mut found = Vec::new();
+    for phrase in [
+        "ignore previous instructions",
+        "ignore all previous instructions",
+    ] {
+        // The sentence the phrase starts, as written (indices of `lower` may not fit `text`
+        // when lowercasing changed lengths; then the phrase itself is reported).
+        if let Some(at) = lower.find(phrase) {
+            let sentence = text
+                .get(at..)
+                .map(|rest| rest.split(['.', '\n']).next().unwrap_or(rest).to_string())
+                .unwrap_or_else(|| phrase.to_string());
+            found.push(sentence);
+        }
+    }
+    json!({"score": if found.is_empty() { 0 } else { 9 }, "injection_strings": found})
+}
+
 /// What to search for when the user asks to search (the words after "search").
 pub fn search_query(message: &str) -> Option<String> {
     let lower = message.to_lowercase();

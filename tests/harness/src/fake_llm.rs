@@ -97,6 +97,11 @@ impl Gate {
         }
     }
 
+    /// Marks the gate reached and waits until it is released (for other fake servers).
+    pub async fn hold(&self) {
+        self.wait_released().await;
+    }
+
     async fn wait_released(&self) {
         self.reached.send_replace(true);
         let mut rx = self.released.subscribe();
@@ -105,6 +110,7 @@ impl Gate {
 }
 
 type Responder = Box<dyn Fn(&Value) -> Option<Reply> + Send + Sync>;
+type StageResponder = Box<dyn Fn(&str, &Value) -> Option<Reply> + Send + Sync>;
 
 struct Shared {
     /// Main-processing requests (no forced function).
@@ -112,12 +118,27 @@ struct Shared {
     /// Requests that force a function (`preprocess`, `postprocess`), by function name.
     stage_requests: Mutex<HashMap<String, Vec<Value>>>,
     stage_queues: Mutex<HashMap<String, VecDeque<Reply>>>,
+    stage_responder: Mutex<Option<StageResponder>>,
+    /// The `Authorization` header of every request, in arrival order.
+    authorizations: Mutex<Vec<Option<String>>>,
     request_seen: Notify,
     queue: Mutex<VecDeque<Reply>>,
     default: Mutex<Reply>,
     responder: Mutex<Option<Responder>>,
     disconnects: AtomicUsize,
     disconnect_seen: Notify,
+}
+
+/// A reply calling function `name` with `arguments` (what a stage request expects).
+pub fn function_reply(name: &str, arguments: Value) -> Reply {
+    Reply::ToolCalls {
+        calls: vec![ToolCall {
+            id: format!("call_{name}"),
+            name: name.to_string(),
+            arguments: arguments.to_string(),
+        }],
+        text_before: None,
+    }
 }
 
 pub struct FakeLlm {
@@ -132,6 +153,8 @@ impl FakeLlm {
             requests: Mutex::new(Vec::new()),
             stage_requests: Mutex::new(HashMap::new()),
             stage_queues: Mutex::new(HashMap::new()),
+            stage_responder: Mutex::new(None),
+            authorizations: Mutex::new(Vec::new()),
             request_seen: Notify::new(),
             queue: Mutex::new(VecDeque::new()),
             default: Mutex::new(Reply::Text {
@@ -196,6 +219,19 @@ impl FakeLlm {
             .entry(name.to_string())
             .or_default()
             .push_back(reply);
+    }
+
+    /// Consulted first for requests that force a function: `(function name, body)`.
+    pub fn set_stage_responder(
+        &self,
+        f: impl Fn(&str, &Value) -> Option<Reply> + Send + Sync + 'static,
+    ) {
+        *lock(&self.shared.stage_responder) = Some(Box::new(f));
+    }
+
+    /// The `Authorization` header of every request (stage and main), in arrival order.
+    pub fn authorizations(&self) -> Vec<Option<String>> {
+        lock(&self.shared.authorizations).clone()
     }
 
     /// Request bodies that forced function `name`, in order.
@@ -275,13 +311,28 @@ fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
-async fn completions(State(shared): State<Arc<Shared>>, body: Bytes) -> Response {
+async fn completions(
+    State(shared): State<Arc<Shared>>,
+    headers: axum::http::HeaderMap,
+    body: Bytes,
+) -> Response {
     let request: Value = serde_json::from_slice(&body).unwrap_or(Value::Null);
+    lock(&shared.authorizations).push(
+        headers
+            .get(header::AUTHORIZATION)
+            .and_then(|v| v.to_str().ok())
+            .map(str::to_string),
+    );
     let reply = match forced_function(&request) {
         Some(name) => {
-            let queued = lock(&shared.stage_queues)
-                .get_mut(&name)
-                .and_then(VecDeque::pop_front);
+            let queued = lock(&shared.stage_responder)
+                .as_ref()
+                .and_then(|f| f(&name, &request))
+                .or_else(|| {
+                    lock(&shared.stage_queues)
+                        .get_mut(&name)
+                        .and_then(VecDeque::pop_front)
+                });
             let reply = queued.unwrap_or_else(|| Reply::ToolCalls {
                 calls: vec![ToolCall {
                     id: format!("call_{name}"),

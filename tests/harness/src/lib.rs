@@ -4,6 +4,7 @@
 //! - [`postgres::Postgres`]: a throwaway PostgreSQL cluster (`initdb` + `postgres`)
 //! - [`blackhole::Blackhole`]: accepts TCP and never answers
 //! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
+//! - [`fake_skill::FakeSkill`]: remote skills, web pages and a search API, scripted
 //! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
 //!
 //! A missing binary is an error with an install hint, never a skipped test.
@@ -14,6 +15,7 @@
 
 pub mod blackhole;
 pub mod fake_llm;
+pub mod fake_skill;
 pub mod openbao;
 pub mod postgres;
 pub mod process;

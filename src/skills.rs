@@ -1,0 +1,309 @@
+//! Skills: the tools the main model calls. Apps and skills come from manifests
+//! ([`manifest`]); [`Skills`] is the registry and the pipeline's [`ToolRunner`]: it offers
+//! tool definitions (each with a `requests` array whose items get an injected `id`), and runs
+//! calls ([`runner`]) with embeds, cancellation, the output contract ([`contract`]) and the
+//! prompt-injection check ([`sanitize`]).
+
+pub mod contract;
+mod docs;
+pub mod executor;
+pub mod manifest;
+pub mod runner;
+pub mod sanitize;
+mod web_read;
+
+use std::sync::Arc;
+
+use chatd_protocol::{EmbedId, SkillTaskId};
+use dashmap::DashMap;
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use crate::auth::UserId;
+use crate::cache::ai::AiCache;
+use crate::config::SkillsConfig;
+use crate::llm::{ToolCall, ToolDef};
+use crate::pipeline::models::Model;
+use crate::pipeline::tools::{PreparedCall, SkillInfo, ToolRunner, toon};
+use crate::pipeline::{TurnContext, TurnSink};
+use manifest::{AppManifest, SkillManifest};
+use runner::Invocation;
+use sanitize::{Detector, DetectorPrompt};
+
+#[derive(Debug, thiserror::Error)]
+pub enum SkillsError {
+    #[error("skills: {0}")]
+    Manifest(#[from] manifest::ManifestError),
+    #[error("skills: {0}")]
+    Setup(String),
+}
+
+/// One skill, ready to run.
+pub struct Skill {
+    pub app_id: String,
+    pub skill_id: String,
+    /// `app_id-skill_id`, the tool name.
+    pub full_id: String,
+    pub manifest: SkillManifest,
+    patterns: contract::Patterns,
+    limiter: Option<governor::DefaultDirectRateLimiter>,
+}
+
+/// What running skills needs from the app.
+pub struct Deps {
+    pub config: SkillsConfig,
+    pub http: reqwest::Client,
+    pub sink: Arc<dyn TurnSink>,
+    pub cache: AiCache,
+    pub detector: Detector,
+    pub cancels: SkillCancels,
+    /// Owns skill work (also calls that outlive their turn); drained at shutdown.
+    pub tasks: tokio_util::task::TaskTracker,
+}
+
+/// Running skill invocations: who owns each and how to stop it.
+#[derive(Default)]
+pub struct SkillCancels {
+    running: DashMap<SkillTaskId, Running>,
+}
+
+struct Running {
+    owner: UserId,
+    token: CancellationToken,
+    embed_id: EmbedId,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelRefused {
+    NotFound,
+    Forbidden,
+}
+
+impl SkillCancels {
+    fn start(&self, id: SkillTaskId, owner: UserId, token: CancellationToken, embed_id: EmbedId) {
+        self.running.insert(
+            id,
+            Running {
+                owner,
+                token,
+                embed_id,
+            },
+        );
+    }
+
+    fn finish(&self, id: &SkillTaskId) {
+        self.running.remove(id);
+    }
+
+    /// Cancels the owner's running invocation; returns its embed.
+    pub fn cancel(&self, user: &UserId, id: &SkillTaskId) -> Result<EmbedId, CancelRefused> {
+        let Some(entry) = self.running.get(id) else {
+            return Err(CancelRefused::NotFound);
+        };
+        if &entry.owner != user {
+            return Err(CancelRefused::Forbidden);
+        }
+        entry.token.cancel();
+        Ok(entry.embed_id.clone())
+    }
+}
+
+pub struct Skills {
+    skills: Vec<Arc<Skill>>,
+    deps: Arc<Deps>,
+}
+
+impl Skills {
+    /// Loads and lints the manifests (`skills.apps_dir`, or the built-in ones) and the
+    /// detector prompt; `detector_model` runs the prompt-injection check.
+    pub fn load(
+        config: &SkillsConfig,
+        sink: Arc<dyn TurnSink>,
+        cache: AiCache,
+        detector_model: Model,
+        tasks: tokio_util::task::TaskTracker,
+    ) -> Result<Skills, SkillsError> {
+        let apps = manifest::load(&config.apps_dir)?;
+        let prompt =
+            DetectorPrompt::load(&config.injection_prompt_file).map_err(SkillsError::Setup)?;
+        let http = reqwest::Client::builder()
+            .redirect(reqwest::redirect::Policy::limited(5))
+            .build()
+            .map_err(|e| SkillsError::Setup(e.to_string()))?;
+        Ok(Skills {
+            skills: build(&apps),
+            deps: Arc::new(Deps {
+                config: config.clone(),
+                http,
+                sink,
+                cache,
+                detector: Detector {
+                    model: detector_model,
+                    prompt,
+                    config: config.clone(),
+                },
+                cancels: SkillCancels::default(),
+                tasks,
+            }),
+        })
+    }
+
+    pub fn cancels(&self) -> &SkillCancels {
+        &self.deps.cancels
+    }
+
+    /// Writes the shared cancel flag (1 h) so every node sees it.
+    pub async fn flag_cancelled(&self, id: &SkillTaskId) {
+        let key = runner::cancel_key(id);
+        if let Err(e) = self
+            .deps
+            .cache
+            .backend()
+            .kv_put(
+                &key,
+                b"cancelled".to_vec(),
+                std::time::Duration::from_secs(3600),
+            )
+            .await
+        {
+            tracing::warn!(error = %e, "could not write the skill cancel flag");
+        }
+    }
+
+    fn find(&self, id: &str) -> Option<&Arc<Skill>> {
+        self.skills.iter().find(|s| s.full_id == id)
+    }
+}
+
+fn build(apps: &[AppManifest]) -> Vec<Arc<Skill>> {
+    apps.iter()
+        .flat_map(|app| {
+            app.skills.iter().map(move |s| {
+                Arc::new(Skill {
+                    app_id: app.id.clone(),
+                    skill_id: s.id.clone(),
+                    full_id: format!("{}-{}", app.id, s.id),
+                    patterns: contract::Patterns::compile(&s.output),
+                    limiter: s.rate_limit.and_then(|r| {
+                        std::num::NonZeroU32::new(r.per_second)
+                            .map(|n| governor::RateLimiter::direct(governor::Quota::per_second(n)))
+                    }),
+                    manifest: s.clone(),
+                })
+            })
+        })
+        .collect()
+}
+
+/// The tool definition: the skill's request schema wrapped in a `requests` array, with the
+/// `id` injected (a number or a string; required when there are several requests).
+fn definition(skill: &Skill) -> ToolDef {
+    let mut properties = skill.manifest.input.properties.clone();
+    properties.insert(
+        "id".into(),
+        json!({"type": ["integer", "string"], "description": "unique per request (number or UUID); results come back under it"}),
+    );
+    ToolDef {
+        name: skill.full_id.clone(),
+        description: skill.manifest.description.clone(),
+        parameters: json!({
+            "type": "object",
+            "properties": {"requests": {
+                "type": "array", "minItems": 1,
+                "items": {"type": "object", "properties": properties,
+                          "required": skill.manifest.input.required},
+            }},
+            "required": ["requests"],
+        }),
+    }
+}
+
+impl ToolRunner for Skills {
+    fn skills(&self) -> Vec<SkillInfo> {
+        self.skills
+            .iter()
+            .map(|s| SkillInfo {
+                id: s.full_id.clone(),
+                description: s.manifest.description.clone(),
+                requires_account: s.manifest.requires_account.then(|| s.app_id.clone()),
+            })
+            .collect()
+    }
+
+    fn always_include(&self) -> Vec<String> {
+        self.skills
+            .iter()
+            .filter(|s| s.manifest.always_include)
+            .map(|s| s.full_id.clone())
+            .collect()
+    }
+
+    fn definitions(&self, ids: &[String]) -> Vec<ToolDef> {
+        ids.iter()
+            .filter_map(|id| self.find(id))
+            .map(|s| definition(s))
+            .collect()
+    }
+
+    fn prepare(
+        &self,
+        call: ToolCall,
+        ctx: &TurnContext,
+        cancel: CancellationToken,
+    ) -> PreparedCall {
+        let Some(skill) = self.find(&call.name).cloned() else {
+            let refusal = crate::pipeline::tools::refused(&call.name);
+            return PreparedCall {
+                reference: None,
+                run: Box::pin(async move { refusal }),
+            };
+        };
+        let requests = match runner::parse_requests(&skill, &call.arguments) {
+            Ok(r) => r,
+            Err(reason) => {
+                let message = toon(&json!({
+                    "status": "error",
+                    "error": format!("invalid arguments for {}: {reason}", skill.full_id),
+                    "app_id": skill.app_id, "skill_id": skill.skill_id,
+                }));
+                return PreparedCall {
+                    reference: None,
+                    run: Box::pin(async move { message }),
+                };
+            }
+        };
+        let invocation = Invocation {
+            skill,
+            deps: self.deps.clone(),
+            ctx: ctx.clone(),
+            skill_task_id: SkillTaskId::random(),
+            embed_id: EmbedId::random(),
+            requests,
+            cancel,
+            long_wait: std::sync::Mutex::new(None),
+        };
+        self.deps.cancels.start(
+            invocation.skill_task_id.clone(),
+            ctx.user.clone(),
+            invocation.cancel.clone(),
+            invocation.embed_id.clone(),
+        );
+        // The placeholder and the `processing` status go out now, before the reference
+        // block is streamed; the placeholder is cached when the call starts.
+        self.deps.sink.emit(
+            ctx,
+            crate::pipeline::TurnEvent::Embed(invocation.placeholder()),
+        );
+        invocation.announce();
+        PreparedCall {
+            reference: Some(invocation.reference()),
+            run: Box::pin(invocation.run()),
+        }
+    }
+}
+
+/// Lints a directory of manifests (`chatd lint-skills`): the number of skills, or the first
+/// problem.
+pub fn lint_dir(dir: &std::path::Path) -> Result<usize, SkillsError> {
+    Ok(manifest::load(dir)?.iter().map(|a| a.skills.len()).sum())
+}

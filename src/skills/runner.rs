@@ -1,0 +1,678 @@
+//! One tool call of one skill: its requests (ids validated, at most
+//! `skills.max_parallel_requests` at a time), each with one retry for timeouts/5xx, none for
+//! 4xx, and rate limits that wait instead of failing; the embed lifecycle (placeholder →
+//! parent and children, `skill_execution_status` on each change); the output contract and the
+//! prompt-injection check; and the tool message for the model, results grouped by request id.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
+use futures_util::future::join_all;
+use serde_json::{Map, Value, json};
+use sha2::{Digest, Sha256};
+use tokio::sync::{Semaphore, oneshot};
+use tokio_util::sync::CancellationToken;
+
+use super::contract::{self, Split};
+use super::executor::{self, ExecError};
+use super::manifest::ResponseMode;
+use super::sanitize::{self, Cleaned};
+use super::{Deps, Skill};
+use crate::crypto::UserHash;
+use crate::pipeline::tools::toon;
+use crate::pipeline::{EmbedEvent, SkillEvent, TurnContext, TurnEvent};
+
+/// One request of a call, its id settled.
+#[derive(Debug, Clone)]
+pub struct Request {
+    pub id: Value,
+    /// The parameters, without `id`.
+    pub params: Value,
+}
+
+/// Reads `{"requests": [...]}` (or one bare request object); a single request may omit its
+/// id (it becomes 1); several need unique ids. Every request needs the schema's required
+/// fields. The error text goes back to the model.
+pub fn parse_requests(skill: &Skill, arguments: &str) -> Result<Vec<Request>, String> {
+    let args: Value =
+        serde_json::from_str(arguments).map_err(|e| format!("the arguments are not JSON: {e}"))?;
+    let items = match args.get("requests") {
+        Some(Value::Array(items)) => items.clone(),
+        Some(_) => return Err("`requests` must be an array".into()),
+        None if args.is_object() => vec![args],
+        None => return Err("expected {\"requests\": [{...}]}".into()),
+    };
+    if items.is_empty() {
+        return Err("`requests` is empty".into());
+    }
+    let several = items.len() > 1;
+    let mut seen = Vec::new();
+    let mut out = Vec::with_capacity(items.len());
+    for (i, item) in items.into_iter().enumerate() {
+        let Value::Object(mut params) = item else {
+            return Err(format!("request {} is not an object", i + 1));
+        };
+        let id = match params.remove("id") {
+            None if several => {
+                return Err(format!(
+                    "request {} has no `id`: several requests each need a unique id",
+                    i + 1
+                ));
+            }
+            None => json!(1),
+            Some(id @ (Value::Number(_) | Value::String(_))) => id,
+            Some(_) => {
+                return Err(format!(
+                    "request {}: `id` must be a number or a string",
+                    i + 1
+                ));
+            }
+        };
+        if seen.contains(&id) {
+            return Err(format!("request id {id} is used twice; ids must be unique"));
+        }
+        for field in &skill.manifest.input.required {
+            if params.get(field).is_none_or(Value::is_null) {
+                return Err(format!("request {id}: `{field}` is required"));
+            }
+        }
+        seen.push(id.clone());
+        out.push(Request {
+            id,
+            params: Value::Object(params),
+        });
+    }
+    Ok(out)
+}
+
+/// How one request ended.
+enum Ended {
+    Results(executor::Output),
+    Failed(String),
+    Cancelled,
+}
+
+/// Everything one invocation needs, owned (it runs as a `'static` future).
+pub struct Invocation {
+    pub skill: Arc<Skill>,
+    pub deps: Arc<Deps>,
+    pub ctx: TurnContext,
+    pub skill_task_id: SkillTaskId,
+    pub embed_id: EmbedId,
+    pub requests: Vec<Request>,
+    pub cancel: CancellationToken,
+    /// Fired (once) when a rate-limit wait exceeds `skills.long_wait`.
+    pub long_wait: std::sync::Mutex<Option<oneshot::Sender<Duration>>>,
+}
+
+impl Invocation {
+    fn status(&self, status: SkillStatus, preview: Value, error: Option<String>) {
+        self.deps.sink.emit(
+            &self.ctx,
+            TurnEvent::Skill(SkillEvent {
+                skill_task_id: self.skill_task_id.clone(),
+                app_id: self.skill.app_id.clone(),
+                skill_id: self.skill.skill_id.clone(),
+                status,
+                preview,
+                error,
+            }),
+        );
+    }
+
+    /// Seals the embed into the AI cache (under the chat) and sends it to the devices.
+    async fn embed(&self, e: EmbedEvent) {
+        self.store(&e).await;
+        self.deps.sink.emit(&self.ctx, TurnEvent::Embed(e));
+    }
+
+    /// Seals the embed into the AI cache under the chat.
+    async fn store(&self, e: &EmbedEvent) {
+        let owner = UserHash::of(&self.ctx.user);
+        let cached = chatd_protocol::ClientEmbed {
+            embed_id: e.embed_id.clone(),
+            embed_type: e.embed_type.clone(),
+            content: e.content.clone(),
+            status: Some(e.status.as_str().to_string()),
+            version_number: e.version_number,
+        };
+        if let Err(err) = self
+            .deps
+            .cache
+            .put_embed(&owner, &self.ctx.chat_id, &cached)
+            .await
+        {
+            tracing::warn!(error = %err, "could not cache a skill embed");
+        }
+    }
+
+    fn embed_event(
+        &self,
+        embed_id: EmbedId,
+        embed_type: &str,
+        content: String,
+        status: SkillStatus,
+        version: u64,
+    ) -> EmbedEvent {
+        EmbedEvent {
+            content_hash: content_hash(embed_type, &content),
+            embed_id,
+            embed_type: embed_type.to_string(),
+            content,
+            status,
+            skill_task_id: Some(self.skill_task_id.clone()),
+            app_id: self.skill.app_id.clone(),
+            skill_id: self.skill.skill_id.clone(),
+            embed_ids: Vec::new(),
+            parent_embed_id: None,
+            version_number: version,
+            injection_flagged: false,
+        }
+    }
+
+    /// The placeholder embed (status `processing`), sent before the call runs.
+    pub fn placeholder(&self) -> EmbedEvent {
+        let content = toon(&json!({
+            "app_id": self.skill.app_id,
+            "skill_id": self.skill.skill_id,
+            "status": "processing",
+            "skill_task_id": self.skill_task_id.as_str(),
+            "request_count": self.requests.len(),
+            "requests": self.requests.iter().map(|r| &r.params).collect::<Vec<_>>(),
+        }));
+        self.embed_event(
+            self.embed_id.clone(),
+            "app_skill_use",
+            content,
+            SkillStatus::Processing,
+            1,
+        )
+    }
+
+    /// The reference block streamed into the answer where the embed belongs.
+    pub fn reference(&self) -> String {
+        let mut block = json!({
+            "type": "app_skill_use",
+            "embed_id": self.embed_id.as_str(),
+            "app_id": self.skill.app_id,
+            "skill_id": self.skill.skill_id,
+        });
+        if let Some(q) = self.requests.first().and_then(|r| r.params.get("query")) {
+            block["query"] = q.clone();
+        }
+        format!("```json\n{block}\n```\n\n")
+    }
+
+    pub fn announce(&self) {
+        self.status(
+            SkillStatus::Processing,
+            json!({"embed_id": self.embed_id.as_str(), "request_count": self.requests.len()}),
+            None,
+        );
+    }
+
+    /// Runs the call; returns the model's tool message. When a rate limit makes a request
+    /// wait longer than `skills.long_wait`, the model is told the results will follow and
+    /// the call goes on in the background; its results then arrive as an automatic
+    /// follow-up assistant message.
+    pub async fn run(self) -> String {
+        // The placeholder was sent when the call was prepared; now it is cached too.
+        self.store(&self.placeholder()).await;
+        let (tx, rx) = oneshot::channel();
+        if let Ok(mut slot) = self.long_wait.lock() {
+            *slot = Some(tx);
+        }
+        let this = Arc::new(self);
+        let mut worker = {
+            let inner = this.clone();
+            this.deps.tasks.spawn(async move { inner.complete().await })
+        };
+        let wait = tokio::select! {
+            done = &mut worker => {
+                return done.unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "skill task failed");
+                    toon(&json!({"status": "error", "error": "the skill failed inside chatd"}))
+                });
+            }
+            Ok(wait) = rx => wait,
+        };
+        let follow = this.clone();
+        this.deps.tasks.spawn(async move {
+            if let Ok(message) = worker.await {
+                follow.follow_up(&message).await;
+            }
+        });
+        toon(&json!({
+            "status": "pending",
+            "message": format!(
+                "The {} provider is rate-limited for about {} s. Tell the user the results will follow in a separate message; do not invent them.",
+                this.skill.full_id, wait.as_secs().max(1)
+            ),
+            "app_id": this.skill.app_id,
+            "skill_id": this.skill.skill_id,
+        }))
+    }
+
+    async fn complete(&self) -> String {
+        let ended = self.run_requests().await;
+        self.deps.cancels.finish(&self.skill_task_id);
+        if self.cancelled().await || ended.iter().any(|e| matches!(e, Ended::Cancelled)) {
+            return self.cancelled_result().await;
+        }
+        self.finish(ended).await
+    }
+
+    /// The automatic follow-up assistant message for results that came after the turn:
+    /// streamed like an answer (to every device of the user) and cached for the next turn.
+    async fn follow_up(&self, model_message: &str) {
+        if self.cancel.is_cancelled() {
+            return;
+        }
+        let summary = toon_format::decode_default::<Value>(model_message)
+            .ok()
+            .and_then(|v| v["summary"].as_str().map(str::to_string));
+        let text = format!(
+            "Done, here are the results of {}.\n\n{}{}",
+            self.skill.full_id,
+            self.reference(),
+            summary.unwrap_or_default()
+        );
+        let ctx = TurnContext {
+            task_id: chatd_protocol::TaskId::random(),
+            ..self.ctx.clone()
+        };
+        let text: Arc<str> = Arc::from(text.trim_end());
+        self.deps
+            .sink
+            .emit(&ctx, TurnEvent::Typing(crate::pipeline::Typing::default()));
+        self.deps.sink.emit(
+            &ctx,
+            TurnEvent::Chunk {
+                text: text.clone(),
+                sequence: 1,
+            },
+        );
+        let owner = UserHash::of(&ctx.user);
+        let entry = crate::cache::ai::CachedMessage {
+            message_id: ctx.assistant_message_id(),
+            role: chatd_protocol::Role::Assistant,
+            content: text.to_string(),
+            created_at: std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_secs() as i64),
+            category: ctx.category.clone(),
+            model_name: Some(ctx.model_name.clone()),
+            token_count: crate::pipeline::tokens::count(&text),
+        };
+        if let Err(e) = self.deps.cache.append(&owner, &ctx.chat_id, &[entry]).await {
+            tracing::warn!(error = %e, "could not cache the follow-up message");
+        }
+        self.deps.sink.emit(
+            &ctx,
+            TurnEvent::Finished(crate::pipeline::TurnOutcome {
+                text,
+                sequence: 2,
+                ..Default::default()
+            }),
+        );
+    }
+
+    async fn run_requests(&self) -> Vec<Ended> {
+        let gate = Semaphore::new(self.deps.config.max_parallel_requests);
+        let runs = self.requests.iter().map(|r| async {
+            let Ok(_permit) = gate.acquire().await else {
+                return Ended::Failed("the runner is shutting down".into());
+            };
+            self.run_one(&r.params).await
+        });
+        join_all(runs).await
+    }
+
+    /// The cancel flag: this node's token, or the shared flag another node may have written.
+    async fn cancelled(&self) -> bool {
+        if self.cancel.is_cancelled() {
+            return true;
+        }
+        let key = cancel_key(&self.skill_task_id);
+        matches!(self.deps.cache.backend().kv_get(&key).await, Ok(Some(_)))
+    }
+
+    /// One request: checked for cancellation before the start, before a retry and after
+    /// the end; one retry for timeouts/5xx; rate limits wait (never fail) up to
+    /// `skills.max_rate_limit_wait`.
+    async fn run_one(&self, params: &Value) -> Ended {
+        let config = &self.deps.config;
+        let mut retried = false;
+        let mut waited = Duration::ZERO;
+        loop {
+            if self.cancelled().await {
+                return Ended::Cancelled;
+            }
+            if let Some(limiter) = &self.skill.limiter
+                && let Err(not_until) = limiter.check()
+            {
+                let wait = not_until.wait_time_from(governor::clock::Clock::now(
+                    &governor::clock::DefaultClock::default(),
+                ));
+                if let Some(end) = self.wait(wait, &mut waited).await {
+                    return end;
+                }
+                continue;
+            }
+            let attempt = executor::execute(
+                &self.skill.manifest.executor,
+                &self.deps.http,
+                config,
+                params,
+            );
+            let result = tokio::select! {
+                biased;
+                _ = self.cancel.cancelled() => return Ended::Cancelled,
+                r = tokio::time::timeout(config.timeout, attempt) => {
+                    r.unwrap_or(Err(ExecError::Timeout(config.timeout)))
+                }
+            };
+            match result {
+                Ok(results) => {
+                    if self.cancelled().await {
+                        return Ended::Cancelled;
+                    }
+                    return Ended::Results(results);
+                }
+                Err(e) => {
+                    if let Some(wait) = e.rate_limited() {
+                        if let Some(end) = self.wait(wait, &mut waited).await {
+                            return end;
+                        }
+                        continue;
+                    }
+                    if e.is_retryable() && !retried {
+                        retried = true;
+                        tracing::info!(skill = %self.skill.full_id, error = %e, "retrying a skill request once");
+                        tokio::select! {
+                            _ = self.cancel.cancelled() => return Ended::Cancelled,
+                            () = tokio::time::sleep(config.retry_delay) => {}
+                        }
+                        continue;
+                    }
+                    return Ended::Failed(e.to_string());
+                }
+            }
+        }
+    }
+
+    /// Waits out a rate limit (the user sees `waiting`); `Some` ends the request. A wait over
+    /// `skills.long_wait` releases the answer (see [`Invocation::run`]).
+    async fn wait(&self, wait: Duration, waited: &mut Duration) -> Option<Ended> {
+        if wait > self.deps.config.long_wait
+            && let Some(tx) = self.long_wait.lock().ok().and_then(|mut s| s.take())
+        {
+            let _ = tx.send(wait);
+        }
+        *waited += wait;
+        if *waited > self.deps.config.max_rate_limit_wait {
+            return Some(Ended::Failed(format!(
+                "rate-limited for more than {:?}",
+                self.deps.config.max_rate_limit_wait
+            )));
+        }
+        self.status(
+            SkillStatus::Waiting,
+            json!({"embed_id": self.embed_id.as_str(), "retry_after_seconds": wait.as_secs_f64()}),
+            None,
+        );
+        tokio::select! {
+            _ = self.cancel.cancelled() => Some(Ended::Cancelled),
+            () = tokio::time::sleep(wait) => None,
+        }
+    }
+
+    async fn cancelled_result(&self) -> String {
+        let content = toon(&json!({
+            "app_id": self.skill.app_id, "skill_id": self.skill.skill_id,
+            "status": "cancelled", "skill_task_id": self.skill_task_id.as_str(),
+        }));
+        let e = self.embed_event(
+            self.embed_id.clone(),
+            "app_skill_use",
+            content,
+            SkillStatus::Cancelled,
+            2,
+        );
+        self.embed(e).await;
+        self.status(
+            SkillStatus::Cancelled,
+            json!({"embed_id": self.embed_id.as_str(), "cancelled_by_user": true}),
+            None,
+        );
+        toon(&json!({
+            "status": "cancelled",
+            "message": format!("The {} skill was cancelled by the user. Continue without its results.", self.skill.full_id),
+            "app_id": self.skill.app_id,
+            "skill_id": self.skill.skill_id,
+        }))
+    }
+
+    async fn finish(&self, ended: Vec<Ended>) -> String {
+        let contract = &self.skill.manifest.output;
+        // Split every result; collect the external texts for one injection check.
+        let mut groups: Vec<(Value, Result<Vec<Split>, String>)> = Vec::new();
+        let mut suggestions: Vec<String> = Vec::new();
+        let mut instructions: Vec<String> = Vec::new();
+        for (request, end) in self.requests.iter().zip(ended) {
+            let group = match end {
+                Ended::Results(output) => Ok({
+                    for s in output.suggestions {
+                        if !suggestions.contains(&s) {
+                            suggestions.push(s);
+                        }
+                    }
+                    instructions.extend(output.added_instructions);
+                    output.results
+                }
+                .iter()
+                .map(|r| contract::split(contract, &self.skill.patterns, r))
+                .collect::<Vec<_>>()),
+                Ended::Failed(e) => Err(e),
+                Ended::Cancelled => Err("cancelled".into()),
+            };
+            groups.push((request.id.clone(), group));
+        }
+        for (_, group) in &groups {
+            for s in group.iter().flatten() {
+                if !s.dropped.is_empty() {
+                    tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
+                }
+            }
+        }
+        let (checked, withheld, flagged) = self.check_external(&groups, &instructions).await;
+
+        // Child embeds (composite skills) and the parent.
+        let mut child_ids = Vec::new();
+        let mut agent_groups = Vec::new();
+        let mut result_count = 0usize;
+        let mut errors = Vec::new();
+        let mut texts = checked.into_iter();
+        for (id, group) in &groups {
+            let splits = match group {
+                Ok(s) => s,
+                Err(e) => {
+                    errors.push(e.clone());
+                    agent_groups.push(json!({"id": id, "error": e}));
+                    continue;
+                }
+            };
+            let mut agent_results = Vec::new();
+            for split in splits {
+                result_count += 1;
+                let mut agent: Map<String, Value> = split.agent.clone();
+                for (name, _) in &split.external {
+                    if let Some(Cleaned { text, .. }) = texts.next() {
+                        agent.insert(name.clone(), Value::String(text));
+                    }
+                }
+                if let Some(child_type) = &contract.child_type {
+                    let child_id = EmbedId::random();
+                    let mut content = split.user.clone();
+                    content.insert("app_id".into(), json!(self.skill.app_id));
+                    content.insert("skill_id".into(), json!(self.skill.skill_id));
+                    let mut e = self.embed_event(
+                        child_id.clone(),
+                        child_type,
+                        toon(&Value::Object(content)),
+                        SkillStatus::Finished,
+                        1,
+                    );
+                    e.parent_embed_id = Some(self.embed_id.clone());
+                    e.injection_flagged = flagged;
+                    self.embed(e).await;
+                    agent.insert("embed_id".into(), json!(child_id.as_str()));
+                    child_ids.push(child_id);
+                }
+                agent_results.push(Value::Object(agent));
+            }
+            agent_groups.push(json!({"id": id, "results": agent_results}));
+        }
+        // What is left of the checked texts are the skills' added instructions.
+        let added: Vec<String> = texts.map(|c| c.text).collect();
+        let all_failed = errors.len() == self.requests.len();
+        let status = if all_failed {
+            SkillStatus::Error
+        } else {
+            SkillStatus::Finished
+        };
+        let mut parent = json!({
+            "app_id": self.skill.app_id, "skill_id": self.skill.skill_id,
+            "status": status.as_str(), "skill_task_id": self.skill_task_id.as_str(),
+            "result_count": result_count,
+            "embed_ids": child_ids.iter().map(EmbedId::as_str).collect::<Vec<_>>(),
+        });
+        if !suggestions.is_empty() {
+            parent["suggestions_follow_up_requests"] = json!(suggestions);
+        }
+        if contract.child_type.is_none() {
+            // A single (non-composite) result lives in the parent itself.
+            let users: Vec<Value> = groups
+                .iter()
+                .filter_map(|(_, g)| g.as_ref().ok())
+                .flatten()
+                .map(|s| Value::Object(s.user.clone()))
+                .collect();
+            parent["results"] = Value::Array(users);
+        }
+        let mut e = self.embed_event(
+            self.embed_id.clone(),
+            "app_skill_use",
+            toon(&parent),
+            status,
+            2,
+        );
+        e.embed_ids = child_ids;
+        e.injection_flagged = flagged;
+        self.embed(e).await;
+        let mut preview = json!({"embed_id": self.embed_id.as_str(), "result_count": result_count});
+        if withheld {
+            preview["warning"] = json!(
+                "external text was withheld from the assistant: the safety check is unavailable"
+            );
+        }
+        if flagged {
+            preview["injection_flagged"] = json!(true);
+        }
+        self.status(status, preview, all_failed.then(|| errors.join("; ")));
+
+        let mut message = match contract.mode {
+            ResponseMode::Passthrough => json!({
+                "status": if all_failed { "error" } else { "delivered" },
+                "embed_id": self.embed_id.as_str(),
+                "result_count": result_count,
+                "message": "The results were shown to the user directly; refer to them, do not repeat them.",
+            }),
+            ResponseMode::Template => {
+                let first = agent_groups
+                    .iter()
+                    .filter_map(|g| g["results"].as_array())
+                    .flatten()
+                    .next()
+                    .and_then(Value::as_object);
+                let mut m = json!({"results": agent_groups});
+                if let Some(t) = &contract.template {
+                    m["summary"] = json!(contract::fill_template(t, result_count, first));
+                }
+                m
+            }
+        };
+        if let Some(p) = &self.skill.manifest.provider {
+            message["provider"] = json!(p);
+        }
+        if !added.is_empty() && contract.mode == ResponseMode::Template {
+            message["added_instructions"] = json!(added.join("\n"));
+        }
+        if withheld {
+            message["note"] = json!(
+                "external text from this tool was withheld: it could not be checked for prompt injection"
+            );
+        }
+        toon(&message)
+    }
+
+    /// Strips and checks every external text of the call as one document (split into
+    /// chunks by the detector). Returns the cleaned texts in order, whether they were
+    /// withheld (detector failure: fail closed), and whether the user should review them.
+    async fn check_external(
+        &self,
+        groups: &[(Value, Result<Vec<Split>, String>)],
+        extra: &[String],
+    ) -> (Vec<Cleaned>, bool, bool) {
+        let texts: Vec<String> = groups
+            .iter()
+            .filter_map(|(_, g)| g.as_ref().ok())
+            .flatten()
+            .flat_map(|s| s.external.iter().map(|(_, t)| sanitize::strip_invisible(t)))
+            .chain(extra.iter().map(|t| sanitize::strip_invisible(t)))
+            .collect();
+        if texts.is_empty() {
+            return (Vec::new(), false, false);
+        }
+        let document = texts.join("\n\n");
+        match self.deps.detector.check(&document, &self.cancel).await {
+            Ok(verdict) => {
+                let cleaned: Vec<Cleaned> = texts
+                    .iter()
+                    .map(|t| self.deps.detector.apply(&verdict, t))
+                    .collect();
+                let flagged = cleaned.iter().any(|c| c.flagged);
+                if verdict.score > self.deps.config.injection_block_score {
+                    tracing::warn!(skill = %self.skill.full_id, score = verdict.score, "prompt injection removed from skill output");
+                }
+                (cleaned, false, flagged)
+            }
+            Err(e) => {
+                tracing::warn!(skill = %self.skill.full_id, error = %e, "prompt-injection check unavailable; external text withheld");
+                let withheld = texts
+                    .iter()
+                    .map(|_| Cleaned {
+                        text: "[withheld: could not be checked for prompt injection]".into(),
+                        flagged: false,
+                    })
+                    .collect();
+                (withheld, true, false)
+            }
+        }
+    }
+}
+
+/// `skill_cancel:{id}`: the cancel flag every node can see.
+pub fn cancel_key(id: &SkillTaskId) -> String {
+    format!("skill_cancel:{id}")
+}
+
+/// SHA-256 (hex) over an embed's type and content as the server made them.
+pub fn content_hash(embed_type: &str, content: &str) -> String {
+    let mut h = Sha256::new();
+    h.update(embed_type.as_bytes());
+    h.update([0u8]);
+    h.update(content.as_bytes());
+    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
+}
