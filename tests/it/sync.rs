@@ -249,3 +249,23 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
     let stored: Vec<_> = stored.into_iter().map(|(_, m)| m).collect();
     assert_eq!(synced.messages, stored);
 }
+
+#[tokio::test]
+async fn a_user_without_chats_and_a_bad_phase() {
+    let app = spawn_app(unlimited).await;
+    let mut ws = app.connect("nobody").await;
+    let got = sync(&mut ws, request(SyncPhase::All)).await;
+    assert_eq!(got.last_chat, None);
+    assert!(got.content.is_empty() && got.metadata.is_empty());
+    assert_eq!(got.total, 0);
+    assert_eq!(got.batches, vec![(1, true)], "one terminating batch");
+    ws.send_json(
+        serde_json::json!({"type": "phased_sync_request", "payload": {"phase": "phase9"}}),
+    )
+    .await;
+    let code = ws.recv_until(crate::support::error_code).await;
+    assert_eq!(code, chatd_protocol::ErrorCode::InvalidPayload);
+    // The connection survives.
+    let again = sync(&mut ws, request(SyncPhase::Phase2)).await;
+    assert_eq!(again.total, 0);
+}
