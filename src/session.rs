@@ -120,8 +120,22 @@ impl Session {
     async fn dispatch(&self, msg: ClientMessage) {
         match msg {
             ClientMessage::Ping(Empty {}) => self.reply(ServerMessage::Pong(Empty {})),
-            ClientMessage::SetActiveChat(m) => self.set_active_chat(m),
-            ClientMessage::ChatMessageAdded(m) => self.chat_message_added(*m),
+            ClientMessage::SetActiveChat(m) => {
+                if let Some(chat) = &m.chat_id
+                    && !self.stored_chat_allowed(chat, None).await
+                {
+                    return;
+                }
+                self.set_active_chat(m)
+            }
+            ClientMessage::ChatMessageAdded(m) => {
+                if self
+                    .stored_chat_allowed(&m.chat_id, Some(&m.message.message_id))
+                    .await
+                {
+                    self.chat_message_added(*m)
+                }
+            }
             ClientMessage::CancelSkill(m) => self.cancel_skill(m),
             ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
             ClientMessage::EncryptedChatMetadata(m) => self.encrypted_chat_metadata(*m).await,

@@ -28,6 +28,8 @@ pub use sqlite::SqliteStore;
 
 /// How long a caller waits for a pooled connection before the store counts as unavailable.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long `/readyz` waits for the store.
+pub const PING_TIMEOUT: Duration = Duration::from_secs(2);
 
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum StoreError {

@@ -48,6 +48,8 @@ pub enum ErrorCode {
     ChatKeyMismatch,
     /// A `store_embed` with a lower `version_number` than the stored embed.
     StaleVersion,
+    /// A chat's first title was sent without its icon or category.
+    IncompleteChatMetadata,
 }
 
 impl ErrorCode {
@@ -70,6 +72,7 @@ impl ErrorCode {
             ErrorCode::StoreUnavailable => "store_unavailable",
             ErrorCode::ChatKeyMismatch => "chat_key_mismatch",
             ErrorCode::StaleVersion => "stale_version",
+            ErrorCode::IncompleteChatMetadata => "incomplete_chat_metadata",
         }
     }
 
@@ -91,6 +94,7 @@ impl ErrorCode {
         ErrorCode::StoreUnavailable,
         ErrorCode::ChatKeyMismatch,
         ErrorCode::StaleVersion,
+        ErrorCode::IncompleteChatMetadata,
     ];
 }
 

@@ -75,3 +75,16 @@ fn links_defaults_and_validation() {
     c.validate().unwrap();
     assert!(!format!("{c:?}").contains("hunter2"));
 }
+
+#[test]
+fn store_url_defaults_to_sqlite_in_the_data_dir_and_is_validated() {
+    let mut c = Config::defaults().unwrap();
+    assert_eq!(c.store.url, "");
+    assert_eq!(c.store_url(), "sqlite://./data/chatd.db");
+    c.store.url = "postgres://chatd@db/chatd".into();
+    c.validate().unwrap();
+    assert_eq!(c.store_url(), "postgres://chatd@db/chatd");
+    c.store.url = "mysql://nope".into();
+    let err = c.validate().unwrap_err().to_string();
+    assert!(err.contains("store.url"), "{err}");
+}

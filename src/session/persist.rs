@@ -79,6 +79,23 @@ impl Session {
         self.reply(ServerMessage::Error(p));
     }
 
+    /// Checks the permanent store before a chat is claimed in memory (after a restart the
+    /// store is the only record of who owns it). Answers the error frame itself and fails
+    /// closed when the store is down.
+    pub(super) async fn stored_chat_allowed(
+        &self,
+        chat: &ChatId,
+        message: Option<&MessageId>,
+    ) -> bool {
+        match self.app.store.authorize(&self.device.user, chat).await {
+            Ok(()) => true,
+            Err(e) => {
+                self.store_failed(e, Some(chat), message);
+                false
+            }
+        }
+    }
+
     /// The in-memory registry's view (chats claimed by a turn but not stored yet).
     fn owns_in_memory(&self, chat: &ChatId) -> bool {
         self.app.chats.authorize(&self.device.user, chat).is_ok()
@@ -99,6 +116,24 @@ impl Session {
         }
         if !self.owns_in_memory(chat) {
             return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
+        }
+        if m.encrypted_title.is_some()
+            && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
+        {
+            // A chat's first title comes with its icon and category (later titles alone).
+            match self.app.store.chat(user, chat).await {
+                Ok(Some(stored)) if stored.encrypted_title.is_some() => {}
+                Ok(_) => {
+                    let mut p = ErrorPayload::new(
+                        ErrorCode::IncompleteChatMetadata,
+                        "a chat's first encrypted_title needs encrypted_icon and encrypted_chat_category",
+                    );
+                    p.chat_id = Some(chat.clone());
+                    p.message_id = m.message_id.clone();
+                    return self.reply(ServerMessage::Error(p));
+                }
+                Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
+            }
         }
         let created_at = m.created_at.unwrap_or_else(now);
         let patch = ChatPatch {
@@ -143,6 +178,8 @@ impl Session {
                 Ok(added) => {
                     details.versions = added.versions;
                     if added.is_new {
+                        self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                            .await;
                         stored_message = Some(message);
                     }
                 }
@@ -190,6 +227,11 @@ impl Session {
         }
         match self.app.store.add_message(user, chat, &message).await {
             Ok(added) => {
+                // The cache is current before the sender hears "stored".
+                if added.is_new {
+                    self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                        .await;
+                }
                 self.reply(ServerMessage::AiResponseStorageConfirmed(
                     AiResponseStorageConfirmed {
                         chat_id: chat.clone(),
@@ -306,6 +348,12 @@ impl Session {
         let chat = &m.chat_id;
         if !self.owns_in_memory(chat) {
             return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
+        // A running answer would write the chat back into the AI cache: stop it first.
+        if let Some(task) = self.app.turns.active_task(chat)
+            && let Err(e) = self.app.turns.cancel(user, &task)
+        {
+            tracing::debug!(error = ?e, "no running turn to cancel");
         }
         let removed = match self.app.store.delete_chat(user, chat).await {
             Ok(d) => d.embeds,

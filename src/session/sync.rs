@@ -272,6 +272,55 @@ impl Session {
     }
 }
 
+impl Session {
+    /// Keeps a chat's sync-cache entry current after a message was stored, so the next
+    /// login is served from the cache: appends when the cached copy is exactly one version
+    /// behind, else re-reads the chat from the store. Best effort (a failure only costs the
+    /// next sync a store read; the header check never lets a stale copy through).
+    pub(super) async fn refresh_sync_cache(
+        &self,
+        chat: &ChatId,
+        message: &EncryptedMessage,
+        messages_v: u64,
+    ) {
+        let hash = self.user_hash();
+        let backend = self.app.ai_cache.backend();
+        let ttl = self.app.config.cache.sync_ttl;
+        let blobs = match backend.sync_get(&hash, chat).await {
+            Ok(b) => b,
+            Err(e) => return tracing::debug!(error = %e, "sync cache unavailable"),
+        };
+        let appended = blobs.and_then(|mut blobs| {
+            let head: SyncHeader = serde_json::from_slice(blobs.first()?).ok()?;
+            if head.messages_v + 1 != messages_v {
+                return None;
+            }
+            *blobs.first_mut()? = serde_json::to_vec(&SyncHeader { messages_v }).ok()?;
+            blobs.push(serde_json::to_vec(message).ok()?);
+            Some(blobs)
+        });
+        let blobs = match appended {
+            Some(b) => b,
+            None => {
+                let loaded = self
+                    .app
+                    .store
+                    .messages(&self.device.user, std::slice::from_ref(chat))
+                    .await;
+                let Ok(loaded) = loaded else { return };
+                let messages: Vec<EncryptedMessage> = loaded.into_iter().map(|(_, m)| m).collect();
+                let Some(b) = encode_blobs(&messages, messages_v) else {
+                    return;
+                };
+                b
+            }
+        };
+        if let Err(e) = backend.sync_put(&hash, chat, blobs, ttl).await {
+            tracing::debug!(error = %e, "cannot refresh the sync cache");
+        }
+    }
+}
+
 fn encode_blobs(messages: &[EncryptedMessage], messages_v: u64) -> Option<Vec<Vec<u8>>> {
     let mut blobs = Vec::with_capacity(messages.len() + 1);
     blobs.push(serde_json::to_vec(&SyncHeader { messages_v }).ok()?);

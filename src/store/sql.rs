@@ -621,8 +621,17 @@ macro_rules! impl_store {
 
             fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
-                    sqlx::query("SELECT 1").execute(&self.pool).await?;
-                    Ok(())
+                    let probe = sqlx::query("SELECT 1").execute(&self.pool);
+                    match tokio::time::timeout(crate::store::PING_TIMEOUT, probe).await {
+                        Ok(done) => {
+                            done?;
+                            Ok(())
+                        }
+                        Err(_) => Err(StoreError::Unavailable(format!(
+                            "no answer within {:?}",
+                            crate::store::PING_TIMEOUT
+                        ))),
+                    }
                 })
             }
 

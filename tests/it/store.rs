@@ -312,6 +312,33 @@ async fn a_different_chat_key_is_refused_unless_rotation_is_allowed() {
 }
 
 #[tokio::test]
+async fn a_first_title_without_icon_or_category_is_incomplete() {
+    let app = spawn_app(|_| {}).await;
+    let mut a = app.connect("alice").await;
+    let mut bare = metadata("chat-i", "m-1", "enc-1", "key-1");
+    if let ClientMessage::EncryptedChatMetadata(m) = &mut bare {
+        m.encrypted_icon = None;
+    }
+    a.send(&bare).await;
+    assert_eq!(
+        expect_error(&mut a).await,
+        ErrorCode::IncompleteChatMetadata
+    );
+    assert!(
+        app.state
+            .store
+            .chat(&uid("alice"), &chat_id("chat-i"))
+            .await
+            .unwrap()
+            .is_none()
+    );
+    // Complete, then a later title alone is fine.
+    store_chat(&mut a, "chat-i").await;
+    a.send(&bare).await;
+    expect(&mut a, "encrypted_metadata_stored").await;
+}
+
+#[tokio::test]
 async fn embeds_are_versioned_relayed_and_served_back_encrypted() {
     let app = spawn_app(|_| {}).await;
     let mut a = app.connect("alice").await;
@@ -557,4 +584,52 @@ async fn delete_chat_removes_every_trace_from_the_store_and_redis() {
         assert!(!text.contains(chat), "{key} still names the chat: {text}");
     }
     let _: ChatId = chat_id(chat);
+}
+
+#[tokio::test]
+async fn readyz_reports_the_store() {
+    let pg = chatd_test_harness::postgres::Postgres::start()
+        .await
+        .unwrap();
+    pg.create_database("ready").await.unwrap();
+    let url = pg.url("ready");
+    let app = spawn_app(|c| c.store.url = url).await;
+    let http = reqwest::Client::new();
+    let body: serde_json::Value = http
+        .get(app.http_url("/readyz"))
+        .send()
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert_eq!(body["checks"]["store"], "ok", "{body}");
+    drop(pg);
+    let ready = http.get(app.http_url("/readyz")).send().await.unwrap();
+    assert_eq!(ready.status(), 503);
+    let body: serde_json::Value = ready.json().await.unwrap();
+    assert_eq!(body["down"], serde_json::json!(["store"]), "{body}");
+}
+
+#[test]
+fn check_config_validates_store_url_from_the_environment() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |url: &str| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_chatd"))
+            .arg("check-config")
+            .current_dir(dir.path())
+            .env("CHATD__STORE__URL", url)
+            .output()
+            .unwrap()
+    };
+    let ok = run("postgres://chatd@127.0.0.1/chatd");
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(String::from_utf8_lossy(&ok.stdout).contains("store postgres"));
+    let bad = run("mysql://db/chatd");
+    assert!(!bad.status.success());
+    assert!(String::from_utf8_lossy(&bad.stderr).contains("store.url"));
 }

@@ -175,6 +175,15 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
     let hash = UserHash::of(&alice);
     let backend = app.state.ai_cache.backend().clone();
     let recent = app.state.store.chats_page(&alice, None, 10).await.unwrap();
+    // Storing warmed the chats (see the end of this test); start cold.
+    assert!(
+        backend
+            .sync_get(&hash, &recent[0].chat_id)
+            .await
+            .unwrap()
+            .is_some()
+    );
+    backend.sync_clear(&hash).await.unwrap();
     for c in &recent {
         assert!(backend.sync_get(&hash, &c.chat_id).await.unwrap().is_none());
     }
@@ -217,4 +226,46 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
             "phase 3 clears the sync cache"
         );
     }
+
+    // Messages stored during a session keep their chat warm for the next login.
+    let chat = recent[1].chat_id.clone();
+    ws.send(&crate::store::completed(
+        chat.as_str(),
+        "session-answer",
+        "enc-session",
+    ))
+    .await;
+    expect(&mut ws, "ai_response_storage_confirmed").await;
+    let cached = backend.sync_get(&hash, &chat).await.unwrap();
+    assert_eq!(cached.map(|b| b.len()), Some(4), "header + 3 messages");
+    let login = sync(&mut ws, request(SyncPhase::Phase1)).await;
+    let synced = login.content.iter().find(|c| c.chat_id == chat).unwrap();
+    let stored = app
+        .state
+        .store
+        .messages(&alice, std::slice::from_ref(&chat))
+        .await
+        .unwrap();
+    let stored: Vec<_> = stored.into_iter().map(|(_, m)| m).collect();
+    assert_eq!(synced.messages, stored);
+}
+
+#[tokio::test]
+async fn a_user_without_chats_and_a_bad_phase() {
+    let app = spawn_app(unlimited).await;
+    let mut ws = app.connect("nobody").await;
+    let got = sync(&mut ws, request(SyncPhase::All)).await;
+    assert_eq!(got.last_chat, None);
+    assert!(got.content.is_empty() && got.metadata.is_empty());
+    assert_eq!(got.total, 0);
+    assert_eq!(got.batches, vec![(1, true)], "one terminating batch");
+    ws.send_json(
+        serde_json::json!({"type": "phased_sync_request", "payload": {"phase": "phase9"}}),
+    )
+    .await;
+    let code = ws.recv_until(crate::support::error_code).await;
+    assert_eq!(code, chatd_protocol::ErrorCode::InvalidPayload);
+    // The connection survives.
+    let again = sync(&mut ws, request(SyncPhase::Phase2)).await;
+    assert_eq!(again.total, 0);
 }
