@@ -349,12 +349,9 @@ impl Session {
         if !self.owns_in_memory(chat) {
             return self.store_failed(StoreError::Forbidden, Some(chat), None);
         }
-        // A running answer would write the chat back into the AI cache: stop it first.
-        if let Some(task) = self.app.turns.active_task(chat)
-            && let Err(e) = self.app.turns.cancel(user, &task)
-        {
-            tracing::debug!(error = ?e, "no running turn to cancel");
-        }
+        // A running answer (or one queued behind it) would write the chat back into the AI
+        // cache: stop it, drop the queue, and tell the turn to write nothing.
+        self.app.turns.abandon(user, chat);
         let removed = match self.app.store.delete_chat(user, chat).await {
             Ok(d) => d.embeds,
             // Never stored (only cached by a turn): the caches are still cleared.

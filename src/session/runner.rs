@@ -217,7 +217,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     if let Some(links) = links {
         repair_links(app, sink, &ctx, &ticket.cancel, links, &mut outcome).await;
     }
-    if !outcome.text.trim().is_empty() {
+    if !outcome.text.trim().is_empty() && !ticket.abandoned() {
         remember_answer(app, user, &owner, &ctx, &outcome.text).await;
     }
     let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {

@@ -85,9 +85,16 @@ pub struct TurnTicket {
     pub requesters: Vec<ConnectionId>,
     pub cancel: CancellationToken,
     revoked: Arc<AtomicBool>,
+    /// The chat was deleted: the turn must not write anything back.
+    abandoned: Arc<AtomicBool>,
 }
 
 impl TurnTicket {
+    /// The chat was deleted while this turn ran: cache nothing, postprocess nothing.
+    pub fn abandoned(&self) -> bool {
+        self.abandoned.load(Ordering::Acquire)
+    }
+
     /// Why `cancel` fired: a user's `cancel_ai_task`, or else server shutdown.
     pub fn interruption(&self) -> Interruption {
         if self.revoked.load(Ordering::Acquire) {
@@ -201,6 +208,22 @@ impl Turns {
         Ok(())
     }
 
+    /// The chat is being deleted: cancels its running turn (which then writes nothing back)
+    /// and drops the messages queued behind it. Only the owner's chat is touched.
+    pub fn abandon(&self, user: &UserId, chat: &ChatId) {
+        let mut inner = self.lock();
+        let Some(active) = inner.by_chat.get_mut(chat) else {
+            return;
+        };
+        if &active.owner != user {
+            return;
+        }
+        active.queue.clear();
+        active.ticket.abandoned.store(true, Ordering::Release);
+        active.ticket.revoked.store(true, Ordering::Release);
+        active.ticket.cancel.cancel();
+    }
+
     /// Ends `task`; if messages were queued meanwhile, returns the ticket of the turn that
     /// answers them all (the chat stays busy), else frees the chat.
     pub fn finish(
@@ -243,6 +266,7 @@ fn new_ticket(inbound: Vec<Inbound>, parent: &CancellationToken) -> Option<TurnT
         requesters,
         cancel: parent.child_token(),
         revoked: Arc::new(AtomicBool::new(false)),
+        abandoned: Arc::new(AtomicBool::new(false)),
     })
 }
 
@@ -298,6 +322,27 @@ mod tests {
         let merged: Vec<_> = t2.inbound.iter().map(|i| i.message_id().as_str()).collect();
         assert_eq!(merged, ["m2", "m3"]);
         assert!(turns.finish(&chat, &t2.task_id, &root).is_none());
+        assert!(turns.active_task(&chat).is_none());
+    }
+
+    #[test]
+    fn abandoning_a_deleted_chat_drops_its_queue_and_marks_the_turn() {
+        let (a, b, chat) = ids();
+        let root = CancellationToken::new();
+        let turns = Turns::default();
+        let Admission::Start(t) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
+            panic!()
+        };
+        let _ = turns.admit(&a, &chat, inbound("m2", 1), &root, 10);
+        turns.abandon(&b, &chat);
+        assert!(!t.cancel.is_cancelled() && !t.abandoned(), "not b's chat");
+        turns.abandon(&a, &chat);
+        assert!(t.cancel.is_cancelled() && t.abandoned());
+        assert_eq!(t.interruption(), Interruption::Cancelled);
+        assert!(
+            turns.finish(&chat, &t.task_id, &root).is_none(),
+            "the queued message is not answered"
+        );
         assert!(turns.active_task(&chat).is_none());
     }
 
