@@ -167,11 +167,7 @@ impl Models {
         match self.by_id.get(id) {
             Some(m) => m.clone(),
             // Validated at start-up; the first entry is a safe answer regardless.
-            None => self
-                .all()
-                .next()
-                .cloned()
-                .unwrap_or_else(unreachable_model),
+            None => self.all().next().cloned().unwrap_or_else(unreachable_model),
         }
     }
 
