@@ -40,8 +40,9 @@ struct Delta {
 }
 
 async fn upgrade(State(f): State<Arc<Floor>>, ws: WebSocketUpgrade) -> Response {
-    // The same buffer sizes chatd uses by default, so memory is compared like for like.
-    ws.read_buffer_size(8192)
+    // The same buffer sizes chatd uses by default (`server.read_buffer_bytes`), so memory
+    // is compared like for like.
+    ws.read_buffer_size(2048)
         .write_buffer_size(0)
         .on_upgrade(move |socket| relay(f, socket))
 }
