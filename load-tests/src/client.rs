@@ -279,11 +279,9 @@ async fn chatd_turn(
             {
                 model_selected = Some(now - start);
             }
-            ServerMessage::AiTypingStarted(s) if s.chat_id == chat => {
-                if typing.is_none() {
-                    typing = Some(now);
-                    gaps.last = now;
-                }
+            ServerMessage::AiTypingStarted(s) if s.chat_id == chat && typing.is_none() => {
+                typing = Some(now);
+                gaps.last = now;
             }
             ServerMessage::AiMessageUpdate(u) if u.chat_id == chat => {
                 if gaps.first.is_none() {

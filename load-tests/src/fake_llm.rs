@@ -37,7 +37,7 @@ pub struct Script {
 pub fn token_text(i: usize) -> String {
     if i == 0 {
         "Sure.\n\n".to_string()
-    } else if i % 8 == 0 {
+    } else if i.is_multiple_of(8) {
         format!(" word{i}.\n\n")
     } else {
         format!(" word{i}")
@@ -159,7 +159,7 @@ async fn completions(State(r): State<Arc<Rendered>>, body: Bytes) -> Response {
 pub async fn serve(
     script: Script,
     listen: std::net::SocketAddr,
-) -> anyhow::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(std::net::SocketAddr, crate::procs::Serving)> {
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
         .with_state(Arc::new(render(script)));
@@ -168,8 +168,8 @@ pub async fn serve(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let task = tokio::spawn(async move {
+    let serving = Box::pin(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Ok((addr, task))
+    Ok((addr, serving))
 }

@@ -92,7 +92,7 @@ async fn stream_answer(resp: reqwest::Response, socket: &mut WebSocket) -> bool 
 pub async fn serve(
     llm_base: &str,
     listen: std::net::SocketAddr,
-) -> anyhow::Result<(std::net::SocketAddr, tokio::task::JoinHandle<()>)> {
+) -> anyhow::Result<(std::net::SocketAddr, crate::procs::Serving)> {
     let floor = Arc::new(Floor {
         http: reqwest::Client::builder().tcp_nodelay(true).build()?,
         url: format!("{llm_base}/chat/completions"),
@@ -103,8 +103,8 @@ pub async fn serve(
     let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
         let _ = tcp.set_nodelay(true);
     });
-    let task = tokio::spawn(async move {
+    let serving = Box::pin(async move {
         let _ = axum::serve(listener, app).await;
     });
-    Ok((addr, task))
+    Ok((addr, serving))
 }

@@ -16,6 +16,9 @@ use crate::fake_llm::{self, Mode, Script};
 /// The shared HS256 secret the chatd child uses, so the client can mint tokens.
 pub const SECRET: &str = "chatd-load-benchmark-secret";
 
+/// A server's accept loop, run by the child until its stdin closes.
+pub type Serving = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+
 pub struct Server {
     child: Child,
     pub addr: SocketAddr,
@@ -106,7 +109,18 @@ impl Server {
 }
 
 impl Drop for Server {
+    // Runs when a scenario is over (no load left to disturb): a short blocking wait is fine.
+    #[allow(clippy::disallowed_methods)]
     fn drop(&mut self) {
+        // Closing stdin asks the child to exit (it removes its temp dir); kill it if it
+        // has not within two seconds.
+        drop(self.child.stdin.take());
+        for _ in 0..40 {
+            if matches!(self.child.try_wait(), Ok(Some(_))) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
@@ -185,15 +199,15 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
                 let app = chatd::app::App::build(config).await?;
                 let addr = app.local_addr()?;
                 let token = stop.clone();
-                let task = tokio::spawn(async move {
+                let serving: Serving = Box::pin(async move {
                     let _ = app.run_until_stopped(token).await;
                 });
-                (addr, task)
+                (addr, serving)
             }
         };
         println!("LISTEN {addr}");
-        // Exit when the parent closes our stdin (or dies).
-        let _ = tokio::task::spawn_blocking(|| {
+        // Serve until the parent closes our stdin (or dies).
+        let stdin_closed = tokio::task::spawn_blocking(|| {
             let mut sink = String::new();
             while std::io::stdin()
                 .read_line(&mut sink)
@@ -202,10 +216,12 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
             {
                 sink.clear();
             }
-        })
-        .await;
+        });
+        tokio::select! {
+            () = server => {}
+            _ = stdin_closed => {}
+        }
         stop.cancel();
-        server.abort();
         Ok(())
     })
 }
