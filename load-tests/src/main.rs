@@ -51,6 +51,8 @@ pub enum Keys {
 
 #[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
 enum Relay {
+    /// The fake LLM itself (no relay): the ceiling of the client + LLM side.
+    Direct,
     Floor,
     Chatd,
 }
@@ -58,6 +60,7 @@ enum Relay {
 fn kinds(r: &[Relay]) -> Vec<Kind> {
     r.iter()
         .map(|r| match r {
+            Relay::Direct => Kind::Direct,
             Relay::Floor => Kind::Floor,
             Relay::Chatd => Kind::Chatd,
         })
@@ -126,7 +129,12 @@ enum Command {
         tokens: usize,
         #[arg(long, default_value_t = 1000)]
         stall_ms: u64,
-        #[arg(long, value_enum, value_delimiter = ',', default_value = "floor,chatd")]
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "direct,floor,chatd"
+        )]
         relays: Vec<Relay>,
     },
     /// Connect storm with authentication, then every client sends a message.
