@@ -118,7 +118,7 @@ enum Command {
         #[arg(
             long,
             value_delimiter = ',',
-            default_value = "100,500,1000,2000,3000,5000"
+            default_value = "100,250,500,750,1000,1500,2000,3000,5000"
         )]
         levels: Vec<usize>,
         #[arg(long, default_value = "10s", value_parser = humantime_dur)]
