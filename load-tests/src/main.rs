@@ -1,23 +1,41 @@
 //! chatd's benchmarks and load tests (timing lives here, never in pass/fail tests).
+//! See load-tests/README.md for one command per scenario and what each number means.
 //!
-//! `cargo run -p chatd-load --release -- history [--backend memory|redis] [--keys local|vault]`
-//! measures the cache-hit path (frame parse → history ready for the LLM request) and the
-//! fallback path (a re-sent history sealed and cached), with real Redis and OpenBao
-//! started by the test harness when asked for.
-//!
-//! `cargo run -p chatd-load --release -- sync [--store sqlite|postgres] [--chats 1000]`
-//! measures a phased sync of a large user (1,000 chats x 50 messages) over a WebSocket.
+//! The servers under test (the fake LLM, the floor relay and chatd) run as child
+//! processes of this binary (`chatd-load serve ...`), loopback only; the scenarios drive
+//! them and write `<out>/<scenario>/{report.json,summary.txt,*.png}`.
+//! `history` (cache-hit vs fallback path) and `sync` (phased sync of 1,000 chats on SQLite or
+//! PostgreSQL) run chatd's parts in-process with real Redis, OpenBao and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod charts;
+mod client;
+mod fake_llm;
+mod floor;
 mod history_bench;
+mod procs;
+mod report;
+mod scenarios;
 mod stats;
 mod sync_bench;
 
+use std::path::PathBuf;
+use std::time::Duration;
+
 use clap::{Parser, Subcommand, ValueEnum};
+
+use crate::client::Kind;
+use crate::scenarios::{active, idle, storm, stream, ttft};
 
 #[derive(Parser)]
 #[command(name = "chatd-load", about = "chatd benchmarks and load tests")]
 struct Cli {
+    /// Where reports and charts are written.
+    #[arg(long, global = true, default_value = "load-results")]
+    out: PathBuf,
+    /// Worker threads of the load client's runtime (0 = one per core).
+    #[arg(long, global = true, default_value_t = 0)]
+    client_threads: usize,
     #[command(subcommand)]
     command: Command,
 }
@@ -32,6 +50,24 @@ pub enum Backend {
 pub enum Keys {
     Local,
     Vault,
+}
+
+#[derive(Clone, Copy, ValueEnum, PartialEq, Eq, Debug)]
+enum Relay {
+    /// The fake LLM itself (no relay): the ceiling of the client + LLM side.
+    Direct,
+    Floor,
+    Chatd,
+}
+
+fn kinds(r: &[Relay]) -> Vec<Kind> {
+    r.iter()
+        .map(|r| match r {
+            Relay::Direct => Kind::Direct,
+            Relay::Floor => Kind::Floor,
+            Relay::Chatd => Kind::Chatd,
+        })
+        .collect()
 }
 
 #[derive(Subcommand)]
@@ -58,25 +94,213 @@ enum Command {
         #[arg(long, default_value_t = 5)]
         runs: usize,
     },
+    /// Added time to first token over the fake LLM, floor relay vs chatd.
+    Ttft {
+        #[arg(long, default_value_t = 10)]
+        rounds: usize,
+        /// Turns per connection per round.
+        #[arg(long, default_value_t = 100)]
+        turns: usize,
+        /// Concurrent chats (comma-separated levels); at level c each connection runs
+        /// `max(turns / c, 5)` turns per round.
+        #[arg(long, value_delimiter = ',', default_value = "1,100")]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+    },
+    /// Chats/s and tokens/s with an instant fake LLM.
+    Stream {
+        #[arg(long, value_delimiter = ',', default_value = "20,100")]
+        concurrency: Vec<usize>,
+        #[arg(long, default_value = "5s", value_parser = humantime_dur)]
+        duration: Duration,
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+    },
+    /// RSS per idle (authenticated, pinging) connection.
+    Idle {
+        #[arg(long, default_value_t = 10_000)]
+        connections: usize,
+        #[arg(long, default_value_t = 5)]
+        steps: usize,
+        #[arg(long, default_value = "5s", value_parser = humantime_dur)]
+        ping: Duration,
+        #[arg(long, default_value = "10s", value_parser = humantime_dur)]
+        hold: Duration,
+    },
+    /// Ramp concurrent streaming chats over a paced fake LLM until stalls or errors.
+    Active {
+        #[arg(
+            long,
+            value_delimiter = ',',
+            default_value = "100,250,500,750,1000,1500,2000,3000,5000"
+        )]
+        levels: Vec<usize>,
+        #[arg(long, default_value = "10s", value_parser = humantime_dur)]
+        duration: Duration,
+        #[arg(long, default_value_t = 20)]
+        pace_ms: u64,
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+        #[arg(long, default_value_t = 1000)]
+        stall_ms: u64,
+        #[arg(
+            long,
+            value_enum,
+            value_delimiter = ',',
+            default_value = "direct,floor,chatd"
+        )]
+        relays: Vec<Relay>,
+    },
+    /// Connect storm with authentication, then every client sends a message.
+    Storm {
+        #[arg(long, default_value_t = 1000)]
+        connections: usize,
+        /// Connects per second (open loop).
+        #[arg(long, default_value_t = 1000.0)]
+        rate: f64,
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+        #[arg(long, value_enum, value_delimiter = ',', default_value = "floor,chatd")]
+        relays: Vec<Relay>,
+    },
+    /// (internal) Runs one server under test; prints `LISTEN addr`.
+    #[command(hide = true)]
+    Serve {
+        #[command(subcommand)]
+        kind: procs::ServeKind,
+    },
+}
+
+fn humantime_dur(s: &str) -> Result<Duration, String> {
+    parse_duration(s).ok_or_else(|| format!("not a duration: {s} (use 500ms, 5s, 2m)"))
+}
+
+fn parse_duration(s: &str) -> Option<Duration> {
+    let s = s.trim();
+    let (num, unit) = s.split_at(s.find(|c: char| c.is_ascii_alphabetic())?);
+    let v: f64 = num.parse().ok()?;
+    let secs = match unit {
+        "ms" => v / 1000.0,
+        "s" => v,
+        "m" => v * 60.0,
+        _ => return None,
+    };
+    Some(Duration::from_secs_f64(secs))
 }
 
 fn main() -> anyhow::Result<()> {
     let cli = Cli::parse();
-    let runtime = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
-        .enable_all()
-        .build()?;
-    match cli.command {
-        Command::History {
-            backend,
-            keys,
-            iterations,
-        } => runtime.block_on(history_bench::run(backend, keys, iterations)),
-        Command::Sync {
-            store,
-            chats,
-            messages_per_chat,
-            runs,
-        } => runtime.block_on(sync_bench::run(store, chats, messages_per_chat, runs)),
+    if let Command::Serve { kind } = cli.command {
+        return procs::serve_child(kind);
     }
+    let mut builder = tokio::runtime::Builder::new_multi_thread();
+    if cli.client_threads > 0 {
+        builder.worker_threads(cli.client_threads);
+    }
+    let runtime = builder.enable_all().build()?;
+    let out = cli.out;
+    runtime.block_on(async move {
+        match cli.command {
+            Command::History {
+                backend,
+                keys,
+                iterations,
+            } => history_bench::run(backend, keys, iterations).await,
+            Command::Sync {
+                store,
+                chats,
+                messages_per_chat,
+                runs,
+            } => sync_bench::run(store, chats, messages_per_chat, runs).await,
+            Command::Ttft {
+                rounds,
+                turns,
+                concurrency,
+                tokens,
+            } => {
+                ttft::run(
+                    ttft::Params {
+                        rounds,
+                        turns,
+                        concurrency,
+                        tokens,
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Stream {
+                concurrency,
+                duration,
+                tokens,
+            } => {
+                stream::run(
+                    stream::Params {
+                        concurrency,
+                        duration,
+                        tokens,
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Idle {
+                connections,
+                steps,
+                ping,
+                hold,
+            } => {
+                idle::run(
+                    idle::Params {
+                        connections,
+                        steps,
+                        ping,
+                        hold,
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Active {
+                levels,
+                duration,
+                pace_ms,
+                tokens,
+                stall_ms,
+                relays,
+            } => {
+                active::run(
+                    active::Params {
+                        levels,
+                        duration,
+                        pace: Duration::from_millis(pace_ms),
+                        tokens,
+                        stall: Duration::from_millis(stall_ms),
+                        kinds: kinds(&relays),
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Storm {
+                connections,
+                rate,
+                tokens,
+                relays,
+            } => {
+                storm::run(
+                    storm::Params {
+                        connections,
+                        rate,
+                        tokens,
+                        kinds: kinds(&relays),
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Serve { .. } => Ok(()),
+        }
+    })
 }

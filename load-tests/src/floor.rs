@@ -1,0 +1,110 @@
+//! The floor relay: the simplest server doing what chatd's hot path must do, built from
+//! the same crates (axum WebSocket, reqwest, eventsource-stream). A text frame from the
+//! client becomes one streaming POST to the LLM; every content delta goes back as one
+//! frame `{"type":"delta","content":...}`, then `{"type":"done"}`. No auth, cache,
+//! crypto, tools or queueing: it is what chatd is compared with.
+
+use std::sync::Arc;
+
+use axum::Router;
+use axum::extract::State;
+use axum::extract::ws::{Message, WebSocket, WebSocketUpgrade};
+use axum::response::Response;
+use axum::routing::get;
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use serde::Deserialize;
+use serde_json::json;
+
+struct Floor {
+    http: reqwest::Client,
+    url: String,
+}
+
+#[derive(Deserialize)]
+struct Chunk {
+    #[serde(default)]
+    choices: Vec<Choice>,
+}
+
+#[derive(Deserialize)]
+struct Choice {
+    #[serde(default)]
+    delta: Delta,
+}
+
+#[derive(Deserialize, Default)]
+struct Delta {
+    #[serde(default)]
+    content: Option<String>,
+}
+
+async fn upgrade(State(f): State<Arc<Floor>>, ws: WebSocketUpgrade) -> Response {
+    // The same buffer sizes chatd uses by default (`server.read_buffer_bytes`), so memory
+    // is compared like for like.
+    ws.read_buffer_size(2048)
+        .write_buffer_size(0)
+        .on_upgrade(move |socket| relay(f, socket))
+}
+
+async fn relay(f: Arc<Floor>, mut socket: WebSocket) {
+    while let Some(Ok(msg)) = socket.recv().await {
+        let Message::Text(text) = msg else { continue };
+        let body = json!({"model": "fake", "stream": true,
+            "messages": [{"role": "user", "content": text.as_str()}]});
+        let ok = match f.http.post(&f.url).json(&body).send().await {
+            Ok(resp) => stream_answer(resp, &mut socket).await,
+            Err(_) => false,
+        };
+        let end = if ok {
+            r#"{"type":"done"}"#
+        } else {
+            r#"{"type":"error"}"#
+        };
+        if socket.send(Message::Text(end.into())).await.is_err() {
+            return;
+        }
+    }
+}
+
+async fn stream_answer(resp: reqwest::Response, socket: &mut WebSocket) -> bool {
+    let mut events = resp.bytes_stream().eventsource();
+    while let Some(ev) = events.next().await {
+        let Ok(ev) = ev else { return false };
+        if ev.data == "[DONE]" {
+            return true;
+        }
+        let Ok(chunk) = serde_json::from_str::<Chunk>(&ev.data) else {
+            continue;
+        };
+        for c in chunk.choices {
+            if let Some(content) = c.delta.content {
+                let frame = json!({"type": "delta", "content": content}).to_string();
+                if socket.send(Message::Text(frame.into())).await.is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    false
+}
+
+pub async fn serve(
+    llm_base: &str,
+    listen: std::net::SocketAddr,
+) -> anyhow::Result<(std::net::SocketAddr, crate::procs::Serving)> {
+    let floor = Arc::new(Floor {
+        http: reqwest::Client::builder().tcp_nodelay(true).build()?,
+        url: format!("{llm_base}/chat/completions"),
+    });
+    let app = Router::new().route("/ws", get(upgrade)).with_state(floor);
+    let listener = tokio::net::TcpListener::bind(listen).await?;
+    let addr = listener.local_addr()?;
+    let listener = axum::serve::ListenerExt::tap_io(listener, |tcp| {
+        let _ = tcp.set_nodelay(true);
+    });
+    let serving = Box::pin(async move {
+        let _ = axum::serve(listener, app).await;
+    });
+    Ok((addr, serving))
+}

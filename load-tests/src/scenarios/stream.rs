@@ -1,0 +1,124 @@
+//! `stream`: throughput with an instant fake LLM. N concurrent chats each run turns back
+//! to back for a fixed time; reported as completed chats/s and answer tokens/s (tokens
+//! per answer × chats/s), per target, with each server's CPU time per chat. The direct
+//! run is the fake LLM's own ceiling; a relay within 10% of it is flagged.
+
+use std::time::Duration;
+
+use serde_json::json;
+
+use super::{Servers, Until, ratio, run_turns};
+use crate::charts::Chart;
+use crate::client::Kind;
+use crate::fake_llm::{Mode, Script};
+use crate::report::Report;
+
+pub struct Params {
+    pub concurrency: Vec<usize>,
+    pub duration: Duration,
+    pub tokens: usize,
+}
+
+const KINDS: [Kind; 3] = [Kind::Direct, Kind::Floor, Kind::Chatd];
+
+pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
+    let mut report = Report::new(
+        "stream",
+        json!({"concurrency": p.concurrency, "duration_s": p.duration.as_secs_f64(),
+            "tokens": p.tokens, "llm": "instant"}),
+    );
+    let servers = Servers::start(&Script {
+        mode: Mode::Instant,
+        tokens: p.tokens,
+        pace: Duration::ZERO,
+    })?;
+    report.line(format!(
+        "stream: instant fake LLM, {}-token answers, {:?} per run",
+        p.tokens, p.duration
+    ));
+    let stall = Duration::from_secs(3600);
+    let mut rows = Vec::new();
+    let mut curves: Vec<(String, Vec<(f64, f64)>)> = KINDS
+        .iter()
+        .map(|k| (k.name().to_string(), Vec::new()))
+        .collect();
+    for &c in &p.concurrency {
+        let mut per_kind = serde_json::Map::new();
+        let mut chats_s = [0.0; 3];
+        for (i, kind) in KINDS.iter().enumerate() {
+            let (conns, errors) = servers.open(*kind, (i * 100_000) as u64, c, 50).await;
+            anyhow::ensure!(errors == 0, "{errors} connections to {kind:?} failed");
+            let (conns, _) = run_turns(conns, Until::Turns(2), stall).await;
+            let server = servers.server(*kind);
+            let (cpu0, llm0) = (server.cpu_time(), servers.llm.cpu_time());
+            let start = tokio::time::Instant::now();
+            let (conns, batch) = run_turns(conns, Until::Deadline(start + p.duration), stall).await;
+            let elapsed = start.elapsed().as_secs_f64();
+            let cpu = server.cpu_time().saturating_sub(cpu0);
+            let llm_cpu = servers.llm.cpu_time().saturating_sub(llm0);
+            drop(conns);
+            let rate = batch.ok as f64 / elapsed;
+            chats_s[i] = rate;
+            curves[i].1.push((c as f64, rate));
+            let cpu_per_chat_us = if batch.ok > 0 {
+                cpu.as_secs_f64() * 1e6 / batch.ok as f64
+            } else {
+                0.0
+            };
+            per_kind.insert(
+                kind.name().into(),
+                json!({
+                    "chats": batch.ok, "errors": batch.errors, "elapsed_s": elapsed,
+                    "chats_per_s": rate, "tokens_per_s": rate * p.tokens as f64,
+                    "server_cpu_us_per_chat": cpu_per_chat_us,
+                    "fake_llm_cpu_us_per_chat": if batch.ok > 0 { llm_cpu.as_secs_f64() * 1e6 / batch.ok as f64 } else { 0.0 },
+                    "turn_latency": batch.done.json(),
+                    "first_error": batch.first_error,
+                }),
+            );
+            report.line(format!(
+                "  {c:>4} chats  {:<6} {rate:>9.0} chats/s {:>11.0} tokens/s  p50 turn {:>8.1} µs  p99 {:>9.1} µs  cpu/chat {cpu_per_chat_us:>7.0} µs  errors {}",
+                kind.name(),
+                rate * p.tokens as f64,
+                batch.done.us(0.5),
+                batch.done.us(0.99),
+                batch.errors
+            ));
+        }
+        let near = |k: usize| chats_s[k] >= 0.9 * chats_s[0];
+        for k in [1, 2] {
+            if near(k) {
+                report.line(format!(
+                    "        note: {} is within 10% of the fake LLM's ceiling; the figure is capped by it",
+                    KINDS[k].name()
+                ));
+            }
+        }
+        report.line(format!(
+            "        chatd / floor = {:.2}",
+            ratio(chats_s[2], chats_s[1])
+        ));
+        per_kind.insert("concurrency".into(), json!(c));
+        per_kind.insert(
+            "ratio_chatd_to_floor".into(),
+            json!(ratio(chats_s[2], chats_s[1])),
+        );
+        per_kind.insert("fake_llm_ceiling_chats_per_s".into(), json!(chats_s[0]));
+        per_kind.insert("floor_near_ceiling".into(), json!(near(1)));
+        per_kind.insert("chatd_near_ceiling".into(), json!(near(2)));
+        rows.push(serde_json::Value::Object(per_kind));
+    }
+    report.results = json!({ "runs": rows });
+    report.charts.push(Chart {
+        name: "throughput_vs_concurrency".into(),
+        title: format!(
+            "Chats/s vs concurrent chats, instant LLM, {} tokens",
+            p.tokens
+        ),
+        x_label: "concurrent chats".into(),
+        y_label: "chats/s".into(),
+        series: curves,
+    });
+    report.write(out)?;
+    Ok(())
+}
