@@ -91,8 +91,13 @@ impl SkillCancels {
         );
     }
 
-    fn finish(&self, id: &SkillTaskId) {
+    pub(crate) fn finish(&self, id: &SkillTaskId) {
         self.running.remove(id);
+    }
+
+    /// Invocations still registered (running, or waiting for their results).
+    pub fn running(&self) -> usize {
+        self.running.len()
     }
 
     /// Cancels the owner's running invocation; returns its embed.

@@ -663,6 +663,14 @@ impl Invocation {
     }
 }
 
+/// However an invocation ends (also dropped unrun when its turn is cancelled), it leaves the
+/// registry of running skills.
+impl Drop for Invocation {
+    fn drop(&mut self) {
+        self.deps.cancels.finish(&self.skill_task_id);
+    }
+}
+
 /// `skill_cancel:{id}`: the cancel flag every node can see.
 pub fn cancel_key(id: &SkillTaskId) -> String {
     format!("skill_cancel:{id}")

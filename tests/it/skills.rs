@@ -527,6 +527,11 @@ async fn cancelling_a_skill_aborts_it_and_the_answer_goes_on() {
     assert!(last.full_content_so_far.ends_with("Answer without it."));
     let result = tool_result(&s.fake.requests()[1], "c1");
     assert_eq!(result["status"], "cancelled");
+    assert_eq!(
+        s.app.state.skills.cancels().running(),
+        0,
+        "nothing left registered"
+    );
     // The flag is in the cache backend for other nodes.
     let key = format!("skill_cancel:{}", processing.skill_task_id);
     assert!(
