@@ -448,7 +448,7 @@ async fn remember_answer(
         created_at,
         category: None,
         model_name: Some(ctx.model_name.clone()),
-        token_count: tokens::count(text),
+        token_count: tokens::count_one(text).await,
     };
     if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
         // The answer reached the user; the next turn falls back to request_chat_history.
