@@ -1,8 +1,9 @@
 //! Chat ownership and version counters. A chat belongs to the user who first wrote to it;
 //! every later write or read checks the owner. `messages_v` counts the chat's messages, so
 //! a turn knows how many earlier messages the AI cache should hold.
-//! Interim: kept in process (lost on restart, where the client's `chat_has_title` tells an
-//! existing chat from a new one); the permanent store takes this over.
+//! Kept in process (lost on restart, where the client's `chat_has_title` tells an existing
+//! chat from a new one); the permanent store (`crate::store`) is the lasting record of owners
+//! and is asked first for chats this process has not seen.
 
 use std::collections::HashMap;
 
@@ -49,6 +50,12 @@ impl Chats {
             Some(r) if &r.owner != user => Err(Forbidden),
             _ => Ok(()),
         }
+    }
+
+    /// True when this process already knows `chat` as `user`'s (it was claimed here, after
+    /// the permanent store agreed), so the store need not be asked again.
+    pub fn known_owner(&self, user: &UserId, chat: &ChatId) -> bool {
+        self.chats.get(chat).is_some_and(|r| &r.owner == user)
     }
 
     /// Records a message, claiming the chat for `user` if it is new.
