@@ -6,6 +6,7 @@ pub mod events;
 pub mod hub;
 mod persist;
 pub mod runner;
+mod stages;
 mod sync;
 pub mod turns;
 

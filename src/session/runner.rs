@@ -1,37 +1,33 @@
 //! Runs a chat's turns on the app's turn tracker: prepare the history (or ask the client
-//! for it), announce, stream the answer, seal it into the AI cache, emit the final frame,
-//! then run the follow-up turn for messages that were queued meanwhile.
+//! for it), preprocess (steps, title, model; or refuse), stream the answer with its tool
+//! loop, repair broken links, seal it into the AI cache, emit the final frame, start
+//! postprocessing ([`super::stages`]), then run the follow-up turn for messages queued meanwhile.
 
 use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use chatd_protocol::{
-    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, PreprocessingStepKind,
-    RejectionReason, Role, ServerMessage,
+    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, Role, ServerMessage,
 };
-use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::hub::{Audience, Hub};
+use super::hub::Audience;
+use super::stages::{PostJob, now_rfc3339, reject, run_postprocessing, steps};
 use super::turns::TurnTicket;
 use crate::app::AppState;
 use crate::auth::UserId;
 use crate::cache::ai::{CacheFault, CachedMessage};
-use crate::config::PipelineConfig;
 use crate::crypto::{KeyError, UserHash};
 use crate::history::{self, Prepared};
 use crate::links::AnswerLinks;
-use crate::metrics::{Metrics, StageLabel};
+use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::{AnswerStream, ParagraphHook};
-use crate::pipeline::function_call::StageError;
-use crate::pipeline::instructions::Instructions;
-use crate::pipeline::models::Model;
-use crate::pipeline::preprocess::{self, Preprocessed, step_data};
+use crate::pipeline::preprocess::{self};
 use crate::pipeline::tools::ToolRunner;
 use crate::pipeline::{
-    HistoryRole, Interruption, StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing,
-    context, postprocess, tokens,
+    HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing, context,
+    tokens,
 };
 
 pub fn spawn_turns(app: Arc<AppState>, user: UserId, chat: ChatId, ticket: TurnTicket) {
@@ -303,127 +299,6 @@ async fn repair_links(
     if app.config.links.report_replaced {
         outcome.replaced_links = repair.replaced;
     }
-}
-
-/// The `preprocessing_step` frames of a turn, in order.
-fn steps(pre: &Preprocessed, first_message: bool, has_title: bool) -> Vec<StepEvent> {
-    let title = match (&pre.title, first_message) {
-        (Some(title), true) => StepEvent {
-            step: PreprocessingStepKind::TitleGenerated,
-            skip_reason: None,
-            data: step_data(&[
-                ("title", json!(title)),
-                ("icon_names", json!(pre.icon_names)),
-                ("category", json!(pre.category)),
-            ]),
-        },
-        _ => StepEvent {
-            step: PreprocessingStepKind::TitleGenerated,
-            skip_reason: Some(
-                if has_title {
-                    "chat already has a title"
-                } else if first_message {
-                    "no title was generated"
-                } else {
-                    "not the first message"
-                }
-                .into(),
-            ),
-            data: json!({}),
-        },
-    };
-    let mate = StepEvent {
-        step: PreprocessingStepKind::MateSelected,
-        skip_reason: None,
-        data: step_data(&[("category", json!(pre.category)), ("mate", json!(pre.mate))]),
-    };
-    let model = StepEvent {
-        step: PreprocessingStepKind::ModelSelected,
-        skip_reason: None,
-        data: step_data(&[
-            ("model_id", json!(pre.choice.model.spec.id)),
-            ("model_name", json!(pre.choice.model.spec.name)),
-            ("selection_reason", json!(pre.choice.reason)),
-        ]),
-    };
-    vec![title, mate, model]
-}
-
-/// The polite refusal, streamed as the assistant's answer (no main model call).
-fn reject(
-    app: &AppState,
-    sink: &dyn TurnSink,
-    ctx: &TurnContext,
-    rejection: RejectionReason,
-) -> TurnOutcome {
-    let texts = &app.instructions.prompts.rejection;
-    let text: Arc<str> = Arc::from(
-        match rejection {
-            RejectionReason::HarmfulOrIllegalDetected => &texts.harmful_or_illegal_detected,
-            RejectionReason::MisuseDetected => &texts.misuse_detected,
-        }
-        .trim(),
-    );
-    sink.emit(
-        ctx,
-        TurnEvent::Chunk {
-            text: text.clone(),
-            sequence: 1,
-        },
-    );
-    TurnOutcome {
-        text,
-        sequence: 2,
-        rejection: Some(rejection),
-        ..TurnOutcome::default()
-    }
-}
-
-/// What postprocessing needs after the final frame went out.
-struct PostJob {
-    ctx: TurnContext,
-    user_message: String,
-    answer: Arc<str>,
-    previous_summary: Option<String>,
-    tags: Vec<String>,
-    follow_ups_enabled: bool,
-}
-
-/// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
-/// counted, never shown as an error: the answer is already delivered.
-async fn run_postprocessing(
-    instructions: Arc<Instructions>,
-    model: Model,
-    config: PipelineConfig,
-    hub: Arc<Hub>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    job: PostJob,
-) {
-    let input = postprocess::Input {
-        user_message: &job.user_message,
-        answer: &job.answer,
-        previous_summary: job.previous_summary.as_deref(),
-        tags: &job.tags,
-        follow_ups_enabled: job.follow_ups_enabled,
-    };
-    match postprocess::run(&instructions, &model, &config, &input, &shutdown).await {
-        Ok(done) => hub.emit(&job.ctx, TurnEvent::PostProcessed(done)),
-        Err(StageError::Cancelled) => {}
-        Err(e) => {
-            tracing::warn!(error = %e, "postprocessing failed; the answer stands");
-            metrics
-                .stage_failures
-                .get_or_create(&StageLabel {
-                    stage: "postprocessing",
-                })
-                .inc();
-        }
-    }
-}
-
-fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
 }
 
 /// Seals the answer (also a partial one) into the AI cache before the final frame, so the

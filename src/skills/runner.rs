@@ -1,23 +1,20 @@
 //! One tool call of one skill: its requests (ids validated, at most
 //! `skills.max_parallel_requests` at a time), each with one retry for timeouts/5xx, none for
-//! 4xx, and rate limits that wait instead of failing; the embed lifecycle (placeholder →
-//! parent and children, `skill_execution_status` on each change); the output contract and the
-//! prompt-injection check; and the tool message for the model, results grouped by request id.
+//! 4xx, and rate limits that wait instead of failing (a long wait releases the answer and the
+//! results follow as their own message); the placeholder embed and `skill_execution_status`
+//! on each change; cancellation. What happens to the results is in `results.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
 use futures_util::future::join_all;
-use serde_json::{Map, Value, json};
+use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
-use super::contract::{self, Split};
 use super::executor::{self, ExecError};
-use super::manifest::ResponseMode;
-use super::sanitize::{self, Cleaned};
 use super::{Deps, Skill};
 use crate::crypto::UserHash;
 use crate::pipeline::tools::toon;
@@ -87,7 +84,7 @@ pub fn parse_requests(skill: &Skill, arguments: &str) -> Result<Vec<Request>, St
 }
 
 /// How one request ended.
-enum Ended {
+pub(super) enum Ended {
     Results(executor::Output),
     Failed(String),
     Cancelled,
@@ -107,7 +104,7 @@ pub struct Invocation {
 }
 
 impl Invocation {
-    fn status(&self, status: SkillStatus, preview: Value, error: Option<String>) {
+    pub(super) fn status(&self, status: SkillStatus, preview: Value, error: Option<String>) {
         self.deps.sink.emit(
             &self.ctx,
             TurnEvent::Skill(SkillEvent {
@@ -122,13 +119,13 @@ impl Invocation {
     }
 
     /// Seals the embed into the AI cache (under the chat) and sends it to the devices.
-    async fn embed(&self, e: EmbedEvent) {
+    pub(super) async fn embed(&self, e: EmbedEvent) {
         self.store(&e).await;
         self.deps.sink.emit(&self.ctx, TurnEvent::Embed(e));
     }
 
     /// Seals the embed into the AI cache under the chat.
-    async fn store(&self, e: &EmbedEvent) {
+    pub(super) async fn store(&self, e: &EmbedEvent) {
         let owner = UserHash::of(&self.ctx.user);
         let cached = chatd_protocol::ClientEmbed {
             embed_id: e.embed_id.clone(),
@@ -147,7 +144,7 @@ impl Invocation {
         }
     }
 
-    fn embed_event(
+    pub(super) fn embed_event(
         &self,
         embed_id: EmbedId,
         embed_type: &str,
@@ -452,214 +449,6 @@ impl Invocation {
             "app_id": self.skill.app_id,
             "skill_id": self.skill.skill_id,
         }))
-    }
-
-    async fn finish(&self, ended: Vec<Ended>) -> String {
-        let contract = &self.skill.manifest.output;
-        // Split every result; collect the external texts for one injection check.
-        let mut groups: Vec<(Value, Result<Vec<Split>, String>)> = Vec::new();
-        let mut suggestions: Vec<String> = Vec::new();
-        let mut instructions: Vec<String> = Vec::new();
-        for (request, end) in self.requests.iter().zip(ended) {
-            let group = match end {
-                Ended::Results(output) => Ok({
-                    for s in output.suggestions {
-                        if !suggestions.contains(&s) {
-                            suggestions.push(s);
-                        }
-                    }
-                    instructions.extend(output.added_instructions);
-                    output.results
-                }
-                .iter()
-                .map(|r| contract::split(contract, &self.skill.patterns, r))
-                .collect::<Vec<_>>()),
-                Ended::Failed(e) => Err(e),
-                Ended::Cancelled => Err("cancelled".into()),
-            };
-            groups.push((request.id.clone(), group));
-        }
-        for (_, group) in &groups {
-            for s in group.iter().flatten() {
-                if !s.dropped.is_empty() {
-                    tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
-                }
-            }
-        }
-        let (checked, withheld, flagged) = self.check_external(&groups, &instructions).await;
-
-        // Child embeds (composite skills) and the parent.
-        let mut child_ids = Vec::new();
-        let mut agent_groups = Vec::new();
-        let mut result_count = 0usize;
-        let mut errors = Vec::new();
-        let mut texts = checked.into_iter();
-        for (id, group) in &groups {
-            let splits = match group {
-                Ok(s) => s,
-                Err(e) => {
-                    errors.push(e.clone());
-                    agent_groups.push(json!({"id": id, "error": e}));
-                    continue;
-                }
-            };
-            let mut agent_results = Vec::new();
-            for split in splits {
-                result_count += 1;
-                let mut agent: Map<String, Value> = split.agent.clone();
-                for (name, _) in &split.external {
-                    if let Some(Cleaned { text, .. }) = texts.next() {
-                        agent.insert(name.clone(), Value::String(text));
-                    }
-                }
-                if let Some(child_type) = &contract.child_type {
-                    let child_id = EmbedId::random();
-                    let mut content = split.user.clone();
-                    content.insert("app_id".into(), json!(self.skill.app_id));
-                    content.insert("skill_id".into(), json!(self.skill.skill_id));
-                    let mut e = self.embed_event(
-                        child_id.clone(),
-                        child_type,
-                        toon(&Value::Object(content)),
-                        SkillStatus::Finished,
-                        1,
-                    );
-                    e.parent_embed_id = Some(self.embed_id.clone());
-                    e.injection_flagged = flagged;
-                    self.embed(e).await;
-                    agent.insert("embed_id".into(), json!(child_id.as_str()));
-                    child_ids.push(child_id);
-                }
-                agent_results.push(Value::Object(agent));
-            }
-            agent_groups.push(json!({"id": id, "results": agent_results}));
-        }
-        // What is left of the checked texts are the skills' added instructions.
-        let added: Vec<String> = texts.map(|c| c.text).collect();
-        let all_failed = errors.len() == self.requests.len();
-        let status = if all_failed {
-            SkillStatus::Error
-        } else {
-            SkillStatus::Finished
-        };
-        let mut parent = json!({
-            "app_id": self.skill.app_id, "skill_id": self.skill.skill_id,
-            "status": status.as_str(), "skill_task_id": self.skill_task_id.as_str(),
-            "result_count": result_count,
-            "embed_ids": child_ids.iter().map(EmbedId::as_str).collect::<Vec<_>>(),
-        });
-        if !suggestions.is_empty() {
-            parent["suggestions_follow_up_requests"] = json!(suggestions);
-        }
-        if contract.child_type.is_none() {
-            // A single (non-composite) result lives in the parent itself.
-            let users: Vec<Value> = groups
-                .iter()
-                .filter_map(|(_, g)| g.as_ref().ok())
-                .flatten()
-                .map(|s| Value::Object(s.user.clone()))
-                .collect();
-            parent["results"] = Value::Array(users);
-        }
-        let mut e = self.embed_event(
-            self.embed_id.clone(),
-            "app_skill_use",
-            toon(&parent),
-            status,
-            2,
-        );
-        e.embed_ids = child_ids;
-        e.injection_flagged = flagged;
-        self.embed(e).await;
-        let mut preview = json!({"embed_id": self.embed_id.as_str(), "result_count": result_count});
-        if withheld {
-            preview["warning"] = json!(
-                "external text was withheld from the assistant: the safety check is unavailable"
-            );
-        }
-        if flagged {
-            preview["injection_flagged"] = json!(true);
-        }
-        self.status(status, preview, all_failed.then(|| errors.join("; ")));
-
-        let mut message = match contract.mode {
-            ResponseMode::Passthrough => json!({
-                "status": if all_failed { "error" } else { "delivered" },
-                "embed_id": self.embed_id.as_str(),
-                "result_count": result_count,
-                "message": "The results were shown to the user directly; refer to them, do not repeat them.",
-            }),
-            ResponseMode::Template => {
-                let first = agent_groups
-                    .iter()
-                    .filter_map(|g| g["results"].as_array())
-                    .flatten()
-                    .next()
-                    .and_then(Value::as_object);
-                let mut m = json!({"results": agent_groups});
-                if let Some(t) = &contract.template {
-                    m["summary"] = json!(contract::fill_template(t, result_count, first));
-                }
-                m
-            }
-        };
-        if let Some(p) = &self.skill.manifest.provider {
-            message["provider"] = json!(p);
-        }
-        if !added.is_empty() && contract.mode == ResponseMode::Template {
-            message["added_instructions"] = json!(added.join("\n"));
-        }
-        if withheld {
-            message["note"] = json!(
-                "external text from this tool was withheld: it could not be checked for prompt injection"
-            );
-        }
-        toon(&message)
-    }
-
-    /// Strips and checks every external text of the call as one document (split into
-    /// chunks by the detector). Returns the cleaned texts in order, whether they were
-    /// withheld (detector failure: fail closed), and whether the user should review them.
-    async fn check_external(
-        &self,
-        groups: &[(Value, Result<Vec<Split>, String>)],
-        extra: &[String],
-    ) -> (Vec<Cleaned>, bool, bool) {
-        let texts: Vec<String> = groups
-            .iter()
-            .filter_map(|(_, g)| g.as_ref().ok())
-            .flatten()
-            .flat_map(|s| s.external.iter().map(|(_, t)| sanitize::strip_invisible(t)))
-            .chain(extra.iter().map(|t| sanitize::strip_invisible(t)))
-            .collect();
-        if texts.is_empty() {
-            return (Vec::new(), false, false);
-        }
-        let document = texts.join("\n\n");
-        match self.deps.detector.check(&document, &self.cancel).await {
-            Ok(verdict) => {
-                let cleaned: Vec<Cleaned> = texts
-                    .iter()
-                    .map(|t| self.deps.detector.apply(&verdict, t))
-                    .collect();
-                let flagged = cleaned.iter().any(|c| c.flagged);
-                if verdict.score > self.deps.config.injection_block_score {
-                    tracing::warn!(skill = %self.skill.full_id, score = verdict.score, "prompt injection removed from skill output");
-                }
-                (cleaned, false, flagged)
-            }
-            Err(e) => {
-                tracing::warn!(skill = %self.skill.full_id, error = %e, "prompt-injection check unavailable; external text withheld");
-                let withheld = texts
-                    .iter()
-                    .map(|_| Cleaned {
-                        text: "[withheld: could not be checked for prompt injection]".into(),
-                        flagged: false,
-                    })
-                    .collect();
-                (withheld, true, false)
-            }
-        }
     }
 }
 

@@ -1,0 +1,140 @@
+//! The pipeline stages' glue inside a turn: the `preprocessing_step` events, the polite
+//! refusal streamed instead of an answer, and postprocessing run after the final frame.
+
+use std::sync::Arc;
+use std::time::SystemTime;
+
+use chatd_protocol::{PreprocessingStepKind, RejectionReason};
+use serde_json::json;
+use tokio_util::sync::CancellationToken;
+
+use super::hub::Hub;
+use crate::app::AppState;
+use crate::config::PipelineConfig;
+use crate::metrics::{Metrics, StageLabel};
+use crate::pipeline::function_call::StageError;
+use crate::pipeline::instructions::Instructions;
+use crate::pipeline::models::Model;
+use crate::pipeline::preprocess::{Preprocessed, step_data};
+use crate::pipeline::{StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, postprocess};
+
+/// The `preprocessing_step` frames of a turn, in order.
+pub(super) fn steps(pre: &Preprocessed, first_message: bool, has_title: bool) -> Vec<StepEvent> {
+    let title = match (&pre.title, first_message) {
+        (Some(title), true) => StepEvent {
+            step: PreprocessingStepKind::TitleGenerated,
+            skip_reason: None,
+            data: step_data(&[
+                ("title", json!(title)),
+                ("icon_names", json!(pre.icon_names)),
+                ("category", json!(pre.category)),
+            ]),
+        },
+        _ => StepEvent {
+            step: PreprocessingStepKind::TitleGenerated,
+            skip_reason: Some(
+                if has_title {
+                    "chat already has a title"
+                } else if first_message {
+                    "no title was generated"
+                } else {
+                    "not the first message"
+                }
+                .into(),
+            ),
+            data: json!({}),
+        },
+    };
+    let mate = StepEvent {
+        step: PreprocessingStepKind::MateSelected,
+        skip_reason: None,
+        data: step_data(&[("category", json!(pre.category)), ("mate", json!(pre.mate))]),
+    };
+    let model = StepEvent {
+        step: PreprocessingStepKind::ModelSelected,
+        skip_reason: None,
+        data: step_data(&[
+            ("model_id", json!(pre.choice.model.spec.id)),
+            ("model_name", json!(pre.choice.model.spec.name)),
+            ("selection_reason", json!(pre.choice.reason)),
+        ]),
+    };
+    vec![title, mate, model]
+}
+
+/// The polite refusal, streamed as the assistant's answer (no main model call).
+pub(super) fn reject(
+    app: &AppState,
+    sink: &dyn TurnSink,
+    ctx: &TurnContext,
+    rejection: RejectionReason,
+) -> TurnOutcome {
+    let texts = &app.instructions.prompts.rejection;
+    let text: Arc<str> = Arc::from(
+        match rejection {
+            RejectionReason::HarmfulOrIllegalDetected => &texts.harmful_or_illegal_detected,
+            RejectionReason::MisuseDetected => &texts.misuse_detected,
+        }
+        .trim(),
+    );
+    sink.emit(
+        ctx,
+        TurnEvent::Chunk {
+            text: text.clone(),
+            sequence: 1,
+        },
+    );
+    TurnOutcome {
+        text,
+        sequence: 2,
+        rejection: Some(rejection),
+        ..TurnOutcome::default()
+    }
+}
+
+/// What postprocessing needs after the final frame went out.
+pub(super) struct PostJob {
+    pub(super) ctx: TurnContext,
+    pub(super) user_message: String,
+    pub(super) answer: Arc<str>,
+    pub(super) previous_summary: Option<String>,
+    pub(super) tags: Vec<String>,
+    pub(super) follow_ups_enabled: bool,
+}
+
+/// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
+/// counted, never shown as an error: the answer is already delivered.
+pub(super) async fn run_postprocessing(
+    instructions: Arc<Instructions>,
+    model: Model,
+    config: PipelineConfig,
+    hub: Arc<Hub>,
+    metrics: Arc<Metrics>,
+    shutdown: CancellationToken,
+    job: PostJob,
+) {
+    let input = postprocess::Input {
+        user_message: &job.user_message,
+        answer: &job.answer,
+        previous_summary: job.previous_summary.as_deref(),
+        tags: &job.tags,
+        follow_ups_enabled: job.follow_ups_enabled,
+    };
+    match postprocess::run(&instructions, &model, &config, &input, &shutdown).await {
+        Ok(done) => hub.emit(&job.ctx, TurnEvent::PostProcessed(done)),
+        Err(StageError::Cancelled) => {}
+        Err(e) => {
+            tracing::warn!(error = %e, "postprocessing failed; the answer stands");
+            metrics
+                .stage_failures
+                .get_or_create(&StageLabel {
+                    stage: "postprocessing",
+                })
+                .inc();
+        }
+    }
+}
+
+pub(super) fn now_rfc3339() -> String {
+    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
