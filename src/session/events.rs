@@ -1,6 +1,7 @@
 //! The one place where pipeline [`TurnEvent`]s become wire frames and are routed:
-//! typing to every device, stream chunks to devices showing the chat, the final frame to
-//! those too, and one `ai_background_response_completed` to the others.
+//! preprocessing steps, typing, skill status, embeds and postprocessing results to every
+//! device; stream chunks and the final frame to devices showing the chat, and one
+//! `ai_background_response_completed` to the others.
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
