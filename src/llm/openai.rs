@@ -9,8 +9,8 @@ use eventsource_stream::Eventsource;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
-use serde::Deserialize;
-use serde_json::{Value, json};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 use super::{
     LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, ToolCallAccumulator,
@@ -97,68 +97,163 @@ fn without_url(e: &reqwest::Error) -> String {
     )
 }
 
-fn request_body(r: &LlmRequest) -> Value {
-    let messages: Vec<Value> = r.messages.iter().map(message_json).collect();
-    let mut body = json!({
-        "model": r.model,
-        "messages": messages,
-        "stream": true,
-        "stream_options": {"include_usage": true},
-    });
-    if !r.tools.is_empty() {
-        body["tools"] = r
-            .tools
-            .iter()
-            .map(|t| {
-                json!({"type": "function", "function": {
-                    "name": t.name, "description": t.description, "parameters": t.parameters}})
-            })
-            .collect();
-        body["tool_choice"] = match &r.tool_choice {
-            ToolChoice::Auto => json!("auto"),
-            ToolChoice::None => json!("none"),
-            ToolChoice::Required => json!("required"),
-            ToolChoice::Function(name) => json!({"type": "function", "function": {"name": name}}),
-        };
-    }
-    if let Some(t) = r.temperature {
-        body["temperature"] = json!(t);
-    }
-    if let Some(m) = r.max_tokens {
-        body["max_tokens"] = json!(m);
-    }
-    body
+/// The request as the provider reads it, borrowed from [`LlmRequest`] (serialized straight
+/// to the body: no intermediate JSON tree).
+#[derive(Serialize)]
+struct Body<'a> {
+    model: &'a str,
+    messages: Vec<WireMessage<'a>>,
+    stream: bool,
+    stream_options: StreamOptions,
+    #[serde(skip_serializing_if = "<[_]>::is_empty")]
+    tools: Vec<WireTool<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    tool_choice: Option<WireToolChoice<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    temperature: Option<f32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    max_tokens: Option<u32>,
 }
 
-fn message_json(m: &LlmMessage) -> Value {
+#[derive(Serialize)]
+struct StreamOptions {
+    include_usage: bool,
+}
+
+#[derive(Serialize)]
+#[serde(tag = "role", rename_all = "lowercase")]
+enum WireMessage<'a> {
+    System {
+        content: &'a str,
+    },
+    User {
+        content: &'a str,
+    },
+    Assistant {
+        content: &'a str,
+        #[serde(skip_serializing_if = "<[_]>::is_empty")]
+        tool_calls: Vec<WireCall<'a>>,
+    },
+    Tool {
+        tool_call_id: &'a str,
+        content: &'a str,
+    },
+}
+
+#[derive(Serialize)]
+struct WireCall<'a> {
+    id: &'a str,
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireFunction<'a> {
+    name: &'a str,
+    arguments: &'a str,
+}
+
+#[derive(Serialize)]
+struct WireTool<'a> {
+    #[serde(rename = "type")]
+    kind: &'static str,
+    function: WireToolFunction<'a>,
+}
+
+#[derive(Serialize)]
+struct WireToolFunction<'a> {
+    name: &'a str,
+    description: &'a str,
+    parameters: &'a Value,
+}
+
+#[derive(Serialize)]
+#[serde(untagged)]
+enum WireToolChoice<'a> {
+    Mode(&'static str),
+    Function {
+        #[serde(rename = "type")]
+        kind: &'static str,
+        function: WireName<'a>,
+    },
+}
+
+#[derive(Serialize)]
+struct WireName<'a> {
+    name: &'a str,
+}
+
+fn request_body(r: &LlmRequest) -> Body<'_> {
+    Body {
+        model: &r.model,
+        messages: r.messages.iter().map(wire_message).collect(),
+        stream: true,
+        stream_options: StreamOptions {
+            include_usage: true,
+        },
+        tools: r
+            .tools
+            .iter()
+            .map(|t| WireTool {
+                kind: "function",
+                function: WireToolFunction {
+                    name: &t.name,
+                    description: &t.description,
+                    parameters: &t.parameters,
+                },
+            })
+            .collect(),
+        tool_choice: (!r.tools.is_empty()).then(|| match &r.tool_choice {
+            ToolChoice::Auto => WireToolChoice::Mode("auto"),
+            ToolChoice::None => WireToolChoice::Mode("none"),
+            ToolChoice::Required => WireToolChoice::Mode("required"),
+            ToolChoice::Function(name) => WireToolChoice::Function {
+                kind: "function",
+                function: WireName { name },
+            },
+        }),
+        temperature: r.temperature,
+        max_tokens: r.max_tokens,
+    }
+}
+
+fn wire_message(m: &LlmMessage) -> WireMessage<'_> {
     match m {
-        LlmMessage::System(c) => json!({"role": "system", "content": c}),
-        LlmMessage::User(c) => json!({"role": "user", "content": c}),
+        LlmMessage::System(content) => WireMessage::System { content },
+        LlmMessage::User(content) => WireMessage::User { content },
         LlmMessage::Assistant {
             content,
             tool_calls,
-        } => {
-            let mut v = json!({"role": "assistant", "content": content});
-            if !tool_calls.is_empty() {
-                v["tool_calls"] = tool_calls
-                    .iter()
-                    .map(|c| {
-                        json!({"id": c.id, "type": "function",
-                               "function": {"name": c.name, "arguments": c.arguments}})
-                    })
-                    .collect();
-            }
-            v
-        }
+        } => WireMessage::Assistant {
+            content,
+            tool_calls: tool_calls
+                .iter()
+                .map(|c| WireCall {
+                    id: &c.id,
+                    kind: "function",
+                    function: WireFunction {
+                        name: &c.name,
+                        arguments: &c.arguments,
+                    },
+                })
+                .collect(),
+        },
         LlmMessage::Tool {
             tool_call_id,
             content,
-        } => json!({"role": "tool", "tool_call_id": tool_call_id, "content": content}),
+        } => WireMessage::Tool {
+            tool_call_id,
+            content,
+        },
     }
 }
 
 #[derive(Deserialize)]
 struct Chunk {
+    /// A provider error sent inside the stream.
+    #[serde(default)]
+    error: Option<Value>,
     #[serde(default)]
     choices: Vec<Choice>,
     #[serde(default)]
@@ -291,18 +386,17 @@ fn done<S>(st: &mut State<S>) -> LlmEvent {
 }
 
 fn handle_chunk<S>(st: &mut State<S>, data: &str) -> Result<(), LlmError> {
-    let value: Value = serde_json::from_str(data)
+    let chunk: Chunk = serde_json::from_str(data)
         .map_err(|e| LlmError::Protocol(format!("bad JSON chunk: {e}")))?;
-    if let Some(err) = value.get("error") {
+    if let Some(err) = chunk.error {
         let message = err
             .get("message")
             .and_then(Value::as_str)
+            .or(err.as_str())
             .unwrap_or("provider error")
             .to_string();
         return Err(LlmError::Stream(message));
     }
-    let chunk: Chunk =
-        serde_json::from_value(value).map_err(|e| LlmError::Protocol(e.to_string()))?;
     for choice in chunk.choices {
         if let Some(delta) = choice.delta {
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
@@ -374,6 +468,75 @@ mod tests {
             }
             other => panic!("expected Done, got {other:?}"),
         }
+    }
+
+    #[test]
+    fn request_body_is_the_openai_wire_format() {
+        let mut r = LlmRequest::chat(
+            "m",
+            vec![
+                LlmMessage::System("s".into()),
+                LlmMessage::User("u".into()),
+                LlmMessage::Assistant {
+                    content: String::new(),
+                    tool_calls: vec![crate::llm::ToolCall {
+                        id: "c1".into(),
+                        name: "f".into(),
+                        arguments: "{}".into(),
+                    }],
+                },
+                LlmMessage::Tool {
+                    tool_call_id: "c1".into(),
+                    content: "r".into(),
+                },
+                LlmMessage::Assistant {
+                    content: "a".into(),
+                    tool_calls: Vec::new(),
+                },
+            ],
+        );
+        r.tools = vec![crate::llm::ToolDef {
+            name: "f".into(),
+            description: "d".into(),
+            parameters: serde_json::json!({"type": "object"}),
+        }];
+        r.tool_choice = ToolChoice::Function("f".into());
+        r.max_tokens = Some(5);
+        let body = serde_json::to_value(request_body(&r)).unwrap();
+        assert_eq!(
+            body,
+            serde_json::json!({
+                "model": "m",
+                "messages": [
+                    {"role": "system", "content": "s"},
+                    {"role": "user", "content": "u"},
+                    {"role": "assistant", "content": "", "tool_calls": [
+                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                    {"role": "tool", "tool_call_id": "c1", "content": "r"},
+                    {"role": "assistant", "content": "a"},
+                ],
+                "stream": true,
+                "stream_options": {"include_usage": true},
+                "tools": [{"type": "function", "function": {
+                    "name": "f", "description": "d", "parameters": {"type": "object"}}}],
+                "tool_choice": {"type": "function", "function": {"name": "f"}},
+                "max_tokens": 5,
+            })
+        );
+        r.tools.clear();
+        let body = serde_json::to_value(request_body(&r)).unwrap();
+        assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+    }
+
+    #[tokio::test]
+    async fn provider_error_in_the_stream_is_an_error() {
+        let body = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+        let bytes =
+            futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+        let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
+            .collect()
+            .await;
+        assert!(matches!(events.last(), Some(Err(LlmError::Stream(m))) if m == "overloaded"));
     }
 
     #[tokio::test]
