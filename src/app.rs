@@ -25,6 +25,7 @@ use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
 use crate::pipeline::models::Models;
+use crate::pipeline::speculation::Predictions;
 use crate::session::hub::Hub;
 use crate::session::quota;
 use crate::session::turns::Turns;
@@ -47,6 +48,8 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     pub hub: Arc<Hub>,
     pub chats: Chats,
+    /// Each chat's last main-call plan, the guess of its next speculative main call.
+    pub predictions: Predictions,
     pub turns: Turns,
     /// The sealed AI cache (messages and embeds) over the configured backend and keys.
     pub ai_cache: AiCache,
@@ -229,6 +232,7 @@ impl App {
             metrics,
             hub,
             chats: Chats::default(),
+            predictions: Predictions::default(),
             turns: Turns::default(),
             ai_cache,
             history_requests: HistoryRequests::default(),

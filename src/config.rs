@@ -154,6 +154,8 @@ pub struct PipelineConfig {
     pub max_tool_rounds: u32,
     pub answer_reserve_tokens: u32,
     pub postprocessing: bool,
+    /// Open the likely main call while preprocessing runs (see `pipeline::speculation`).
+    pub speculative_main_call: bool,
 }
 
 /// Background link validation (`[links]`).

@@ -47,6 +47,8 @@ pub struct Metrics {
     pub links_skipped: Counter,
     pub links_replaced: Counter,
     pub link_check_seconds: Histogram,
+    /// Main calls opened while preprocessing ran, by outcome (`used`, `discarded`).
+    pub speculative_main_calls: Family<OutcomeLabel, Counter>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -150,8 +152,15 @@ impl Metrics {
             "Time of one link check over the network, redirects included",
             link_check_seconds.clone(),
         );
+        let speculative_main_calls = Family::<OutcomeLabel, Counter>::default();
+        registry.register(
+            "speculative_main_calls",
+            "Main calls opened while preprocessing ran: used (preprocessing decided the same request) or discarded",
+            speculative_main_calls.clone(),
+        );
         Self {
             registry,
+            speculative_main_calls,
             links_checked,
             links_broken,
             links_temporary,

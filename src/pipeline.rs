@@ -12,6 +12,7 @@ pub mod instructions;
 pub mod models;
 pub mod postprocess;
 pub mod preprocess;
+pub mod speculation;
 pub mod tokens;
 pub mod tools;
 

@@ -14,6 +14,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::chunker::ParagraphChunker;
 use super::preprocess::normalize_tool_name;
+use super::speculation::Early;
 use super::tools::{self, ToolRunner};
 use super::{Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink};
 use crate::llm::{
@@ -75,8 +76,10 @@ struct Progress {
 
 impl AnswerStream<'_> {
     /// Streams the answer to `request`, emitting `Chunk` events; returns the outcome
-    /// (the caller emits `Finished`).
-    pub async fn run(&self, mut request: LlmRequest) -> TurnOutcome {
+    /// (the caller emits `Finished`). `early`, when given, is `request`'s first model call,
+    /// already opened (a speculative main call that preprocessing confirmed).
+    pub async fn run(&self, mut request: LlmRequest, early: Option<Early<'_>>) -> TurnOutcome {
+        let mut early = early;
         let mut p = Progress {
             chunker: ParagraphChunker::default(),
             sequence: 0,
@@ -92,7 +95,7 @@ impl AnswerStream<'_> {
                 request.tool_choice = ToolChoice::None;
             }
             let round_start = p.chunker.text().len();
-            let calls = match self.round(&request, &mut p).await {
+            let calls = match self.round(&request, early.take(), &mut p).await {
                 RoundEnd::Done(calls) => calls,
                 RoundEnd::Interrupted(why) => return self.outcome(&p, Some(why), None),
                 RoundEnd::Failed(e) => return self.finish(p, None, Some(e)),
@@ -161,8 +164,13 @@ impl AnswerStream<'_> {
 
     /// One model call: opens the stream (retrying once before the first token) and streams
     /// text into the chunker.
-    async fn round(&self, request: &LlmRequest, p: &mut Progress) -> RoundEnd {
-        let mut stream = match self.open(request, p).await {
+    async fn round(
+        &self,
+        request: &LlmRequest,
+        early: Option<Early<'_>>,
+        p: &mut Progress,
+    ) -> RoundEnd {
+        let mut stream = match self.open(request, early, p).await {
             Ok(s) => s,
             Err(end) => return end,
         };
@@ -214,14 +222,23 @@ impl AnswerStream<'_> {
         }
     }
 
-    async fn open(&self, request: &LlmRequest, p: &mut Progress) -> Result<LlmStream, RoundEnd> {
+    async fn open(
+        &self,
+        request: &LlmRequest,
+        mut early: Option<Early<'_>>,
+        p: &mut Progress,
+    ) -> Result<LlmStream, RoundEnd> {
         loop {
+            let attempt: BoxFuture<'_, Result<LlmStream, LlmError>> = match early.take() {
+                Some(e) => Box::pin(e.opened()),
+                None => self.llm.stream(request.clone()),
+            };
             let opened = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => {
                     return Err(RoundEnd::Interrupted(self.cancel_reason.reason()));
                 }
-                opened = self.llm.stream(request.clone()) => opened,
+                opened = attempt => opened,
             };
             match opened {
                 Ok(s) => return Ok(s),

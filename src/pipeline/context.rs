@@ -9,8 +9,82 @@ use std::collections::HashMap;
 use crate::llm::{LlmMessage, LlmRequest, ToolDef};
 
 use super::instructions::{self, Instructions};
+use super::models::Model;
+use super::preprocess::Preprocessed;
 use super::tokens;
+use super::tools::ToolRunner;
 use super::{HistoryEntry, HistoryRole};
+
+/// What of preprocessing's decision shapes the main request: two equal plans give the same
+/// request for the same history and time (which is what lets a speculative main call be
+/// kept, see [`super::speculation`]).
+#[derive(Clone, Debug)]
+pub struct MainPlan {
+    pub model: Model,
+    pub category: String,
+    pub language: String,
+    pub skills: Vec<String>,
+    pub focus_mode: Option<String>,
+    pub injection_caution: bool,
+}
+
+impl PartialEq for MainPlan {
+    fn eq(&self, other: &Self) -> bool {
+        self.model.spec.id == other.model.spec.id
+            && self.category == other.category
+            && self.language == other.language
+            && self.skills == other.skills
+            && self.focus_mode == other.focus_mode
+            && self.injection_caution == other.injection_caution
+    }
+}
+
+impl MainPlan {
+    /// The plan preprocessing decided; the client's active focus mode wins over a suggested one.
+    pub fn new(pre: &Preprocessed, active_focus: Option<&str>, caution_threshold: f32) -> Self {
+        Self {
+            model: pre.choice.model.clone(),
+            category: pre.category.clone(),
+            language: pre.language.clone(),
+            skills: pre.skills.clone(),
+            focus_mode: active_focus
+                .or(pre.focus_modes.first().map(String::as_str))
+                .map(str::to_string),
+            injection_caution: pre.injection_chance >= caution_threshold,
+        }
+    }
+}
+
+/// The main request for `plan` and how many of the oldest history messages it left out.
+pub fn main_request(
+    instructions: &Instructions,
+    tools: &dyn ToolRunner,
+    plan: &MainPlan,
+    history: &[HistoryEntry],
+    datetime: &str,
+    reserve: u32,
+) -> (LlmRequest, usize) {
+    let defs = tools.definitions(&plan.skills);
+    let system = system_prompt(
+        instructions,
+        &PromptInput {
+            focus_mode: plan.focus_mode.as_deref(),
+            category: &plan.category,
+            with_tools: !defs.is_empty(),
+            language: &plan.language,
+            datetime,
+            injection_caution: plan.injection_caution,
+        },
+    );
+    build_main_request(
+        &plan.model.spec.name,
+        system,
+        history,
+        defs,
+        plan.model.spec.context_window,
+        reserve,
+    )
+}
 
 /// What the system prompt depends on besides the instructions.
 pub struct PromptInput<'a> {

@@ -135,6 +135,13 @@ impl Stage<'_> {
         merged
     }
 
+    /// What preprocessing decides when the model reports nothing notable (no scores, no
+    /// tools, the default category and language): the guess a speculative main call is
+    /// opened with for a chat without a previous plan.
+    pub fn unremarkable(&self, input: &Input<'_>) -> Preprocessed {
+        self.merge(vec![Raw::default()], input)
+    }
+
     fn system_prompt(&self) -> String {
         let categories: Vec<&str> = self
             .instructions

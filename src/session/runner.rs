@@ -23,7 +23,9 @@ use crate::links::AnswerLinks;
 use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::{AnswerStream, ParagraphHook};
+use crate::pipeline::context::MainPlan;
 use crate::pipeline::preprocess::{self};
+use crate::pipeline::speculation;
 use crate::pipeline::tools::ToolRunner;
 use crate::pipeline::{
     HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing, context,
@@ -116,22 +118,47 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         && history.len() <= new_messages;
 
     let tools: &dyn ToolRunner = app.skills.as_ref();
-    let pre = {
-        let stage = preprocess::Stage {
-            instructions: &app.instructions,
-            models: &app.models,
-            tools,
-            config: &app.config.pipeline,
-        };
-        let input = preprocess::Input {
-            history: &history,
-            first_message,
-            pinned_model: opts.pinned_model.as_deref(),
-            connected_accounts: &opts.connected_accounts,
-            settings_available: &opts.settings_available,
-        };
-        stage.run(&input, &ticket.cancel).await
+    let stage = preprocess::Stage {
+        instructions: &app.instructions,
+        models: &app.models,
+        tools,
+        config: &app.config.pipeline,
     };
+    let input = preprocess::Input {
+        history: &history,
+        first_message,
+        pinned_model: opts.pinned_model.as_deref(),
+        connected_accounts: &opts.connected_accounts,
+        settings_available: &opts.settings_available,
+    };
+    let active_focus = opts.active_focus_id.as_deref();
+    let caution = app.config.pipeline.injection_caution_threshold;
+    let datetime = now_rfc3339();
+    let main_request = |plan: &MainPlan| {
+        context::main_request(
+            &app.instructions,
+            tools,
+            plan,
+            &history,
+            &datetime,
+            app.config.pipeline.answer_reserve_tokens,
+        )
+    };
+    // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
+    let guess = app.config.pipeline.speculative_main_call.then(|| {
+        let plan = app
+            .predictions
+            .get(chat)
+            .unwrap_or_else(|| MainPlan::new(&stage.unremarkable(&input), active_focus, caution));
+        let (request, dropped) = main_request(&plan);
+        (plan, request, dropped)
+    });
+    let guess_client = guess.as_ref().map(|(plan, ..)| plan.model.client.clone());
+    let side = guess_client
+        .as_ref()
+        .zip(guess.as_ref())
+        .map(|(client, (_, request, _))| client.stream(request.clone()));
+    let (pre, early) = speculation::alongside(stage.run(&input, &ticket.cancel), side).await;
     if pre.degraded {
         app.metrics
             .stage_failures
@@ -139,6 +166,10 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
                 stage: "preprocessing",
             })
             .inc();
+    }
+    let plan = MainPlan::new(&pre, active_focus, caution);
+    if !pre.degraded && pre.rejection.is_none() {
+        app.predictions.remember(chat, plan.clone());
     }
     let ctx = TurnContext {
         user: user.clone(),
@@ -161,54 +192,45 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     );
     let reason = || ticket.interruption();
     let links = app.links.as_ref().map(|c| c.answer());
-    let mut outcome = if ticket.cancel.is_cancelled() {
-        TurnOutcome {
-            interrupted: Some(ticket.interruption()),
-            ..TurnOutcome::default()
+    let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
+    // The early call is kept only for the very request preprocessing decided.
+    let (main, early) = match guess {
+        Some((guessed, request, dropped)) if proceed && guessed == plan => {
+            speculation_outcome(app, "used");
+            (Some((request, dropped)), early)
         }
-    } else if let Some(rejection) = pre.rejection {
-        reject(app, sink, &ctx, rejection)
-    } else {
-        let model = &pre.choice.model;
-        let focus = opts
-            .active_focus_id
-            .as_deref()
-            .or(pre.focus_modes.first().map(String::as_str));
-        let defs = tools.definitions(&pre.skills);
-        let system = context::system_prompt(
-            &app.instructions,
-            &context::PromptInput {
-                focus_mode: focus,
-                category: &pre.category,
-                with_tools: !defs.is_empty(),
-                language: &pre.language,
-                datetime: &now_rfc3339(),
-                injection_caution: pre.injection_chance
-                    >= app.config.pipeline.injection_caution_threshold,
+        other => {
+            if other.is_some() {
+                speculation_outcome(app, "discarded");
+            }
+            drop(early);
+            (proceed.then(|| main_request(&plan)), None)
+        }
+    };
+    let mut outcome = match main {
+        Some((request, dropped)) if !ticket.cancel.is_cancelled() => {
+            let mut outcome = AnswerStream {
+                llm: plan.model.client.as_ref(),
+                sink,
+                ctx: &ctx,
+                cancel: &ticket.cancel,
+                cancel_reason: &reason,
+                tools: Some(tools),
+                max_rounds: app.config.pipeline.max_tool_rounds,
+                paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
+            }
+            .run(request, early)
+            .await;
+            outcome.trimmed_history = dropped;
+            outcome
+        }
+        _ => match pre.rejection {
+            Some(rejection) if !ticket.cancel.is_cancelled() => reject(app, sink, &ctx, rejection),
+            _ => TurnOutcome {
+                interrupted: Some(ticket.interruption()),
+                ..TurnOutcome::default()
             },
-        );
-        let (request, dropped) = context::build_main_request(
-            &model.spec.name,
-            system,
-            &history,
-            defs,
-            model.spec.context_window,
-            app.config.pipeline.answer_reserve_tokens,
-        );
-        let mut outcome = AnswerStream {
-            llm: model.client.as_ref(),
-            sink,
-            ctx: &ctx,
-            cancel: &ticket.cancel,
-            cancel_reason: &reason,
-            tools: Some(tools),
-            max_rounds: app.config.pipeline.max_tool_rounds,
-            paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
-        }
-        .run(request)
-        .await;
-        outcome.trimmed_history = dropped;
-        outcome
+        },
     };
     if let Some(links) = links {
         repair_links(app, sink, &ctx, &ticket.cancel, links, &mut outcome).await;
@@ -370,6 +392,13 @@ fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
             "the cache is unavailable; try again shortly".into(),
         ),
     }
+}
+
+fn speculation_outcome(app: &AppState, outcome: &'static str) {
+    app.metrics
+        .speculative_main_calls
+        .get_or_create(&OutcomeLabel { outcome })
+        .inc();
 }
 
 fn reason_label(reason: HistoryReason) -> &'static str {

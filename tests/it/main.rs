@@ -18,6 +18,7 @@ mod pipeline;
 mod redis_cache;
 mod shutdown;
 mod skills;
+mod speculation;
 mod store;
 mod store_contract;
 mod sync;

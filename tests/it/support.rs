@@ -37,6 +37,9 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     config.llm.simulated_pace = Duration::ZERO;
     // Answers may hold links (the simulated model's do): no checks leave the machine.
     config.links.enabled = false;
+    // Tests count and inspect the model requests they cause; the speculative main call (a
+    // request that may be sent and then dropped) is switched on by its own tests.
+    config.pipeline.speculative_main_call = false;
     config
 }
 

@@ -1,0 +1,192 @@
+//! The speculative main call (`pipeline.speculative_main_call`): the likely main request is
+//! sent while preprocessing runs, kept when preprocessing decides the same request, and
+//! dropped unread (the provider sees the hang-up) when it decides another one or refuses.
+//! Preprocessing is held at a gate in each test until the early request has arrived, so
+//! what is asserted does not depend on which call finishes first.
+
+use std::time::Duration;
+
+use chatd_protocol::{RejectionReason, ServerMessage};
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply, function_reply};
+use serde_json::{Value, json};
+
+use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
+
+fn text(chunks: &[&str]) -> Reply {
+    Reply::Text {
+        chunks: chunks.iter().map(|c| c.to_string()).collect(),
+        delay: Duration::ZERO,
+        usage: None,
+    }
+}
+
+/// Preprocessing's reply waits at `gate`, then calls `preprocess` with `arguments`.
+fn held_preprocessing(fake: &FakeLlm, gate: &Gate, arguments: Value) {
+    fake.push_stage(
+        "preprocess",
+        Reply::Stall {
+            chunks: Vec::new(),
+            gate: gate.clone(),
+            then: Box::new(function_reply("preprocess", arguments)),
+        },
+    );
+}
+
+fn system_prompt(request: &Value) -> String {
+    request["messages"][0]["content"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string()
+}
+
+async fn speculating_app(fake: &FakeLlm) -> TestApp {
+    spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.pipeline.speculative_main_call = true;
+        c.pipeline.postprocessing = false;
+    })
+    .await
+}
+
+fn speculation_count(app: &TestApp, outcome: &str) -> bool {
+    app.state.metrics.render().contains(&format!(
+        "chatd_speculative_main_calls_total{{outcome=\"{outcome}\"}} 1"
+    ))
+}
+
+#[tokio::test]
+async fn the_main_call_starts_during_preprocessing_and_streams_once_it_accepts() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    held_preprocessing(&fake, &gate, json!({}));
+    fake.push(text(&["Early ", "answer."]));
+    let app = speculating_app(&fake).await;
+    let mut ws = app.connect_showing("alice", "chat-s").await;
+    ws.send(&user_message("chat-s", "m1", "hello")).await;
+
+    // Preprocessing is held, yet the main request has arrived: it went out alongside.
+    gate.reached().await;
+    fake.wait_for_requests(1).await;
+    gate.release();
+
+    let (frames, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "Early answer.");
+    // Nothing of the answer reached the client before preprocessing's decision.
+    let typing = frames
+        .iter()
+        .position(|f| matches!(f, ServerMessage::AiTypingStarted(_)))
+        .expect("ai_typing_started");
+    let first_update = frames
+        .iter()
+        .position(|f| matches!(f, ServerMessage::AiMessageUpdate(_)))
+        .expect("an answer frame");
+    assert!(typing < first_update, "{frames:?}");
+    assert_eq!(fake.requests().len(), 1, "the early call was the main call");
+    assert_eq!(fake.disconnects(), 0);
+    assert!(speculation_count(&app, "used"));
+}
+
+#[tokio::test]
+async fn a_different_decision_drops_the_early_call_and_sends_the_decided_one() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    held_preprocessing(&fake, &gate, json!({"language": "fr"}));
+    // The guess (English) gets an answer that never finishes; the decided request (French)
+    // a normal one.
+    let early_gate = Gate::new();
+    let held = early_gate.clone();
+    fake.set_responder(move |body| {
+        Some(if system_prompt(body).contains("`fr`") {
+            text(&["Bonjour."])
+        } else {
+            Reply::Stall {
+                chunks: vec!["GUESSED ".into()],
+                gate: held.clone(),
+                then: Box::new(text(&["never"])),
+            }
+        })
+    });
+    let app = speculating_app(&fake).await;
+    let mut ws = app.connect_showing("alice", "chat-d").await;
+    ws.send(&user_message("chat-d", "m1", "bonjour")).await;
+
+    gate.reached().await;
+    fake.wait_for_requests(1).await;
+    gate.release();
+
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "Bonjour.");
+    // The early call was hung up unread.
+    fake.wait_for_disconnect().await;
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 2);
+    assert!(!system_prompt(&requests[0]).contains("`fr`"));
+    assert!(system_prompt(&requests[1]).contains("`fr`"));
+    assert!(speculation_count(&app, "discarded"));
+    early_gate.release();
+}
+
+#[tokio::test]
+async fn a_refusal_drops_the_early_call_and_nothing_of_it_reaches_the_client() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    held_preprocessing(
+        &fake,
+        &gate,
+        json!({"harmful_or_illegal_score": 9, "misuse_risk_score": 0}),
+    );
+    let early_gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["HARMFUL DETAILS ".into()],
+        gate: early_gate.clone(),
+        then: Box::new(text(&["more"])),
+    });
+    let app = speculating_app(&fake).await;
+    let mut ws = app.connect_showing("alice", "chat-r").await;
+    ws.send(&user_message("chat-r", "m1", "something harmful"))
+        .await;
+
+    gate.reached().await;
+    fake.wait_for_requests(1).await;
+    gate.release();
+
+    let (frames, last) = collect_answer(&mut ws).await;
+    assert_eq!(
+        last.rejection_reason,
+        Some(RejectionReason::HarmfulOrIllegalDetected)
+    );
+    for f in &frames {
+        if let ServerMessage::AiMessageUpdate(u) = f {
+            assert!(!u.full_content_so_far.contains("HARMFUL"), "{u:?}");
+        }
+    }
+    fake.wait_for_disconnect().await;
+    assert_eq!(fake.requests().len(), 1, "no main call after the refusal");
+    assert!(speculation_count(&app, "discarded"));
+    early_gate.release();
+}
+
+#[tokio::test]
+async fn the_next_message_is_guessed_from_the_chats_previous_plan() {
+    let fake = FakeLlm::start().await.unwrap();
+    // Every preprocessing answers French; the first turn's guess (English) is discarded, the
+    // second turn's guess is the first turn's plan and is used.
+    fake.set_stage_responder(|name, _| {
+        (name == "preprocess").then(|| function_reply("preprocess", json!({"language": "fr"})))
+    });
+    fake.set_default(text(&["D'accord."]));
+    let app = speculating_app(&fake).await;
+    let mut ws = app.connect_showing("alice", "chat-p").await;
+    ws.send(&user_message("chat-p", "m1", "un")).await;
+    collect_answer(&mut ws).await;
+    ws.send(&user_message("chat-p", "m2", "deux")).await;
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "D'accord.");
+    assert!(
+        speculation_count(&app, "used"),
+        "{}",
+        app.state.metrics.render()
+    );
+    let last_request = fake.requests().last().cloned().unwrap_or_default();
+    assert!(system_prompt(&last_request).contains("`fr`"));
+}
