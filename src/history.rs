@@ -16,7 +16,8 @@ use futures_util::future::join_all;
 
 use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded};
 use crate::crypto::UserHash;
-use crate::pipeline::{HistoryEntry, HistoryRole, tokens};
+use crate::pipeline::tokens::{self, Tokens};
+use crate::pipeline::{HistoryEntry, HistoryRole};
 use crate::session::turns::Inbound;
 
 /// What a turn can do next.
@@ -67,7 +68,7 @@ pub async fn prepare(
     let mut new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
     let counts = tokens::count_many(new_messages.iter().map(|m| m.content.clone()).collect()).await;
     for (m, n) in new_messages.iter_mut().zip(counts) {
-        m.token_count = n;
+        m.token_count = Some(n);
     }
 
     // The client re-sent the history (in answer to `request_chat_history`, or unasked).
@@ -93,18 +94,16 @@ pub async fn prepare(
             all.push(CachedMessage {
                 message_id: h.message_id.clone(),
                 role: h.role,
-                token_count: 0,
+                token_count: None,
                 content: h.content.clone(),
                 created_at: h.created_at,
                 category: h.category.clone(),
                 model_name: h.model_name.clone(),
             });
         }
+        // Cached uncounted: counting a long history here would hold the turn for
+        // milliseconds, and its length bounds it until a budget needs the exact count.
         all.extend(new_messages);
-        let counts = tokens::count_many(all.iter().map(|m| m.content.clone()).collect()).await;
-        for (m, n) in all.iter_mut().zip(counts) {
-            m.token_count = n;
-        }
         cache.replace(user, chat, &all).await?;
         requests.clear(user, chat);
         return Ok(Prepared::Ready(for_model(cache, user, &all).await?));
@@ -183,7 +182,7 @@ fn user_entry(i: &Inbound) -> CachedMessage {
     CachedMessage {
         message_id: i.message.message_id.clone(),
         role: Role::User,
-        token_count: 0,
+        token_count: None,
         content: i.message.content.clone(),
         created_at: i.message.created_at,
         category: None,
@@ -235,29 +234,28 @@ async fn for_model(
     Ok(messages
         .iter()
         .zip(&refs)
-        .map(|(m, refs)| HistoryEntry {
-            role: match m.role {
-                Role::User => HistoryRole::User,
-                Role::Assistant => HistoryRole::Assistant,
-                Role::System => HistoryRole::System,
-            },
-            tokens: if refs.is_empty() { m.token_count } else { 0 },
-            content: if refs.is_empty() {
-                m.content.clone()
+        .map(|(m, refs)| {
+            // Resolved embeds change the text: its stored count no longer applies.
+            let (content, counted) = if refs.is_empty() {
+                (m.content.clone(), m.token_count)
             } else {
-                embed_refs::substitute(&m.content, refs, |r| match found.get(&r.embed_id) {
-                    Some(e) => embed_refs::render(e),
-                    None => embed_refs::missing(r),
-                })
-            },
-            created_at: m.created_at,
-        })
-        .map(|mut h| {
-            // Resolved embeds change the text: count those few again.
-            if h.tokens == 0 && !h.content.is_empty() {
-                h.tokens = tokens::count(&h.content);
+                let text =
+                    embed_refs::substitute(&m.content, refs, |r| match found.get(&r.embed_id) {
+                        Some(e) => embed_refs::render(e),
+                        None => embed_refs::missing(r),
+                    });
+                (text, None)
+            };
+            HistoryEntry {
+                role: match m.role {
+                    Role::User => HistoryRole::User,
+                    Role::Assistant => HistoryRole::Assistant,
+                    Role::System => HistoryRole::System,
+                },
+                tokens: Tokens::of(&content, counted),
+                content,
+                created_at: m.created_at,
             }
-            h
         })
         .collect())
 }

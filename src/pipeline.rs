@@ -32,8 +32,8 @@ pub struct HistoryEntry {
     pub role: HistoryRole,
     pub content: String,
     pub created_at: i64,
-    /// Tokens of `content` (counted once, when it was cached).
-    pub tokens: u32,
+    /// Tokens of `content`: counted when it was cached, or bounded by its length.
+    pub tokens: tokens::Tokens,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -119,7 +119,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
                 } else {
                     Role::Assistant
                 },
-                token_count: tokens::count(&content),
+                token_count: Some(tokens::count(&content)),
                 content,
                 created_at: i as i64,
                 category: None,

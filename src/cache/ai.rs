@@ -26,8 +26,11 @@ pub struct CachedMessage {
     pub category: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_name: Option<String>,
-    /// Counted once when cached, so history is never re-tokenized per turn.
-    pub token_count: u32,
+    /// Tokens of `content`, counted once when it was cached; `None` when it was cached
+    /// uncounted (a large re-sent history: counting it would delay the turn, and its byte
+    /// length bounds it until a budget decision needs the exact number).
+    #[serde(default)]
+    pub token_count: Option<u32>,
 }
 
 /// An embed as cached for the model: its type, TOON content and version.
@@ -315,7 +318,7 @@ mod tests {
             created_at: i,
             category: None,
             model_name: None,
-            token_count: 3,
+            token_count: Some(3),
         }
     }
 

@@ -56,7 +56,9 @@ impl MainPlan {
 }
 
 /// The main request for `plan` and how many of the oldest history messages it left out.
-pub fn main_request(
+/// Tried first with the token bounds: if they fit the window nothing is left out, whatever
+/// the exact counts; otherwise the uncounted messages are counted and the trim redone.
+pub async fn main_request(
     instructions: &Instructions,
     tools: &dyn ToolRunner,
     plan: &MainPlan,
@@ -76,13 +78,23 @@ pub fn main_request(
             injection_caution: plan.injection_caution,
         },
     );
-    build_main_request(
+    let budget = u64::from(plan.model.spec.context_window.saturating_sub(reserve));
+    let fixed = fixed_cost(&system, &defs);
+    let bounds: Vec<u32> = history.iter().map(|h| h.tokens.bound()).collect();
+    let counts = if fixed + total_cost(&bounds) <= budget {
+        bounds
+    } else {
+        let texts: Vec<&str> = history.iter().map(|h| h.content.as_str()).collect();
+        let known: Vec<tokens::Tokens> = history.iter().map(|h| h.tokens).collect();
+        tokens::exact(&texts, &known).await
+    };
+    assemble(
         &plan.model.spec.name,
         system,
         history,
+        &counts,
         defs,
-        plan.model.spec.context_window,
-        reserve,
+        budget.saturating_sub(fixed),
     )
 }
 
@@ -134,32 +146,41 @@ pub fn message(role: HistoryRole, content: String) -> LlmMessage {
 
 /// The request and how many of the oldest history messages were left out to fit
 /// `window - reserve` tokens.
+/// `counts` are the history's token counts (exact, or upper bounds).
 pub fn build_main_request(
     model: &str,
     system: String,
     history: &[HistoryEntry],
+    counts: &[u32],
     tools: Vec<ToolDef>,
     window: u32,
     reserve: u32,
 ) -> (LlmRequest, usize) {
     let budget = u64::from(window.saturating_sub(reserve));
-    // The prompt and tool definitions change every turn (date, tools) and are small next to
-    // the window: a byte-based upper estimate instead of a BPE pass per turn (profiling showed
-    // that recount at ~9% of chatd's CPU under load). History counts are exact (cached).
-    let fixed = u64::from(tokens::estimate(&system))
-        + tools
-            .iter()
-            .map(|t| {
-                u64::from(tokens::estimate(&t.description))
-                    + u64::from(tokens::estimate(&t.parameters.to_string()))
-            })
-            .sum::<u64>();
-    // Per-message framing overhead of chat formats, roughly.
-    let cost = |h: &HistoryEntry| u64::from(h.tokens) + 4;
-    let mut total = fixed + history.iter().map(cost).sum::<u64>();
+    let fixed = fixed_cost(&system, &tools);
+    assemble(
+        model,
+        system,
+        history,
+        counts,
+        tools,
+        budget.saturating_sub(fixed),
+    )
+}
+
+/// The request with the oldest history messages left out until the rest fits `room`.
+fn assemble(
+    model: &str,
+    system: String,
+    history: &[HistoryEntry],
+    counts: &[u32],
+    tools: Vec<ToolDef>,
+    room: u64,
+) -> (LlmRequest, usize) {
+    let mut total = total_cost(counts);
     let mut dropped = 0;
-    while total > budget && dropped + 1 < history.len() {
-        total -= cost(&history[dropped]);
+    while total > room && dropped + 1 < history.len() {
+        total -= counts.get(dropped).map_or(0, |&c| cost(c));
         dropped += 1;
     }
     let mut messages = Vec::with_capacity(history.len() - dropped + 1);
@@ -172,6 +193,29 @@ pub fn build_main_request(
     let mut request = LlmRequest::chat(model, messages);
     request.tools = tools;
     (request, dropped)
+}
+
+/// The prompt and tool definitions change every turn (date, tools) and are small next to
+/// the window: a byte-based estimate instead of a BPE pass per turn (profiling showed that
+/// recount at ~9% of chatd's CPU under load).
+fn fixed_cost(system: &str, tools: &[ToolDef]) -> u64 {
+    u64::from(tokens::estimate(system))
+        + tools
+            .iter()
+            .map(|t| {
+                u64::from(tokens::estimate(&t.description))
+                    + u64::from(tokens::estimate(&t.parameters.to_string()))
+            })
+            .sum::<u64>()
+}
+
+/// A history message's share of the window: its tokens plus chat-format framing, roughly.
+fn cost(tokens: u32) -> u64 {
+    u64::from(tokens) + 4
+}
+
+fn total_cost(counts: &[u32]) -> u64 {
+    counts.iter().map(|&c| cost(c)).sum()
 }
 
 /// The plain request of the foundation (no instructions): kept for benchmarks of the
@@ -194,7 +238,7 @@ mod tests {
             role,
             content: text.into(),
             created_at: 0,
-            tokens: tokens::count(text),
+            tokens: tokens::Tokens::Counted(tokens::count(text)),
         }
     }
 
@@ -206,15 +250,122 @@ mod tests {
             entry(HistoryRole::Assistant, &long),
             entry(HistoryRole::User, "latest question"),
         ];
-        let (req, dropped) =
-            build_main_request("m", "system".into(), &history, Vec::new(), 1000, 200);
+        let counts: Vec<u32> = history.iter().map(|h| h.tokens.bound()).collect();
+        let (req, dropped) = build_main_request(
+            "m",
+            "system".into(),
+            &history,
+            &counts,
+            Vec::new(),
+            1000,
+            200,
+        );
         assert_eq!(dropped, 2);
         assert_eq!(req.messages.len(), 2);
         assert_eq!(req.messages[0], LlmMessage::System("system".into()));
         assert_eq!(req.messages[1], LlmMessage::User("latest question".into()));
-        let (req, dropped) =
-            build_main_request("m", "system".into(), &history, Vec::new(), 100_000, 200);
+        let (req, dropped) = build_main_request(
+            "m",
+            "system".into(),
+            &history,
+            &counts,
+            Vec::new(),
+            100_000,
+            200,
+        );
         assert_eq!((dropped, req.messages.len()), (0, 4));
+    }
+
+    struct NoTools;
+    impl ToolRunner for NoTools {
+        fn skills(&self) -> Vec<super::super::tools::SkillInfo> {
+            Vec::new()
+        }
+        fn always_include(&self) -> Vec<String> {
+            Vec::new()
+        }
+        fn definitions(&self, _: &[String]) -> Vec<ToolDef> {
+            Vec::new()
+        }
+        fn prepare(
+            &self,
+            _: crate::llm::ToolCall,
+            _: &super::super::TurnContext,
+            _: tokio_util::sync::CancellationToken,
+        ) -> super::super::tools::PreparedCall {
+            unreachable!("no tools are offered")
+        }
+    }
+
+    fn plan(window: u32) -> MainPlan {
+        let client: std::sync::Arc<dyn crate::llm::LlmClient> =
+            std::sync::Arc::new(crate::llm::SimulatedClient::new(std::time::Duration::ZERO));
+        MainPlan {
+            model: Model {
+                spec: std::sync::Arc::new(super::super::models::ModelSpec {
+                    id: "m".into(),
+                    name: "m".into(),
+                    context_window: window,
+                    capabilities: Vec::new(),
+                    cost_tier: 1,
+                }),
+                client,
+            },
+            category: "general_knowledge".into(),
+            language: "en".into(),
+            skills: Vec::new(),
+            focus_mode: None,
+            injection_caution: false,
+        }
+    }
+
+    #[tokio::test]
+    async fn uncounted_history_is_counted_only_when_its_bound_overflows_the_window() {
+        let i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
+        // 2,400 bytes each but far fewer tokens: the byte bounds overflow the window chosen
+        // below, the exact counts do not.
+        let long = "lorem ipsum ".repeat(200);
+        let uncounted = |role, text: &str| HistoryEntry {
+            role,
+            content: text.into(),
+            created_at: 0,
+            tokens: tokens::Tokens::of(text, None),
+        };
+        let history = vec![
+            uncounted(HistoryRole::User, &long),
+            uncounted(HistoryRole::Assistant, &long),
+            uncounted(HistoryRole::User, "latest"),
+        ];
+        let p = plan(0);
+        let system = system_prompt(
+            &i,
+            &PromptInput {
+                focus_mode: None,
+                category: &p.category,
+                with_tools: false,
+                language: &p.language,
+                datetime: "now",
+                injection_caution: false,
+            },
+        );
+        let fixed = fixed_cost(&system, &[]);
+        let exact = u64::from(tokens::count(&long));
+        let window = fixed + 2 * cost(tokens::count(&long)) + cost(1) + 20;
+        assert!(fixed + 2 * cost(tokens::Tokens::of(&long, None).bound()) > window);
+        let window = u32::try_from(window).unwrap();
+        let (_, dropped) = main_request(&i, &NoTools, &plan(window), &history, "now", 0).await;
+        assert_eq!(
+            dropped, 0,
+            "exact counts ({exact} each) fit: nothing is left out"
+        );
+        // A window the exact counts overflow too: the oldest goes.
+        let (req, dropped) =
+            main_request(&i, &NoTools, &plan(window - 100), &history, "now", 0).await;
+        assert_eq!(dropped, 1);
+        assert_eq!(
+            req.messages.last(),
+            Some(&LlmMessage::User("latest".into()))
+        );
     }
 
     #[test]

@@ -88,7 +88,7 @@ struct Raw {
 
 impl Stage<'_> {
     pub async fn run(&self, input: &Input<'_>, cancel: &CancellationToken) -> Preprocessed {
-        let blocks = self.blocks(input.history);
+        let blocks = self.blocks(input.history).await;
         let model = self.models.preprocessing();
         let tool = self.instructions.preprocess_tool(input.first_message);
         let system = self.system_prompt();
@@ -164,19 +164,29 @@ impl Stage<'_> {
         instructions::fill(&self.instructions.prompts.preprocessing, &values)
     }
 
-    /// The history as model messages, cut into blocks of at most the block budget.
-    fn blocks(&self, history: &[HistoryEntry]) -> Vec<Vec<LlmMessage>> {
+    /// The history as model messages, cut into blocks of at most the block budget. When the
+    /// token bounds fit one block the exact counts cannot split it either; otherwise the
+    /// uncounted messages are counted first.
+    async fn blocks(&self, history: &[HistoryEntry]) -> Vec<Vec<LlmMessage>> {
         let budget = self.config.preprocessing_block_tokens;
+        let bounds: u64 = history.iter().map(|h| u64::from(h.tokens.bound())).sum();
+        let counts: Vec<u32> = if bounds <= u64::from(budget) {
+            history.iter().map(|h| h.tokens.bound()).collect()
+        } else {
+            let texts: Vec<&str> = history.iter().map(|h| h.content.as_str()).collect();
+            let known: Vec<tokens::Tokens> = history.iter().map(|h| h.tokens).collect();
+            tokens::exact(&texts, &known).await
+        };
         // Messages over the budget are split on paragraphs into several of the same role.
         let mut parts: Vec<(HistoryRole, String, u32)> = Vec::with_capacity(history.len());
-        for h in history {
-            if h.tokens > budget {
+        for (h, &n) in history.iter().zip(&counts) {
+            if n > budget {
                 for piece in tokens::split_text(&h.content, budget) {
                     let n = tokens::count(&piece);
                     parts.push((h.role, piece, n));
                 }
             } else {
-                parts.push((h.role, h.content.clone(), h.tokens));
+                parts.push((h.role, h.content.clone(), n));
             }
         }
         let counts: Vec<u32> = parts.iter().map(|p| p.2).collect();

@@ -1,6 +1,9 @@
 //! Token accounting with tiktoken encodings per model family. Counts are taken once per
 //! message when it is cached and stored with it, so a turn only counts what is new; large
-//! batches are counted on the blocking pool, off the async reactor.
+//! batches are counted on the blocking pool, off the async reactor. A message cached
+//! uncounted (a large re-sent history) is bounded by its byte length — a byte-level BPE
+//! token covers at least one byte — and counted exactly only when a budget decision cannot be
+//! settled by the bounds ([`Tokens`], [`exact`]).
 //! Splitting helpers cut by token budget on message boundaries, and a message that alone
 //! exceeds the budget on paragraph boundaries.
 
@@ -59,7 +62,11 @@ pub async fn count_many(texts: Vec<String>) -> Vec<u32> {
     if bytes <= INLINE_BYTES {
         return texts.iter().map(|t| count(t)).collect();
     }
-    let fallback: Vec<u32> = texts.iter().map(|t| estimate(t)).collect();
+    // Should the blocking pool fail, each text's byte length still bounds its count.
+    let fallback: Vec<u32> = texts
+        .iter()
+        .map(|t| u32::try_from(t.len()).unwrap_or(u32::MAX))
+        .collect();
     tokio::task::spawn_blocking(move || texts.iter().map(|t| count(t)).collect())
         .await
         .unwrap_or(fallback)
@@ -75,6 +82,49 @@ pub async fn count_one(text: &str) -> u32 {
         .first()
         .copied()
         .unwrap_or(0)
+}
+
+/// A message's size in tokens: counted, or bounded by its byte length.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Tokens {
+    Counted(u32),
+    AtMost(u32),
+}
+
+impl Tokens {
+    /// The count when known, else the byte-length bound of `text`.
+    pub fn of(text: &str, counted: Option<u32>) -> Tokens {
+        match counted {
+            Some(n) => Tokens::Counted(n),
+            None => Tokens::AtMost(u32::try_from(text.len()).unwrap_or(u32::MAX)),
+        }
+    }
+
+    /// An upper bound (the count itself when known).
+    pub fn bound(self) -> u32 {
+        match self {
+            Tokens::Counted(n) | Tokens::AtMost(n) => n,
+        }
+    }
+}
+
+/// Exact counts for `texts` whose `known` entry is `Counted`; the rest are counted (on the
+/// blocking pool when large).
+pub async fn exact(texts: &[&str], known: &[Tokens]) -> Vec<u32> {
+    let missing: Vec<String> = texts
+        .iter()
+        .zip(known)
+        .filter(|(_, k)| matches!(k, Tokens::AtMost(_)))
+        .map(|(t, _)| t.to_string())
+        .collect();
+    let mut counted = count_many(missing).await.into_iter();
+    known
+        .iter()
+        .map(|k| match k {
+            Tokens::Counted(n) => *n,
+            Tokens::AtMost(bound) => counted.next().unwrap_or(*bound),
+        })
+        .collect()
 }
 
 /// A cheap upper-bound estimate (about four bytes per token), for when counting failed.
@@ -133,6 +183,25 @@ pub fn split_text(text: &str, budget: u32) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn bounds_hold_and_only_uncounted_texts_are_counted() {
+        let texts = [
+            "hello world",
+            "naïve café — ünïcödé ✓ 数字",
+            "stale stored count",
+        ];
+        for t in texts {
+            assert!(count(t) <= Tokens::of(t, None).bound(), "{t}");
+        }
+        let known = [
+            Tokens::of(texts[0], None),
+            Tokens::of(texts[1], None),
+            Tokens::Counted(99),
+        ];
+        let exact = exact(&texts, &known).await;
+        assert_eq!(exact, vec![count(texts[0]), count(texts[1]), 99]);
+    }
 
     #[test]
     fn counts_with_real_encodings() {

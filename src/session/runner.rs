@@ -134,25 +134,29 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     let active_focus = opts.active_focus_id.as_deref();
     let caution = app.config.pipeline.injection_caution_threshold;
     let datetime = now_rfc3339();
-    let main_request = |plan: &MainPlan| {
+    let (history, datetime) = (&history, &datetime);
+    let main_request = |plan: MainPlan| async move {
         context::main_request(
             &app.instructions,
             tools,
-            plan,
-            &history,
-            &datetime,
+            &plan,
+            history,
+            datetime,
             app.config.pipeline.answer_reserve_tokens,
         )
+        .await
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
-    let guess = app.config.pipeline.speculative_main_call.then(|| {
+    let guess = if app.config.pipeline.speculative_main_call {
         let plan = app
             .predictions
             .get(chat)
             .unwrap_or_else(|| MainPlan::new(&stage.unremarkable(&input), active_focus, caution));
-        let (request, dropped) = main_request(&plan);
-        (plan, request, dropped)
-    });
+        let (request, dropped) = main_request(plan.clone()).await;
+        Some((plan, request, dropped))
+    } else {
+        None
+    };
     let guess_client = guess.as_ref().map(|(plan, ..)| plan.model.client.clone());
     let side = guess_client
         .as_ref()
@@ -204,7 +208,12 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
                 speculation_outcome(app, "discarded");
             }
             drop(early);
-            (proceed.then(|| main_request(&plan)), None)
+            let main = if proceed {
+                Some(main_request(plan.clone()).await)
+            } else {
+                None
+            };
+            (main, None)
         }
     };
     let mut outcome = match main {
@@ -345,7 +354,7 @@ async fn remember_answer(
         created_at,
         category: None,
         model_name: Some(ctx.model_name.clone()),
-        token_count: tokens::count_one(text).await,
+        token_count: Some(tokens::count_one(text).await),
     };
     if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
         // The answer reached the user; the next turn falls back to request_chat_history.

@@ -300,7 +300,7 @@ impl Invocation {
                 .map_or(0, |d| d.as_secs() as i64),
             category: ctx.category.clone(),
             model_name: Some(ctx.model_name.clone()),
-            token_count: crate::pipeline::tokens::count_one(&text).await,
+            token_count: Some(crate::pipeline::tokens::count_one(&text).await),
         };
         if let Err(e) = self.deps.cache.append(&owner, &ctx.chat_id, &[entry]).await {
             tracing::warn!(error = %e, "could not cache the follow-up message");
