@@ -20,6 +20,8 @@ use crate::session::hub::Device;
 const CLOSE_HANDSHAKE: Duration = Duration::from_secs(3);
 /// How long one write may block (a client that stops reading entirely).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
+/// Most frames written before one flush.
+const WRITE_BATCH: usize = 32;
 
 #[tracing::instrument(skip_all, fields(user_id = %user))]
 pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id: String) {
@@ -125,7 +127,16 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut rx: OutboxRecei
             biased;
             frame = rx.rx.recv() => {
                 let Some(frame) = frame else { break };
-                match tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Text(frame.text))).await {
+                // Frames queued meanwhile go out in the same socket write (one flush).
+                let write = async {
+                    sink.feed(Message::Text(frame.text)).await?;
+                    for _ in 1..WRITE_BATCH {
+                        let Ok(next) = rx.rx.try_recv() else { break };
+                        sink.feed(Message::Text(next.text)).await?;
+                    }
+                    sink.flush().await
+                };
+                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
                     Ok(Ok(())) => {}
                     _ => {
                         rx.close.cancel();
