@@ -148,10 +148,23 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
     let guess = if app.config.pipeline.speculative_main_call {
-        let plan = app
-            .predictions
-            .get(chat)
-            .unwrap_or_else(|| MainPlan::new(&stage.unremarkable(&input), active_focus, caution));
+        let plan = match app.predictions.get(chat) {
+            // What this turn's options fix is known already: the pinned model, the focus mode.
+            Some(mut plan) => {
+                if let Some(m) = opts
+                    .pinned_model
+                    .as_deref()
+                    .and_then(|id| app.models.get(id))
+                {
+                    plan.model = m.clone();
+                }
+                if active_focus.is_some() {
+                    plan.focus_mode = active_focus.map(str::to_string);
+                }
+                plan
+            }
+            None => MainPlan::new(&stage.unremarkable(&input), active_focus, caution),
+        };
         let (request, dropped) = main_request(plan.clone()).await;
         Some((plan, request, dropped))
     } else {
