@@ -46,7 +46,9 @@ pub async fn upgrade(
     let server = &app.config.server;
     let tracker = app.tasks.connections.clone();
     ws.read_buffer_size(server.read_buffer_bytes)
-        .write_buffer_size(0)
+        // Frames are collected up to this size and written on the writer's flush (see
+        // `connection::write_loop`): one syscall per batch, not per frame.
+        .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_write_buffer_size(server.max_message_bytes.saturating_mul(2))
         .max_message_size(server.max_message_bytes)
         .max_frame_size(server.max_message_bytes)
@@ -54,6 +56,9 @@ pub async fn upgrade(
             tracker.track_future(connection::run(app, socket, user, session_id))
         })
 }
+
+/// Bytes of frames buffered before the socket is written (a flush writes sooner).
+const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
 /// Browsers send `Origin`; when an allowlist is configured, it must match. Requests
 /// without `Origin` (non-browser clients) are allowed.

@@ -71,7 +71,9 @@ async fn read_loop(
         };
         match next {
             None => break,
-            Some(Ok(Message::Text(text))) => session.handle_text(text.as_str()).await,
+            // Boxed: the handlers' futures (store, sync, cache) are large, and held inline they
+            // would make every idle connection's task that large too.
+            Some(Ok(Message::Text(text))) => Box::pin(session.handle_text(text.as_str())).await,
             Some(Ok(Message::Binary(_))) => session.handle_binary(),
             Some(Ok(Message::Ping(_) | Message::Pong(_))) => {}
             // The library queues the close reply; reading on until the stream ends flushes
