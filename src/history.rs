@@ -7,6 +7,8 @@
 //! (The session checks a re-sent history's shape; this module decides what it means.)
 
 pub mod embed_refs;
+#[cfg(test)]
+mod tests;
 
 use std::collections::HashSet;
 
@@ -113,10 +115,26 @@ pub async fn prepare(
         .prior_messages
         .max(u64::from(first.message.chat_has_title));
     let expected = expected.min(cache.policy().max_messages as u64);
-    let (cached, failed) = match cache.load(user, chat).await? {
+    // One round trip: the chat as cached, and the new messages appended to it (a chat new
+    // to the cache is created; a missing one with earlier messages is left missing).
+    let (cached, failed) = match cache
+        .load_append(user, chat, &new_messages, expected == 0)
+        .await?
+    {
         Loaded::Missing => (Vec::new(), None),
         Loaded::Present { messages, failed } => (messages, Some(failed)),
     };
+    let cached_ids: HashSet<&MessageId> = cached.iter().map(|m| &m.message_id).collect();
+    let fresh: Vec<CachedMessage> = new_messages
+        .into_iter()
+        .filter(|m| !cached_ids.contains(&m.message_id))
+        .collect();
+    if fresh.len() < inbound.len() && failed == Some(0) {
+        // A plain re-send of a message the cache held: it was just appended a second time,
+        // so write the list back with each message once.
+        let all: Vec<CachedMessage> = cached.iter().chain(&fresh).cloned().collect();
+        cache.replace(user, chat, &all).await?;
+    }
     let reason = match failed {
         None if expected > 0 => Some(HistoryReason::CacheMiss),
         Some(f) if f > 0 => Some(HistoryReason::DecryptionFailed),
@@ -154,14 +172,6 @@ pub async fn prepare(
         }));
     }
     requests.clear(user, chat);
-    let cached_ids: HashSet<&MessageId> = cached.iter().map(|m| &m.message_id).collect();
-    let fresh: Vec<CachedMessage> = new_messages
-        .into_iter()
-        .filter(|m| !cached_ids.contains(&m.message_id))
-        .collect();
-    if !fresh.is_empty() {
-        cache.append(user, chat, &fresh).await?;
-    }
     let mut all = cached;
     all.extend(fresh);
     let keep = all.len().saturating_sub(cache.policy().max_messages);

@@ -1,7 +1,7 @@
 //! The history paths of a turn, measured in-process on real backends:
-//! - hit: a `chat_message_added` frame is parsed, the chat's 20 sealed messages (40 KiB)
-//!   are read and opened, the new message is sealed and appended, embed references are
-//!   resolved and the LLM request is built;
+//! - hit: a `chat_message_added` frame is parsed, the new message is sealed, the chat's 20
+//!   sealed messages (40 KiB) are read while it is appended (one backend operation: one
+//!   Redis round trip) and opened, embed references are resolved and the LLM request is built;
 //! - fallback: (1) the miss is detected and `request_chat_history` decided, then (2) the
 //!   client's re-send (20 messages, 40 KiB of history) is parsed, sealed, cached and turned
 //!   into the LLM request. The client round trip between (1) and (2) is not counted.

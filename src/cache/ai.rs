@@ -123,7 +123,35 @@ impl AiCache {
 
     /// Reads and opens a chat's messages (refreshing its TTL and recency).
     pub async fn load(&self, user: &UserHash, chat: &ChatId) -> Result<Loaded, CacheFault> {
-        let Some(sealed) = self.backend.ai_read(user, chat, self.policy).await? else {
+        let sealed = self.backend.ai_read(user, chat, self.policy).await?;
+        self.open_all(user, chat, sealed).await
+    }
+
+    /// A turn's cache hit in one backend round trip: reads and opens the chat's messages as
+    /// they were, and appends `messages` to it like [`AiCache::append`]. A chat the cache
+    /// does not hold is created only when `create` is set; otherwise nothing is written.
+    pub async fn load_append(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        messages: &[CachedMessage],
+        create: bool,
+    ) -> Result<Loaded, CacheFault> {
+        let sealed = self.seal_all(user, chat, messages).await?;
+        let prior = self
+            .backend
+            .ai_read_append(user, chat, sealed, self.policy, create)
+            .await?;
+        self.open_all(user, chat, prior).await
+    }
+
+    async fn open_all(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        sealed: Option<Vec<Vec<u8>>>,
+    ) -> Result<Loaded, CacheFault> {
+        let Some(sealed) = sealed else {
             return Ok(Loaded::Missing);
         };
         let mut messages = Vec::with_capacity(sealed.len());
@@ -172,6 +200,20 @@ impl AiCache {
         mode: WriteMode,
         messages: &[CachedMessage],
     ) -> Result<Vec<ChatId>, CacheFault> {
+        let sealed = self.seal_all(user, chat, messages).await?;
+        Ok(self
+            .backend
+            .ai_write(user, chat, mode, sealed, self.policy)
+            .await?)
+    }
+
+    /// Seals the newest `max_messages` of `messages` (the rest would be trimmed anyway).
+    async fn seal_all(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        messages: &[CachedMessage],
+    ) -> Result<Vec<Vec<u8>>, CacheFault> {
         let keep = messages.len().saturating_sub(self.policy.max_messages);
         let mut sealed = Vec::with_capacity(messages.len() - keep);
         for m in &messages[keep..] {
@@ -184,10 +226,7 @@ impl AiCache {
                     .await?,
             );
         }
-        Ok(self
-            .backend
-            .ai_write(user, chat, mode, sealed, self.policy)
-            .await?)
+        Ok(sealed)
     }
 
     /// Drops a chat from the AI cache (with its exclusive embeds and settings entries).

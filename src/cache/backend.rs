@@ -60,6 +60,21 @@ pub trait CacheBackend: Send + Sync {
         policy: AiPolicy,
     ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
 
+    /// A turn's cache hit in one atomic step: returns the chat's AI list as it was before
+    /// (oldest first), then appends `entries` exactly as [`ai_write`](Self::ai_write) with
+    /// [`WriteMode::Append`] does (trim, TTL, recency, eviction with its cascade). A chat
+    /// the cache does not hold is written only when `create` is set (a chat new to the
+    /// cache), so a miss never makes a partial chat that evicts a whole one; either way
+    /// its prior list is `None`.
+    fn ai_read_append<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+        create: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
+
     /// Removes a chat from the AI cache with its embeds index, exclusive embeds and
     /// settings/memories entries.
     fn ai_delete<'a>(

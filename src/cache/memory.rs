@@ -146,32 +146,24 @@ impl MemoryBackend {
         }
         self.del(&settings_index);
     }
-}
 
-fn ready<T: Send + 'static>(v: T) -> BoxFuture<'static, T> {
-    Box::pin(std::future::ready(v))
-}
-
-impl CacheBackend for MemoryBackend {
-    fn ai_write<'a>(
-        &'a self,
-        user: &'a UserHash,
-        chat: &'a ChatId,
-        mode: WriteMode,
-        entries: Vec<Vec<u8>>,
+    /// Writes a chat's whole AI list (lock held): keeps the newest `max_messages`, refreshes
+    /// its TTL, marks it most recently used and evicts beyond `max_chats`. Returns the evicted.
+    fn store_chat(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        mut list: Vec<Vec<u8>>,
         policy: AiPolicy,
-    ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>> {
-        let _guard = self.lock();
-        let key = keys::ai_messages(user, chat.as_str());
-        let mut list = match (mode, self.get(&key)) {
-            (WriteMode::Append, Some(Value::List(l))) => l,
-            _ => Vec::new(),
-        };
-        list.extend(entries);
+    ) -> Vec<ChatId> {
         if list.len() > policy.max_messages {
             list.drain(..list.len() - policy.max_messages);
         }
-        self.set(key, Value::List(list), Some(policy.ttl));
+        self.set(
+            keys::ai_messages(user, chat.as_str()),
+            Value::List(list),
+            Some(policy.ttl),
+        );
         let lru_key = keys::ai_lru(user);
         let mut lru = match self.get(&lru_key) {
             Some(Value::ZSet(z)) => z,
@@ -191,7 +183,53 @@ impl CacheBackend for MemoryBackend {
             }
         }
         self.set(lru_key, Value::ZSet(lru), Some(policy.ttl));
-        ready(Ok(evicted))
+        evicted
+    }
+}
+
+fn ready<T: Send + 'static>(v: T) -> BoxFuture<'static, T> {
+    Box::pin(std::future::ready(v))
+}
+
+impl CacheBackend for MemoryBackend {
+    fn ai_write<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        mode: WriteMode,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+    ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>> {
+        let _guard = self.lock();
+        let mut list = match (mode, self.get(&keys::ai_messages(user, chat.as_str()))) {
+            (WriteMode::Append, Some(Value::List(l))) => l,
+            _ => Vec::new(),
+        };
+        list.extend(entries);
+        ready(Ok(self.store_chat(user, chat, list, policy)))
+    }
+
+    fn ai_read_append<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+        create: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+        let _guard = self.lock();
+        let prior = match self.get(&keys::ai_messages(user, chat.as_str())) {
+            Some(Value::List(l)) => Some(l),
+            _ => None,
+        };
+        if prior.is_none() && !create {
+            return ready(Ok(None));
+        }
+        let mut list = Vec::with_capacity(prior.as_ref().map_or(0, Vec::len) + entries.len());
+        list.extend(prior.iter().flatten().cloned());
+        list.extend(entries);
+        self.store_chat(user, chat, list, policy);
+        ready(Ok(prior))
     }
 
     fn ai_read<'a>(

@@ -9,72 +9,100 @@ use std::time::Duration;
 use chatd_protocol::{ChatId, EmbedId};
 use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, Value};
+use redis::{Script, ScriptInvocation, Value};
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 use crate::crypto::UserHash;
 
-/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_hash, chat, entries...
-const AI_WRITE: &str = r#"
-local msgs, lru = KEYS[1], KEYS[2]
-local ttl, maxm, maxc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-local uh, chat = ARGV[6], ARGV[7]
-if ARGV[1] == 'replace' then redis.call('DEL', msgs) end
-for i = 8, #ARGV do redis.call('RPUSH', msgs, ARGV[i]) end
-redis.call('LTRIM', msgs, -maxm, -1)
-redis.call('EXPIRE', msgs, ttl)
-redis.call('ZADD', lru, ARGV[5], chat)
-redis.call('EXPIRE', lru, ttl)
-local evicted = {}
-local n = redis.call('ZCARD', lru)
-if n > maxc then
-  local old = redis.call('ZRANGE', lru, 0, n - maxc - 1)
-  local keep = redis.call('ZRANGE', lru, n - maxc, -1)
-  for _, c in ipairs(old) do
-    redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
-    local idx = 'chat:' .. c .. ':embed_ids'
-    for _, e in ipairs(redis.call('SMEMBERS', idx)) do
-      local shared = false
-      for _, k in ipairs(keep) do
-        if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
-      end
-      if not shared then redis.call('DEL', 'embed:' .. e) end
+/// Lua shared by the AI scripts. `drop_chat` removes a chat's messages, its embeds that no
+/// chat in `keep` references, its embed index and its settings/memories entries.
+/// `append_and_evict` is the append of an AI write — KEYS: messages, lru; ARGV: (unused),
+/// ttl, max_messages, max_chats, score, user_hash, chat, entries... — it pushes the entries,
+/// trims, refreshes TTLs and recency and evicts the least recently used chats beyond
+/// max_chats, returning them.
+macro_rules! ai_lua {
+    () => {
+        r#"
+local function drop_chat(uh, c, keep)
+  redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
+  local idx = 'chat:' .. c .. ':embed_ids'
+  for _, e in ipairs(redis.call('SMEMBERS', idx)) do
+    local shared = false
+    for _, k in ipairs(keep) do
+      if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
     end
-    redis.call('DEL', idx)
-    local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
-    for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
-      redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
-    end
-    redis.call('DEL', sidx)
-    redis.call('ZREM', lru, c)
-    table.insert(evicted, c)
+    if not shared then redis.call('DEL', 'embed:' .. e) end
   end
+  redis.call('DEL', idx)
+  local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
+  for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
+    redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
+  end
+  redis.call('DEL', sidx)
 end
-return evicted
-"#;
+
+local function append_and_evict()
+  local msgs, lru = KEYS[1], KEYS[2]
+  local ttl, maxm, maxc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
+  local uh, chat = ARGV[6], ARGV[7]
+  for i = 8, #ARGV do redis.call('RPUSH', msgs, ARGV[i]) end
+  redis.call('LTRIM', msgs, -maxm, -1)
+  redis.call('EXPIRE', msgs, ttl)
+  redis.call('ZADD', lru, ARGV[5], chat)
+  redis.call('EXPIRE', lru, ttl)
+  local evicted = {}
+  local n = redis.call('ZCARD', lru)
+  if n > maxc then
+    local old = redis.call('ZRANGE', lru, 0, n - maxc - 1)
+    local keep = redis.call('ZRANGE', lru, n - maxc, -1)
+    for _, c in ipairs(old) do
+      drop_chat(uh, c, keep)
+      redis.call('ZREM', lru, c)
+      table.insert(evicted, c)
+    end
+  end
+  return evicted
+end
+"#
+    };
+}
+
+/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_hash, chat, entries...
+const AI_WRITE: &str = concat!(
+    ai_lua!(),
+    r#"
+if ARGV[1] == 'replace' then redis.call('DEL', KEYS[1]) end
+return append_and_evict()
+"#
+);
+
+/// KEYS and ARGV as [`AI_WRITE`], mode `create` or `existing`. Returns the chat's list as it
+/// was (false if absent), then appends like `AI_WRITE`; an absent chat is written only
+/// in mode `create`.
+const AI_READ_APPEND: &str = concat!(
+    ai_lua!(),
+    r#"
+local prior = redis.call('LRANGE', KEYS[1], 0, -1)
+if #prior == 0 then
+  -- Redis holds no empty lists: the chat is not cached.
+  if ARGV[1] ~= 'create' then return false end
+  prior = false
+end
+append_and_evict()
+return prior
+"#
+);
 
 /// KEYS: lru. ARGV: user_hash, chat. Removes one chat like an eviction.
-const AI_DELETE: &str = r#"
+const AI_DELETE: &str = concat!(
+    ai_lua!(),
+    r#"
 local lru, uh, c = KEYS[1], ARGV[1], ARGV[2]
 redis.call('ZREM', lru, c)
-local keep = redis.call('ZRANGE', lru, 0, -1)
-redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
-local idx = 'chat:' .. c .. ':embed_ids'
-for _, e in ipairs(redis.call('SMEMBERS', idx)) do
-  local shared = false
-  for _, k in ipairs(keep) do
-    if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
-  end
-  if not shared then redis.call('DEL', 'embed:' .. e) end
-end
-redis.call('DEL', idx)
-local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
-for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
-  redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
-end
-redis.call('DEL', sidx)
+drop_chat(uh, c, redis.call('ZRANGE', lru, 0, -1))
 return 1
-"#;
+"#
+);
 
 /// KEYS: messages, lru. ARGV: ttl, score, chat. Reads a chat and refreshes TTL and recency.
 const AI_READ: &str = r#"
@@ -97,6 +125,7 @@ pub struct RedisBackend {
     conn: ConnectionManager,
     timeout: Duration,
     ai_write: Script,
+    ai_read_append: Script,
     ai_read: Script,
     ai_delete: Script,
     sync_clear: Script,
@@ -118,6 +147,7 @@ impl RedisBackend {
             conn,
             timeout,
             ai_write: Script::new(AI_WRITE),
+            ai_read_append: Script::new(AI_READ_APPEND),
             ai_read: Script::new(AI_READ),
             ai_delete: Script::new(AI_DELETE),
             sync_clear: Script::new(SYNC_CLEAR),
@@ -179,6 +209,31 @@ fn bytes_list(v: Value) -> Result<Option<Vec<Vec<u8>>>, CacheError> {
     }
 }
 
+/// The arguments of the AI write scripts (see [`AI_WRITE`]).
+fn ai_write_invocation<'s>(
+    script: &'s Script,
+    mode: &str,
+    user: &UserHash,
+    chat: &ChatId,
+    entries: &[Vec<u8>],
+    policy: AiPolicy,
+) -> ScriptInvocation<'s> {
+    let mut inv = script.prepare_invoke();
+    inv.key(keys::ai_messages(user, chat.as_str()))
+        .key(keys::ai_lru(user))
+        .arg(mode)
+        .arg(secs(policy.ttl))
+        .arg(policy.max_messages)
+        .arg(policy.max_chats)
+        .arg(score())
+        .arg(user.as_str())
+        .arg(chat.as_str());
+    for e in entries {
+        inv.arg(e.as_slice());
+    }
+    inv
+}
+
 impl CacheBackend for RedisBackend {
     fn ai_write<'a>(
         &'a self,
@@ -189,28 +244,34 @@ impl CacheBackend for RedisBackend {
         policy: AiPolicy,
     ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>> {
         Box::pin(async move {
-            let mut inv = self.ai_write.prepare_invoke();
-            inv.key(keys::ai_messages(user, chat.as_str()))
-                .key(keys::ai_lru(user))
-                .arg(match mode {
-                    WriteMode::Append => "append",
-                    WriteMode::Replace => "replace",
-                })
-                .arg(secs(policy.ttl))
-                .arg(policy.max_messages)
-                .arg(policy.max_chats)
-                .arg(score())
-                .arg(user.as_str())
-                .arg(chat.as_str());
-            for e in &entries {
-                inv.arg(e.as_slice());
-            }
+            let mode = match mode {
+                WriteMode::Append => "append",
+                WriteMode::Replace => "replace",
+            };
+            let inv = ai_write_invocation(&self.ai_write, mode, user, chat, &entries, policy);
             let mut conn = self.conn();
             let evicted: Vec<String> = self.run(inv.invoke_async(&mut conn)).await?;
             Ok(evicted
                 .into_iter()
                 .filter_map(|c| ChatId::parse(c).ok())
                 .collect())
+        })
+    }
+
+    fn ai_read_append<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        entries: Vec<Vec<u8>>,
+        policy: AiPolicy,
+        create: bool,
+    ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
+        Box::pin(async move {
+            let mode = if create { "create" } else { "existing" };
+            let inv = ai_write_invocation(&self.ai_read_append, mode, user, chat, &entries, policy);
+            let mut conn = self.conn();
+            let v: Value = self.run(inv.invoke_async(&mut conn)).await?;
+            bytes_list(v)
         })
     }
 

@@ -1,6 +1,6 @@
 //! One contract for every cache backend, run against the in-memory backend and a real
 //! `redis-server`: bounds, the 3-chat LRU with its embed and settings cascade, atomic
-//! eviction under concurrent writes, the sync cache, small values and expiry.
+//! eviction under concurrent writes, the turn's read-and-append, the sync cache, small values and expiry.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -216,6 +216,116 @@ async fn ai_delete_removes_the_chat_and_its_exclusive_data(b: Arc<dyn CacheBacke
     assert_eq!(b.settings_get(&chat("d1"), "app:key").await.unwrap(), None);
 }
 
+async fn read_append_returns_the_list_before_and_appends_like_a_write(b: Arc<dyn CacheBackend>) {
+    let (u, c) = (user("erin"), chat("r1"));
+    let small = AiPolicy {
+        max_messages: 5,
+        ..POLICY
+    };
+    assert_eq!(
+        b.ai_read_append(&u, &c, entries(0..2), small, false)
+            .await
+            .unwrap(),
+        None
+    );
+    assert_eq!(
+        b.ai_read(&u, &c, small).await.unwrap(),
+        None,
+        "a miss without create writes nothing"
+    );
+    assert_eq!(
+        b.ai_read_append(&u, &c, entries(0..2), small, true)
+            .await
+            .unwrap(),
+        None,
+        "a created chat had nothing before"
+    );
+    assert_eq!(
+        b.ai_read(&u, &c, small).await.unwrap().unwrap(),
+        entries(0..2)
+    );
+    assert_eq!(
+        b.ai_read_append(&u, &c, entries(2..6), small, false)
+            .await
+            .unwrap()
+            .unwrap(),
+        entries(0..2),
+        "the list as it was"
+    );
+    assert_eq!(
+        b.ai_read(&u, &c, small).await.unwrap().unwrap(),
+        entries(1..6),
+        "appended, then trimmed to the newest 5"
+    );
+    assert_eq!(
+        b.ai_read_append(&u, &c, entries(6..7), small, true)
+            .await
+            .unwrap()
+            .unwrap(),
+        entries(1..6),
+        "create changes nothing for a cached chat"
+    );
+}
+
+async fn read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write(
+    b: Arc<dyn CacheBackend>,
+) {
+    let u = user("frank");
+    let ttl = POLICY.ttl;
+    for c in ["f1", "f2", "f3"] {
+        b.ai_write(&u, &chat(c), WriteMode::Append, entries(0..2), POLICY)
+            .await
+            .unwrap();
+    }
+    b.embed_put(&chat("f1"), &embed("f1-only"), b"e".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.settings_put(&chat("f1"), "app:key", b"s".to_vec(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.ai_read_append(&u, &chat("f4"), entries(0..1), POLICY, false)
+            .await
+            .unwrap(),
+        None
+    );
+    assert!(
+        b.embed_get(&embed("f1-only")).await.unwrap().is_some(),
+        "a miss evicts nothing"
+    );
+    for c in ["f1", "f2", "f3"] {
+        assert_eq!(
+            b.ai_read(&u, &chat(c), POLICY).await.unwrap().unwrap(),
+            entries(0..2),
+            "{c} stays"
+        );
+    }
+    // f1 is the least recently used: creating f4 evicts it with its embed and settings.
+    b.ai_read_append(&u, &chat("f4"), entries(0..1), POLICY, true)
+        .await
+        .unwrap();
+    assert_eq!(b.ai_read(&u, &chat("f1"), POLICY).await.unwrap(), None);
+    assert_eq!(b.embed_get(&embed("f1-only")).await.unwrap(), None);
+    assert_eq!(b.settings_get(&chat("f1"), "app:key").await.unwrap(), None);
+    // A hit on f2 makes it the most recent: the next new chat evicts f3.
+    assert_eq!(
+        b.ai_read_append(&u, &chat("f2"), entries(2..3), POLICY, false)
+            .await
+            .unwrap()
+            .unwrap(),
+        entries(0..2)
+    );
+    let evicted = b
+        .ai_write(&u, &chat("f5"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(evicted, vec![chat("f3")]);
+    assert_eq!(
+        b.ai_read(&u, &chat("f2"), POLICY).await.unwrap().unwrap(),
+        entries(0..3)
+    );
+}
+
 async fn sync_cache_and_small_values(b: Arc<dyn CacheBackend>) {
     let (a, z) = (user("alice"), user("zed"));
     let ttl = Duration::from_secs(3600);
@@ -288,6 +398,8 @@ contract!(
     fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings,
     concurrent_writes_never_leave_more_than_the_limit,
     ai_delete_removes_the_chat_and_its_exclusive_data,
+    read_append_returns_the_list_before_and_appends_like_a_write,
+    read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write,
     sync_cache_and_small_values,
 );
 

@@ -248,3 +248,111 @@ async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
         200
     );
 }
+
+/// A cache hit is one Redis round trip: `prepare` reads the chat and appends the new
+/// message with a single script call (the commands inside it count in `commandstats` too,
+/// but only one EVALSHA reaches the server).
+#[tokio::test]
+async fn a_cache_hit_is_one_script_call() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use std::time::Duration;
+
+    use chatd::cache::ai::{AiCache, CachedMessage};
+    use chatd::cache::redis::RedisBackend;
+    use chatd::cache::{AiPolicy, CacheBackend};
+    use chatd::crypto::{Keyring, LocalKeyProvider, UserHash};
+    use chatd::history::{HistoryRequests, Prepared, prepare};
+    use chatd::session::turns::{Inbound, MessageOptions};
+    use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
+
+    let redis = RedisServer::start().await.unwrap();
+    let backend: Arc<dyn CacheBackend> =
+        Arc::new(RedisBackend::new(&redis.url(), Duration::from_secs(2)).unwrap());
+    let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([9u8; 32])));
+    let keyring = Arc::new(Keyring::new(
+        provider,
+        backend.clone(),
+        Duration::from_secs(60),
+    ));
+    let cache = AiCache::new(
+        backend,
+        keyring,
+        AiPolicy {
+            ttl: Duration::from_secs(3600),
+            max_messages: 10,
+            max_chats: 3,
+        },
+    );
+    let user = UserHash::of(&chatd::auth::UserId::parse("alice").unwrap());
+    let chat = ChatId::parse("c1").unwrap();
+    let seed: Vec<CachedMessage> = (0..4)
+        .map(|i| CachedMessage {
+            message_id: MessageId::parse(format!("h{i}")).unwrap(),
+            role: if i % 2 == 0 {
+                Role::User
+            } else {
+                Role::Assistant
+            },
+            content: format!("earlier message {i}"),
+            created_at: i,
+            category: None,
+            model_name: None,
+            token_count: Some(3),
+        })
+        .collect();
+    // Seeding also creates and caches the data key, so the hit needs no key lookup.
+    cache.replace(&user, &chat, &seed).await.unwrap();
+    let inbound = |id: &str, prior: u64| {
+        let frame = serde_json::json!({
+            "type": "chat_message_added",
+            "payload": {"chat_id": "c1", "message": {
+                "message_id": id, "role": "user", "content": "and now?", "created_at": 9,
+            }},
+        });
+        let Ok(ClientMessage::ChatMessageAdded(m)) = parse_client_message(&frame.to_string())
+        else {
+            panic!("test frame must parse")
+        };
+        Inbound {
+            options: MessageOptions::from_message(&m),
+            message: m.message,
+            embeds: m.embeds,
+            conn: 1,
+            prior_messages: prior,
+        }
+    };
+    let requests = HistoryRequests::default();
+    // The first hit also loads the script into Redis (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA).
+    let first = prepare(&cache, &requests, &user, &chat, &[inbound("m4", 4)])
+        .await
+        .unwrap();
+    assert!(matches!(first, Prepared::Ready(_)), "{first:?}");
+
+    redis.cli(&["CONFIG", "RESETSTAT"]).await.unwrap();
+    let prepared = prepare(&cache, &requests, &user, &chat, &[inbound("m5", 5)])
+        .await
+        .unwrap();
+    let stats = redis.cli(&["INFO", "commandstats"]).await.unwrap();
+
+    let Prepared::Ready(history) = prepared else {
+        panic!("expected a hit: {prepared:?}")
+    };
+    assert_eq!(history.len(), 6);
+    let calls: BTreeMap<&str, u64> = stats
+        .lines()
+        .filter_map(|l| {
+            let (name, rest) = l.strip_prefix("cmdstat_")?.split_once(":calls=")?;
+            Some((name, rest.split(',').next()?.parse().ok()?))
+        })
+        .collect();
+    assert_eq!(calls.get("evalsha"), Some(&1), "{stats}");
+    assert_eq!(
+        calls.get("lrange"),
+        Some(&1),
+        "one read, inside the script: {stats}"
+    );
+    for top_level in ["eval", "get", "set", "script|load", "multi", "exec"] {
+        assert!(!calls.contains_key(top_level), "{top_level}: {stats}");
+    }
+}

@@ -1,0 +1,166 @@
+//! `prepare` on a cache hit (one read-and-append) against the memory backend: a chat new
+//! to the cache is created, a miss on a chat with earlier messages writes nothing (so it
+//! evicts nothing), and a plain re-send of a cached message leaves it cached once.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_protocol::{ChatId, ClientMessage, HistoryReason, MessageId, Role, parse_client_message};
+
+use super::{HistoryRequests, Prepared, prepare};
+use crate::auth::UserId;
+use crate::cache::ai::{AiCache, CachedMessage, Loaded};
+use crate::cache::memory::MemoryBackend;
+use crate::cache::{AiPolicy, CacheBackend};
+use crate::crypto::{Keyring, LocalKeyProvider, UserHash};
+use crate::session::turns::{Inbound, MessageOptions};
+
+fn cache() -> AiCache {
+    let backend: Arc<dyn CacheBackend> = Arc::new(MemoryBackend::new(1000));
+    let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([5u8; 32])));
+    let keyring = Arc::new(Keyring::new(
+        provider,
+        backend.clone(),
+        Duration::from_secs(60),
+    ));
+    AiCache::new(
+        backend,
+        keyring,
+        AiPolicy {
+            ttl: Duration::from_secs(3600),
+            max_messages: 10,
+            max_chats: 3,
+        },
+    )
+}
+
+fn user() -> UserHash {
+    UserHash::of(&UserId::parse("alice").expect("valid user"))
+}
+
+fn chat(s: &str) -> ChatId {
+    ChatId::parse(s).expect("valid chat id")
+}
+
+fn inbound(chat: &str, id: &str, prior: u64) -> Inbound {
+    let frame = serde_json::json!({
+        "type": "chat_message_added",
+        "payload": {"chat_id": chat, "message": {
+            "message_id": id, "role": "user", "content": format!("text of {id}"), "created_at": 5,
+        }},
+    });
+    let Ok(ClientMessage::ChatMessageAdded(m)) = parse_client_message(&frame.to_string()) else {
+        panic!("test frame must parse")
+    };
+    Inbound {
+        options: MessageOptions::from_message(&m),
+        message: m.message,
+        embeds: m.embeds,
+        conn: 1,
+        prior_messages: prior,
+    }
+}
+
+fn cached(id: &str, role: Role) -> CachedMessage {
+    CachedMessage {
+        message_id: MessageId::parse(id).expect("valid message id"),
+        role,
+        content: format!("text of {id}"),
+        created_at: 1,
+        category: None,
+        model_name: None,
+        token_count: Some(3),
+    }
+}
+
+async fn ids(cache: &AiCache, chat: &ChatId) -> Option<Vec<String>> {
+    match cache.load(&user(), chat).await.expect("cache up") {
+        Loaded::Missing => None,
+        Loaded::Present { messages, failed } => {
+            assert_eq!(failed, 0);
+            Some(
+                messages
+                    .iter()
+                    .map(|m| m.message_id.as_str().to_string())
+                    .collect(),
+            )
+        }
+    }
+}
+
+#[tokio::test]
+async fn a_hit_appends_the_new_message_and_a_new_chat_is_created() {
+    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let c = chat("c1");
+    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m1", 0)])
+        .await
+        .expect("cache up");
+    let Prepared::Ready(history) = prepared else {
+        panic!("a new chat is served from nothing: {prepared:?}")
+    };
+    assert_eq!(history.len(), 1);
+    assert_eq!(ids(&cache, &c).await, Some(vec!["m1".to_string()]));
+
+    cache
+        .append(&u, &c, &[cached("a1", Role::Assistant)])
+        .await
+        .expect("cache up");
+    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m2", 2)])
+        .await
+        .expect("cache up");
+    let Prepared::Ready(history) = prepared else {
+        panic!("expected a hit: {prepared:?}")
+    };
+    assert_eq!(history.len(), 3);
+    assert_eq!(
+        ids(&cache, &c).await,
+        Some(vec!["m1".into(), "a1".into(), "m2".into()])
+    );
+}
+
+#[tokio::test]
+async fn a_plain_resend_of_a_cached_message_stays_cached_once() {
+    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let c = chat("c1");
+    let seed = [
+        cached("h0", Role::User),
+        cached("h1", Role::Assistant),
+        cached("m2", Role::User),
+    ];
+    cache.replace(&u, &c, &seed).await.expect("cache up");
+    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m2", 2)])
+        .await
+        .expect("cache up");
+    let Prepared::Ready(history) = prepared else {
+        panic!("expected a hit: {prepared:?}")
+    };
+    assert_eq!(history.len(), 3, "the model sees the message once");
+    assert_eq!(
+        ids(&cache, &c).await,
+        Some(vec!["h0".into(), "h1".into(), "m2".into()]),
+        "the cache holds it once"
+    );
+}
+
+#[tokio::test]
+async fn a_miss_with_earlier_messages_writes_nothing_and_evicts_nothing() {
+    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    for c in ["c1", "c2", "c3"] {
+        cache
+            .append(&u, &chat(c), &[cached("x", Role::User)])
+            .await
+            .expect("cache up");
+    }
+    let c4 = chat("c4");
+    let prepared = prepare(&cache, &requests, &u, &c4, &[inbound("c4", "m9", 4)])
+        .await
+        .expect("cache up");
+    let Prepared::NeedHistory(request) = prepared else {
+        panic!("expected a miss: {prepared:?}")
+    };
+    assert_eq!(request.reason, HistoryReason::CacheMiss);
+    assert_eq!(ids(&cache, &c4).await, None, "no partial chat");
+    for c in ["c1", "c2", "c3"] {
+        assert!(ids(&cache, &chat(c)).await.is_some(), "{c} stays");
+    }
+}
