@@ -279,9 +279,10 @@ async fn chatd_turn(
             {
                 model_selected = Some(now - start);
             }
+            // The wait before the first answer frame counts from the send, as for the floor
+            // (preprocessing and queueing are part of it).
             ServerMessage::AiTypingStarted(s) if s.chat_id == chat && typing.is_none() => {
                 typing = Some(now);
-                gaps.last = now;
             }
             ServerMessage::AiMessageUpdate(u) if u.chat_id == chat => {
                 if gaps.first.is_none() {

@@ -1,6 +1,7 @@
-//! A lean fake LLM for load: a real HTTP server speaking OpenAI streaming SSE with zero
-//! think time. *instant* streams all tokens as fast as possible; *paced* sends one token
-//! every `pace`. A request that forces a function (`tool_choice.function.name`, chatd's
+//! A lean fake LLM for load: a real HTTP server speaking OpenAI streaming SSE, with zero
+//! think time unless one is asked for (`think`: every answer, stage calls included, waits
+//! that long before its first byte, like a real model's time to first token). *instant*
+//! streams all tokens as fast as possible; *paced* sends one token every `pace`. A request that forces a function (`tool_choice.function.name`, chatd's
 //! preprocessing and postprocessing) gets a call of that function with arguments `{}`.
 //! Every token's SSE bytes are rendered once at start-up; nothing is recorded per request.
 
@@ -29,6 +30,8 @@ pub struct Script {
     pub mode: Mode,
     pub tokens: usize,
     pub pace: Duration,
+    /// Wait before the first byte of every answer.
+    pub think: Duration,
 }
 
 /// Tokens of the scripted answer: the first is a paragraph of its own (so a relay that
@@ -108,6 +111,9 @@ fn sse(body: Body) -> Response {
 }
 
 async fn completions(State(r): State<Arc<Rendered>>, body: Bytes) -> Response {
+    if !r.script.think.is_zero() {
+        tokio::time::sleep(r.script.think).await;
+    }
     let forced = serde_json::from_slice::<Request>(&body)
         .ok()
         .and_then(|q| match q.tool_choice {

@@ -107,6 +107,10 @@ enum Command {
         concurrency: Vec<usize>,
         #[arg(long, default_value_t = 48)]
         tokens: usize,
+        /// The fake LLM waits this long before the first byte of every answer (a real
+        /// model's time to first token); 0 = instant.
+        #[arg(long, default_value_t = 0)]
+        think_ms: u64,
     },
     /// Chats/s and tokens/s with an instant fake LLM.
     Stream {
@@ -218,6 +222,7 @@ fn main() -> anyhow::Result<()> {
                 turns,
                 concurrency,
                 tokens,
+                think_ms,
             } => {
                 ttft::run(
                     ttft::Params {
@@ -225,6 +230,7 @@ fn main() -> anyhow::Result<()> {
                         turns,
                         concurrency,
                         tokens,
+                        think: Duration::from_millis(think_ms),
                     },
                     &out,
                 )

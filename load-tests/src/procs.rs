@@ -58,6 +58,8 @@ impl Server {
             script.tokens.to_string(),
             "--pace-ms".into(),
             script.pace.as_millis().to_string(),
+            "--think-ms".into(),
+            script.think.as_millis().to_string(),
         ])
     }
 
@@ -145,6 +147,8 @@ pub enum ServeKind {
         tokens: usize,
         #[arg(long, default_value_t = 20)]
         pace_ms: u64,
+        #[arg(long, default_value_t = 0)]
+        think_ms: u64,
     },
     /// The floor relay.
     Floor {
@@ -173,11 +177,13 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
                 mode,
                 tokens,
                 pace_ms,
+                think_ms,
             } => {
                 let script = Script {
                     mode,
                     tokens,
                     pace: Duration::from_millis(pace_ms),
+                    think: Duration::from_millis(think_ms),
                 };
                 fake_llm::serve(script, any).await?
             }

@@ -38,6 +38,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         mode: Mode::Paced,
         tokens: p.tokens,
         pace: p.pace,
+        think: Duration::ZERO,
     })?;
     let mut results = serde_json::Map::new();
     let mut curves = Vec::new();

@@ -67,6 +67,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         mode: Mode::Instant,
         tokens: 8,
         pace: Duration::ZERO,
+        think: Duration::ZERO,
     })?;
     let mut results = serde_json::Map::new();
     let mut curves = Vec::new();

@@ -39,6 +39,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         mode: Mode::Instant,
         tokens: p.tokens,
         pace: Duration::ZERO,
+        think: Duration::ZERO,
     })?);
     let mut results = serde_json::Map::new();
     for (ki, kind) in p.kinds.iter().copied().enumerate() {

@@ -31,6 +31,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         mode: Mode::Instant,
         tokens: p.tokens,
         pace: Duration::ZERO,
+        think: Duration::ZERO,
     })?;
     report.line(format!(
         "stream: instant fake LLM, {}-token answers, {:?} per run",

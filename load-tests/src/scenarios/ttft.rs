@@ -22,6 +22,8 @@ pub struct Params {
     pub turns: usize,
     pub concurrency: Vec<usize>,
     pub tokens: usize,
+    /// The fake LLM's time to first byte (0: instant).
+    pub think: Duration,
 }
 
 const KINDS: [Kind; 3] = [Kind::Direct, Kind::Floor, Kind::Chatd];
@@ -30,19 +32,21 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
     let mut report = Report::new(
         "ttft",
         json!({"rounds": p.rounds, "turns_per_conn_per_round": p.turns,
-            "concurrency": p.concurrency, "tokens": p.tokens, "llm": "instant"}),
+            "concurrency": p.concurrency, "tokens": p.tokens, "llm": "instant",
+            "think_ms": p.think.as_millis() as u64}),
     );
     let servers = Servers::start(&Script {
         mode: Mode::Instant,
         tokens: p.tokens,
         pace: Duration::ZERO,
+        think: p.think,
     })?;
     let stall = Duration::from_secs(3600);
     let mut results = serde_json::Map::new();
     let mut cdf = Vec::new();
     report.line(format!(
-        "ttft: instant fake LLM, {} tokens; {} rounds x {} turns per target (at least 5 per connection)",
-        p.tokens, p.rounds, p.turns
+        "ttft: instant fake LLM (think time {:?}), {} tokens; {} rounds x {} turns per target (at least 5 per connection)",
+        p.think, p.tokens, p.rounds, p.turns
     ));
     for &c in &p.concurrency {
         let mut pools: Vec<Vec<Conn>> = Vec::new();
