@@ -1,6 +1,7 @@
 //! `prepare` on a cache hit (one read-and-append) against the memory backend: a chat new
 //! to the cache is created, a miss on a chat with earlier messages writes nothing (so it
-//! evicts nothing), and a plain re-send of a cached message leaves it cached once.
+//! evicts nothing), and a plain re-send of a cached message leaves it cached once; a re-sent
+//! history is cached uncounted (bounded by its length) while a hit's new message is counted.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -163,4 +164,71 @@ async fn a_miss_with_earlier_messages_writes_nothing_and_evicts_nothing() {
     for c in ["c1", "c2", "c3"] {
         assert!(ids(&cache, &chat(c)).await.is_some(), "{c} stays");
     }
+}
+
+#[tokio::test]
+async fn a_resent_history_is_cached_uncounted_and_a_new_message_counted() {
+    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let c = chat("c1");
+    let frame = serde_json::json!({
+        "type": "chat_message_added",
+        "payload": {"chat_id": "c1", "message": {
+            "message_id": "m3", "role": "user", "content": "and now?", "created_at": 5,
+            "message_history": [
+                {"message_id": "h1", "role": "user", "content": "an earlier question", "created_at": 1},
+                {"message_id": "h2", "role": "assistant", "content": "its answer", "created_at": 2},
+            ],
+        }},
+    });
+    let Ok(ClientMessage::ChatMessageAdded(m)) = parse_client_message(&frame.to_string()) else {
+        panic!("test frame must parse")
+    };
+    let resend = Inbound {
+        options: MessageOptions::from_message(&m),
+        message: m.message,
+        embeds: m.embeds,
+        conn: 1,
+        prior_messages: 2,
+    };
+    let prepared = prepare(&cache, &requests, &u, &c, &[resend])
+        .await
+        .expect("cache up");
+    let Prepared::Ready(history) = prepared else {
+        panic!("a re-send is served: {prepared:?}")
+    };
+    // Bounded by byte length, not counted on the turn's path.
+    assert_eq!(
+        history[0].tokens,
+        crate::pipeline::tokens::Tokens::AtMost("an earlier question".len() as u32)
+    );
+    let Loaded::Present { messages, .. } = cache.load(&u, &c).await.expect("cache up") else {
+        panic!("the re-sent history is cached")
+    };
+    let counts: Vec<(&str, Option<u32>)> = messages
+        .iter()
+        .map(|m| (m.message_id.as_str(), m.token_count))
+        .collect();
+    // The re-sent history uncounted; the message being answered (small) counted.
+    assert_eq!(
+        counts,
+        vec![
+            ("h1", None),
+            ("h2", None),
+            ("m3", Some(crate::pipeline::tokens::count("and now?")))
+        ]
+    );
+
+    // A later message on a hit is small and counted when cached.
+    prepare(&cache, &requests, &u, &c, &[inbound("c1", "m4", 3)])
+        .await
+        .expect("cache up");
+    let Loaded::Present { messages, .. } = cache.load(&u, &c).await.expect("cache up") else {
+        panic!("cached")
+    };
+    let last = messages.last().expect("m4 cached");
+    assert_eq!(last.message_id.as_str(), "m4");
+    assert_eq!(
+        last.token_count,
+        Some(crate::pipeline::tokens::count("text of m4"))
+    );
 }
