@@ -29,10 +29,14 @@ use turns::{Admission, CancelError, Inbound, MessageOptions};
 /// Longest user message accepted, in bytes.
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
 
+/// One connection's message handling. Cloning shares it (the sync worker holds a clone).
+#[derive(Clone)]
 pub struct Session {
     app: Arc<AppState>,
     device: Arc<Device>,
-    limiter: DefaultDirectRateLimiter,
+    limiter: Arc<DefaultDirectRateLimiter>,
+    /// Phased-sync requests waiting for this connection's sync worker (see `sync`).
+    syncs: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<chatd_protocol::PhasedSyncRequest>>>,
 }
 
 pub fn quota(rate: u32, burst: u32) -> Quota {
@@ -48,7 +52,8 @@ impl Session {
         Self {
             app,
             device,
-            limiter,
+            limiter: Arc::new(limiter),
+            syncs: Arc::default(),
         }
     }
 
@@ -150,7 +155,7 @@ impl Session {
             ClientMessage::StoreEmbed(m) => self.store_embed(*m).await,
             ClientMessage::StoreEmbedKeys(m) => self.store_embed_keys(m).await,
             ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
-            ClientMessage::PhasedSyncRequest(m) => self.phased_sync(*m).await,
+            ClientMessage::PhasedSyncRequest(m) => self.queue_sync(*m),
         }
     }
 

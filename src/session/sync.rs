@@ -7,12 +7,16 @@
 //! The sync cache holds phase 1's chats as client-encrypted blobs (1 h): the first blob is
 //! a header with the chat's `messages_v`, so a stale entry is never served. It is cleared
 //! after phase 3.
+//!
+//! Syncs run on a worker task of their own per connection (started at the first request,
+//! owned by the connections tracker, stopped when the connection closes), one after another,
+//! so the connection's read loop never waits for one.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chatd_protocol::{
     BackgroundMessageSync, ChatContent, ChatDetails, ChatId, ClientVersions, EmbedId, EmbedKey,
-    EncryptedMessage, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
+    EncryptedMessage, ErrorCode, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
     PhasedSyncComplete, PhasedSyncRequest, ServerMessage, StoredEmbed, SyncPhase,
 };
 use serde::{Deserialize, Serialize};
@@ -24,6 +28,8 @@ use crate::store::{ChatCursor, StoreError, hash_id};
 pub const CONTENT_BATCH: u32 = 10;
 /// Chats whose metadata phase 2 sends.
 pub const METADATA_LIMIT: u32 = 100;
+/// Sync requests a connection may have waiting behind the running one.
+const SYNC_QUEUE: usize = 4;
 
 #[derive(Serialize, Deserialize)]
 struct SyncHeader {
@@ -53,7 +59,45 @@ fn now() -> i64 {
 }
 
 impl Session {
-    pub(super) async fn phased_sync(&self, req: PhasedSyncRequest) {
+    /// Hands a sync to the connection's sync worker, so the read loop goes on (a message
+    /// sent during a long sync is answered at once). A connection's syncs run one after
+    /// another in the order asked; closing the connection stops them.
+    pub(super) fn queue_sync(&self, req: PhasedSyncRequest) {
+        let queue = self.syncs.get_or_init(|| {
+            let (tx, rx) = tokio::sync::mpsc::channel(SYNC_QUEUE);
+            self.app
+                .tasks
+                .connections
+                .spawn(self.clone().sync_worker(rx));
+            tx
+        });
+        if queue.try_send(req).is_err() {
+            self.error(
+                ErrorCode::RateLimited,
+                format!("{SYNC_QUEUE} syncs are already queued on this connection"),
+            );
+        }
+    }
+
+    async fn sync_worker(self, mut queue: tokio::sync::mpsc::Receiver<PhasedSyncRequest>) {
+        loop {
+            let req = tokio::select! {
+                biased;
+                _ = self.device.outbox.closing() => return,
+                req = queue.recv() => match req {
+                    Some(req) => req,
+                    None => return,
+                },
+            };
+            tokio::select! {
+                biased;
+                _ = self.device.outbox.closing() => return,
+                _ = self.phased_sync(req) => {}
+            }
+        }
+    }
+
+    async fn phased_sync(&self, req: PhasedSyncRequest) {
         if let Err(e) = self.run_sync(&req).await {
             self.store_failed(e, None, None);
             return;

@@ -269,3 +269,57 @@ async fn a_user_without_chats_and_a_bad_phase() {
     let again = sync(&mut ws, request(SyncPhase::Phase2)).await;
     assert_eq!(again.total, 0);
 }
+
+/// A sync runs beside the connection's read loop: while it waits on the store (a table lock
+/// held by the test), a message on the same connection is answered; the sync then finishes.
+#[tokio::test]
+async fn a_message_sent_during_a_slow_sync_is_answered_at_once() {
+    use sqlx::Connection;
+
+    let pg = Postgres::start().await.unwrap();
+    pg.create_database("slow_sync").await.unwrap();
+    let url = pg.url("slow_sync");
+    let app = spawn_app(|c| {
+        unlimited(c);
+        c.store.url = url.clone();
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-live").await;
+    // The chat is claimed before the lock: its next message needs no store query.
+    ws.send(&crate::support::user_message("chat-live", "m1", "hello"))
+        .await;
+    crate::support::collect_answer(&mut ws).await;
+
+    let mut locker = sqlx::PgConnection::connect(&url).await.unwrap();
+    sqlx::query("BEGIN").execute(&mut locker).await.unwrap();
+    sqlx::query("LOCK TABLE chats IN ACCESS EXCLUSIVE MODE")
+        .execute(&mut locker)
+        .await
+        .unwrap();
+
+    ws.send(&ClientMessage::PhasedSyncRequest(Box::new(request(
+        SyncPhase::All,
+    ))))
+    .await;
+    ws.send(&crate::support::user_message(
+        "chat-live",
+        "m2",
+        "still there?",
+    ))
+    .await;
+    let (frames, last) = crate::support::collect_answer(&mut ws).await;
+    assert!(last.is_final_chunk);
+    assert!(
+        !frames
+            .iter()
+            .any(|f| matches!(f, ServerMessage::PhasedSyncComplete(_))),
+        "the sync is still waiting on the store: {frames:?}"
+    );
+
+    sqlx::query("ROLLBACK").execute(&mut locker).await.unwrap();
+    ws.recv_until(|m| match m {
+        ServerMessage::PhasedSyncComplete(c) => Some(c.clone()),
+        _ => None,
+    })
+    .await;
+}
