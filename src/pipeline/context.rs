@@ -80,13 +80,11 @@ pub async fn main_request(
     );
     let budget = u64::from(plan.model.spec.context_window.saturating_sub(reserve));
     let fixed = fixed_cost(&system, &defs);
-    let bounds: Vec<u32> = history.iter().map(|h| h.tokens.bound()).collect();
+    let bounds = tokens::bounds(history);
     let counts = if fixed + total_cost(&bounds) <= budget {
         bounds
     } else {
-        let texts: Vec<&str> = history.iter().map(|h| h.content.as_str()).collect();
-        let known: Vec<tokens::Tokens> = history.iter().map(|h| h.tokens).collect();
-        tokens::exact(&texts, &known).await
+        tokens::exact(history).await
     };
     assemble(
         &plan.model.spec.name,
@@ -250,7 +248,7 @@ mod tests {
             entry(HistoryRole::Assistant, &long),
             entry(HistoryRole::User, "latest question"),
         ];
-        let counts: Vec<u32> = history.iter().map(|h| h.tokens.bound()).collect();
+        let counts = tokens::bounds(&history);
         let (req, dropped) = build_main_request(
             "m",
             "system".into(),

@@ -169,13 +169,11 @@ impl Stage<'_> {
     /// uncounted messages are counted first.
     async fn blocks(&self, history: &[HistoryEntry]) -> Vec<Vec<LlmMessage>> {
         let budget = self.config.preprocessing_block_tokens;
-        let bounds: u64 = history.iter().map(|h| u64::from(h.tokens.bound())).sum();
-        let counts: Vec<u32> = if bounds <= u64::from(budget) {
-            history.iter().map(|h| h.tokens.bound()).collect()
+        let bounds = tokens::bounds(history);
+        let counts = if bounds.iter().map(|&b| u64::from(b)).sum::<u64>() <= u64::from(budget) {
+            bounds
         } else {
-            let texts: Vec<&str> = history.iter().map(|h| h.content.as_str()).collect();
-            let known: Vec<tokens::Tokens> = history.iter().map(|h| h.tokens).collect();
-            tokens::exact(&texts, &known).await
+            tokens::exact(history).await
         };
         // Messages over the budget are split on paragraphs into several of the same role.
         let mut parts: Vec<(HistoryRole, String, u32)> = Vec::with_capacity(history.len());

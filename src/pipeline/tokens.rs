@@ -10,6 +10,8 @@
 
 use std::ops::Range;
 
+use super::{HistoryEntry, HistoryRole};
+
 use tiktoken_rs::tokenizer::Tokenizer;
 
 /// A BPE vocabulary family.
@@ -110,21 +112,25 @@ impl Tokens {
     }
 }
 
-/// Exact counts for `texts` whose `known` entry is `Counted`; the rest are counted (on the
-/// blocking pool when large).
-pub async fn exact(texts: &[&str], known: &[Tokens]) -> Vec<u32> {
-    let missing: Vec<String> = texts
+/// Each history message's upper bound (its count when known).
+pub fn bounds(history: &[HistoryEntry]) -> Vec<u32> {
+    history.iter().map(|h| h.tokens.bound()).collect()
+}
+
+/// Each history message's exact count: the uncounted ones are counted now (on the blocking
+/// pool when large).
+pub async fn exact(history: &[HistoryEntry]) -> Vec<u32> {
+    let missing: Vec<String> = history
         .iter()
-        .zip(known)
-        .filter(|(_, k)| matches!(k, Tokens::AtMost(_)))
-        .map(|(t, _)| t.to_string())
+        .filter(|h| matches!(h.tokens, Tokens::AtMost(_)))
+        .map(|h| h.content.clone())
         .collect();
     let mut counted = count_many(missing).await.into_iter();
-    known
+    history
         .iter()
-        .map(|k| match k {
-            Tokens::Counted(n) => *n,
-            Tokens::AtMost(bound) => counted.next().unwrap_or(*bound),
+        .map(|h| match h.tokens {
+            Tokens::Counted(n) => n,
+            Tokens::AtMost(bound) => counted.next().unwrap_or(bound),
         })
         .collect()
 }
@@ -196,12 +202,18 @@ mod tests {
         for t in texts {
             assert!(count(t) <= Tokens::of(t, None).bound(), "{t}");
         }
-        let known = [
-            Tokens::of(texts[0], None),
-            Tokens::of(texts[1], None),
-            Tokens::Counted(99),
+        let entry = |text: &str, tokens| HistoryEntry {
+            role: HistoryRole::User,
+            content: text.into(),
+            created_at: 0,
+            tokens,
+        };
+        let history = [
+            entry(texts[0], Tokens::of(texts[0], None)),
+            entry(texts[1], Tokens::of(texts[1], None)),
+            entry(texts[2], Tokens::Counted(99)),
         ];
-        let exact = exact(&texts, &known).await;
+        let exact = exact(&history).await;
         assert_eq!(exact, vec![count(texts[0]), count(texts[1]), 99]);
     }
 
