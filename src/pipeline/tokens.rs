@@ -10,7 +10,7 @@
 
 use std::ops::Range;
 
-use super::{HistoryEntry, HistoryRole};
+use super::HistoryEntry;
 
 use tiktoken_rs::tokenizer::Tokenizer;
 
@@ -190,6 +190,7 @@ pub fn split_text(text: &str, budget: u32) -> Vec<String> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::HistoryRole;
     use super::*;
 
     #[tokio::test]
