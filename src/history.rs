@@ -5,6 +5,8 @@
 //! re-sending its latest message with `message_history`. At most one round trip per
 //! message: a re-send without a usable history is a typed error, not another request.
 //! (The session checks a re-sent history's shape; this module decides what it means.)
+//! A hit reads the chat and appends the new message in one cache operation; a re-sent
+//! history is cached uncounted (its length bounds its tokens, see `pipeline::tokens`).
 
 pub mod embed_refs;
 #[cfg(test)]

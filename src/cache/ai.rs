@@ -1,5 +1,5 @@
 //! The AI inference cache as the pipeline sees it: a chat's messages (what the model needs,
-//! with token counts) and its embeds, each sealed with the owner's data key, stored through
+//! with token counts when known) and its embeds, each sealed with the owner's data key, stored through
 //! the [`CacheBackend`]. Every value is bound to its owner, its chat (or embed) and its
 //! purpose, so a value copied to another user's or chat's key does not open.
 

@@ -1,8 +1,10 @@
-//! The main model's request: the system prompt assembled from the instruction parts in
+//! The main model's request: [`MainPlan`] (what of preprocessing's decision shapes it), the
+//! system prompt assembled from the instruction parts in
 //! order (focus mode, base ethics, mate, apps, follow-up guidance, date/time and language,
 //! and a caution when preprocessing suspects prompt injection), then the history oldest
 //! first, trimmed to the model's context window (the oldest messages go first; the system
-//! prompt and the latest message always stay).
+//! prompt and the latest message always stay; tried with the token bounds first, exact
+//! counts only when the bounds overflow).
 
 use std::collections::HashMap;
 

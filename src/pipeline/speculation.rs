@@ -16,6 +16,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 
 use super::context::MainPlan;
+use super::models::Model;
 use crate::llm::{LlmError, LlmStream};
 
 /// Plans remembered per chat; a hint only, so the map is simply cleared when it grows past
@@ -39,8 +40,25 @@ impl Predictions {
         }
     }
 
-    pub fn get(&self, chat: &ChatId) -> Option<MainPlan> {
-        self.last.get(chat).map(|p| p.clone())
+    /// The plan to open the early call with: the chat's last one, taking what this turn
+    /// fixes already (a pinned model, the active focus mode), else `fallback()`.
+    pub fn guess(
+        &self,
+        chat: &ChatId,
+        pinned: Option<&Model>,
+        active_focus: Option<&str>,
+        fallback: impl FnOnce() -> MainPlan,
+    ) -> MainPlan {
+        let Some(mut plan) = self.last.get(chat).map(|p| p.clone()) else {
+            return fallback();
+        };
+        if let Some(m) = pinned {
+            plan.model = m.clone();
+        }
+        if active_focus.is_some() {
+            plan.focus_mode = active_focus.map(str::to_string);
+        }
+        plan
     }
 
     pub fn remember(&self, chat: &ChatId, plan: MainPlan) {

@@ -1,6 +1,6 @@
 //! Runs a chat's turns on the app's turn tracker: prepare the history (or ask the client
-//! for it), preprocess (steps, title, model; or refuse), stream the answer with its tool
-//! loop, repair broken links, seal it into the AI cache, emit the final frame, start
+//! for it), preprocess (steps, title, model; or refuse) while the likely main call is opened
+//! alongside ([`crate::pipeline::speculation`]), stream the answer with its tool loop, repair broken links, seal it into the AI cache, emit the final frame, start
 //! postprocessing ([`super::stages`]), then run the follow-up turn for messages queued meanwhile.
 
 use std::sync::Arc;
@@ -148,23 +148,13 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
     let guess = if app.config.pipeline.speculative_main_call {
-        let plan = match app.predictions.get(chat) {
-            // What this turn's options fix is known already: the pinned model, the focus mode.
-            Some(mut plan) => {
-                if let Some(m) = opts
-                    .pinned_model
-                    .as_deref()
-                    .and_then(|id| app.models.get(id))
-                {
-                    plan.model = m.clone();
-                }
-                if active_focus.is_some() {
-                    plan.focus_mode = active_focus.map(str::to_string);
-                }
-                plan
-            }
-            None => MainPlan::new(&stage.unremarkable(&input), active_focus, caution),
-        };
+        let pinned = opts
+            .pinned_model
+            .as_deref()
+            .and_then(|id| app.models.get(id));
+        let plan = app.predictions.guess(chat, pinned, active_focus, || {
+            MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
+        });
         let (request, dropped) = main_request(plan.clone()).await;
         Some((plan, request, dropped))
     } else {

@@ -1,5 +1,6 @@
 //! One socket's life: register the device, run the reader (which dispatches to the
-//! session) and the single writer (which drains the outbox), close with the right code,
+//! session) and the single writer (which drains the outbox, writing the frames queued at
+//! once with one flush), close with the right code,
 //! and finish the closing handshake by reading until the stream ends.
 
 use std::sync::Arc;
