@@ -7,19 +7,19 @@ use std::sync::Arc;
 use std::time::{Instant, SystemTime, UNIX_EPOCH};
 
 use chatd_protocol::{
-    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, Role, ServerMessage,
+    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, ServerMessage,
 };
-use tokio_util::sync::CancellationToken;
 
 use super::hub::Audience;
-use super::stages::{PostJob, now_rfc3339, reject, run_postprocessing, steps};
+use super::stages::{
+    PostJob, now_rfc3339, reject, remember_answer, repair_links, run_postprocessing, steps,
+};
 use super::turns::TurnTicket;
 use crate::app::AppState;
 use crate::auth::UserId;
-use crate::cache::ai::{CacheFault, CachedMessage};
+use crate::cache::ai::CacheFault;
 use crate::crypto::{KeyError, UserHash};
 use crate::history::{self, Prepared};
-use crate::links::AnswerLinks;
 use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::{AnswerStream, ParagraphHook};
@@ -29,7 +29,6 @@ use crate::pipeline::speculation;
 use crate::pipeline::tools::ToolRunner;
 use crate::pipeline::{
     HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing, context,
-    tokens,
 };
 
 pub fn spawn_turns(app: Arc<AppState>, user: UserId, chat: ChatId, ticket: TurnTicket) {
@@ -300,68 +299,6 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             app.tasks.turns_shutdown.clone(),
             job,
         ));
-    }
-}
-
-/// Replaces the answer's broken links once its checks are done: the corrected text goes
-/// out as one more `ai_message_update` and becomes the outcome's text (so the final frame
-/// and the AI cache carry it). Interrupted and refused answers are left as they are.
-async fn repair_links(
-    app: &AppState,
-    sink: &dyn TurnSink,
-    ctx: &TurnContext,
-    cancel: &CancellationToken,
-    links: AnswerLinks,
-    outcome: &mut TurnOutcome,
-) {
-    if outcome.interrupted.is_some() || outcome.rejection.is_some() || cancel.is_cancelled() {
-        return;
-    }
-    let Some(repair) = links.repair(&outcome.text, cancel).await else {
-        return;
-    };
-    let text: Arc<str> = Arc::from(repair.text);
-    sink.emit(
-        ctx,
-        TurnEvent::Chunk {
-            text: text.clone(),
-            sequence: outcome.sequence,
-        },
-    );
-    outcome.sequence += 1;
-    outcome.text = text;
-    if app.config.links.report_replaced {
-        outcome.replaced_links = repair.replaced;
-    }
-}
-
-/// Seals the answer (also a partial one) into the AI cache before the final frame, so the
-/// next message in the chat is a cache hit.
-async fn remember_answer(
-    app: &AppState,
-    user: &UserId,
-    owner: &UserHash,
-    ctx: &TurnContext,
-    text: &str,
-) {
-    let message_id = ctx.assistant_message_id();
-    let created_at = unix_now();
-    // The owner wrote this chat's first message, so this cannot be refused.
-    let _ = app
-        .chats
-        .record(user, &ctx.chat_id, &message_id, created_at);
-    let entry = CachedMessage {
-        message_id,
-        role: Role::Assistant,
-        content: text.to_string(),
-        created_at,
-        category: None,
-        model_name: Some(ctx.model_name.clone()),
-        token_count: Some(tokens::count_one(text).await),
-    };
-    if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
-        // The answer reached the user; the next turn falls back to request_chat_history.
-        tracing::warn!(error = %e, "could not cache the answer");
     }
 }
 

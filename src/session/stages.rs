@@ -1,5 +1,6 @@
 //! The pipeline stages' glue inside a turn: the `preprocessing_step` events, the polite
-//! refusal streamed instead of an answer, and postprocessing run after the final frame.
+//! refusal streamed instead of an answer, the link repair and the answer's sealing into the
+//! AI cache before the final frame, and postprocessing run after it.
 
 use std::sync::Arc;
 use std::time::SystemTime;
@@ -9,14 +10,21 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::hub::Hub;
+use super::runner::unix_now;
 use crate::app::AppState;
+use crate::auth::UserId;
+use crate::cache::ai::CachedMessage;
 use crate::config::PipelineConfig;
+use crate::crypto::UserHash;
+use crate::links::AnswerLinks;
 use crate::metrics::{Metrics, StageLabel};
 use crate::pipeline::function_call::StageError;
 use crate::pipeline::instructions::Instructions;
 use crate::pipeline::models::Model;
 use crate::pipeline::preprocess::{Preprocessed, step_data};
+use crate::pipeline::tokens;
 use crate::pipeline::{StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, postprocess};
+use chatd_protocol::Role;
 
 /// The `preprocessing_step` frames of a turn, in order.
 pub(super) fn steps(pre: &Preprocessed, first_message: bool, has_title: bool) -> Vec<StepEvent> {
@@ -137,4 +145,66 @@ pub(super) async fn run_postprocessing(
 
 pub(super) fn now_rfc3339() -> String {
     humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
+}
+
+/// Replaces the answer's broken links once its checks are done: the corrected text goes
+/// out as one more `ai_message_update` and becomes the outcome's text (so the final frame
+/// and the AI cache carry it). Interrupted and refused answers are left as they are.
+pub(super) async fn repair_links(
+    app: &AppState,
+    sink: &dyn TurnSink,
+    ctx: &TurnContext,
+    cancel: &CancellationToken,
+    links: AnswerLinks,
+    outcome: &mut TurnOutcome,
+) {
+    if outcome.interrupted.is_some() || outcome.rejection.is_some() || cancel.is_cancelled() {
+        return;
+    }
+    let Some(repair) = links.repair(&outcome.text, cancel).await else {
+        return;
+    };
+    let text: Arc<str> = Arc::from(repair.text);
+    sink.emit(
+        ctx,
+        TurnEvent::Chunk {
+            text: text.clone(),
+            sequence: outcome.sequence,
+        },
+    );
+    outcome.sequence += 1;
+    outcome.text = text;
+    if app.config.links.report_replaced {
+        outcome.replaced_links = repair.replaced;
+    }
+}
+
+/// Seals the answer (also a partial one) into the AI cache before the final frame, so the
+/// next message in the chat is a cache hit.
+pub(super) async fn remember_answer(
+    app: &AppState,
+    user: &UserId,
+    owner: &UserHash,
+    ctx: &TurnContext,
+    text: &str,
+) {
+    let message_id = ctx.assistant_message_id();
+    let created_at = unix_now();
+    // The owner wrote this chat's first message, so this cannot be refused.
+    let _ = app
+        .chats
+        .record(user, &ctx.chat_id, &message_id, created_at);
+    let entry = CachedMessage {
+        message_id,
+        role: Role::Assistant,
+        content: text.to_string(),
+        created_at,
+        category: None,
+        model_name: Some(ctx.model_name.clone()),
+        token_count: Some(tokens::count_one(text).await),
+    };
+    if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
+        // The answer reached the user; the next turn falls back to request_chat_history.
+        tracing::warn!(error = %e, "could not cache the answer");
+    }
 }
