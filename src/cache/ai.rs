@@ -324,15 +324,14 @@ impl AiCache {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::auth::UserId;
-    use crate::cache::memory::MemoryBackend;
-    use crate::crypto::LocalKeyProvider;
-
-    fn cache() -> AiCache {
-        let backend: Arc<dyn CacheBackend> = Arc::new(MemoryBackend::new(1000));
-        let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([7u8; 32])));
+impl AiCache {
+    /// A cache on the memory backend with local keys (3 chats per user), for unit tests.
+    pub(crate) fn in_memory(max_messages: usize) -> AiCache {
+        let backend: Arc<dyn CacheBackend> =
+            Arc::new(crate::cache::memory::MemoryBackend::new(1000));
+        let provider = Arc::new(crate::crypto::LocalKeyProvider::new(
+            zeroize::Zeroizing::new([7u8; 32]),
+        ));
         let keyring = Arc::new(Keyring::new(
             provider,
             backend.clone(),
@@ -343,10 +342,20 @@ mod tests {
             keyring,
             AiPolicy {
                 ttl: Duration::from_secs(3600),
-                max_messages: 3,
+                max_messages,
                 max_chats: 3,
             },
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::auth::UserId;
+
+    fn cache() -> AiCache {
+        AiCache::in_memory(3)
     }
 
     fn msg(i: i64) -> CachedMessage {

@@ -3,36 +3,16 @@
 //! evicts nothing), and a plain re-send of a cached message leaves it cached once; a re-sent
 //! history is cached uncounted (bounded by its length) while a hit's new message is counted.
 
-use std::sync::Arc;
-use std::time::Duration;
-
 use chatd_protocol::{ChatId, ClientMessage, HistoryReason, MessageId, Role, parse_client_message};
 
 use super::{HistoryRequests, Prepared, prepare};
 use crate::auth::UserId;
 use crate::cache::ai::{AiCache, CachedMessage, Loaded};
-use crate::cache::memory::MemoryBackend;
-use crate::cache::{AiPolicy, CacheBackend};
-use crate::crypto::{Keyring, LocalKeyProvider, UserHash};
+use crate::crypto::UserHash;
 use crate::session::turns::{Inbound, MessageOptions};
 
 fn cache() -> AiCache {
-    let backend: Arc<dyn CacheBackend> = Arc::new(MemoryBackend::new(1000));
-    let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([5u8; 32])));
-    let keyring = Arc::new(Keyring::new(
-        provider,
-        backend.clone(),
-        Duration::from_secs(60),
-    ));
-    AiCache::new(
-        backend,
-        keyring,
-        AiPolicy {
-            ttl: Duration::from_secs(3600),
-            max_messages: 10,
-            max_chats: 3,
-        },
-    )
+    AiCache::in_memory(10)
 }
 
 fn user() -> UserHash {
