@@ -7,8 +7,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
 use chatd_protocol::{
-    ChatId, ChatMessageAdded, ClientMessage, MessageId, PreprocessingStepKind, Role, ServerMessage,
-    UserMessage,
+    ChatId, ChatMessageAdded, ClientMessage, MessageId, PreprocessingStepKind, ServerMessage,
 };
 use eventsource_stream::Eventsource;
 use futures_util::{SinkExt, StreamExt};
@@ -230,28 +229,12 @@ async fn floor_turn(ws: &mut WebSocketStream<TcpStream>, n: u64) -> anyhow::Resu
 }
 
 pub fn chatd_message(conn: u64, n: u64) -> anyhow::Result<String> {
-    let msg = ClientMessage::ChatMessageAdded(Box::new(ChatMessageAdded {
-        chat_id: ChatId::parse(format!("load-{conn}-{n}"))?,
-        message: UserMessage {
-            message_id: MessageId::parse(format!("m-{conn}-{n}"))?,
-            role: Role::User,
-            content: "Hello, how are you today?".to_string(),
-            created_at: 1_700_000_000,
-            sender_name: None,
-            temp_id: None,
-            chat_has_title: false,
-            current_chat_title: None,
-            message_history: None,
-        },
-        embeds: Vec::new(),
-        pinned_model: None,
-        active_focus_id: None,
-        chat_summary: None,
-        chat_tags: Vec::new(),
-        app_settings_memories_metadata: Vec::new(),
-        connected_accounts: Vec::new(),
-        user_preferences: None,
-    }));
+    let msg = ClientMessage::ChatMessageAdded(Box::new(ChatMessageAdded::user(
+        ChatId::parse(format!("load-{conn}-{n}"))?,
+        MessageId::parse(format!("m-{conn}-{n}"))?,
+        "Hello, how are you today?".to_string(),
+        1_700_000_000,
+    )));
     Ok(serde_json::to_string(&msg)?)
 }
 

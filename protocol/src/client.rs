@@ -122,6 +122,34 @@ pub struct ChatMessageAdded {
     pub user_preferences: Option<UserPreferences>,
 }
 
+impl ChatMessageAdded {
+    /// A plain user message: no history, embeds, options or title.
+    pub fn user(chat_id: ChatId, message_id: MessageId, content: String, created_at: i64) -> Self {
+        Self {
+            chat_id,
+            message: UserMessage {
+                message_id,
+                role: Role::User,
+                content,
+                created_at,
+                sender_name: None,
+                temp_id: None,
+                chat_has_title: false,
+                current_chat_title: None,
+                message_history: None,
+            },
+            embeds: Vec::new(),
+            pinned_model: None,
+            active_focus_id: None,
+            chat_summary: None,
+            chat_tags: Vec::new(),
+            app_settings_memories_metadata: Vec::new(),
+            connected_accounts: Vec::new(),
+            user_preferences: None,
+        }
+    }
+}
+
 /// Per-user switches the client sends with a message.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct UserPreferences {

@@ -8,9 +8,7 @@ use std::time::Duration;
 use chatd::app::{App, AppState};
 use chatd::auth::{TokenKeys, UserId};
 use chatd::config::{Config, LlmProvider};
-use chatd_protocol::{
-    ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage, UserMessage,
-};
+use chatd_protocol::{ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage};
 use chatd_test_harness::ws_client::WsClient;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
@@ -134,28 +132,12 @@ pub fn set_active_chat(chat: Option<&str>) -> ClientMessage {
 }
 
 pub fn user_message(chat: &str, message_id: &str, content: &str) -> ClientMessage {
-    ClientMessage::ChatMessageAdded(Box::new(ChatMessageAdded {
-        chat_id: chat_id(chat),
-        message: UserMessage {
-            message_id: MessageId::parse(message_id).unwrap(),
-            role: Role::User,
-            content: content.to_string(),
-            created_at: 1_700_000_000,
-            sender_name: None,
-            temp_id: None,
-            chat_has_title: false,
-            current_chat_title: None,
-            message_history: None,
-        },
-        embeds: Vec::new(),
-        pinned_model: None,
-        active_focus_id: None,
-        chat_summary: None,
-        chat_tags: Vec::new(),
-        app_settings_memories_metadata: Vec::new(),
-        connected_accounts: Vec::new(),
-        user_preferences: None,
-    }))
+    ClientMessage::ChatMessageAdded(Box::new(ChatMessageAdded::user(
+        chat_id(chat),
+        MessageId::parse(message_id).unwrap(),
+        content.to_string(),
+        1_700_000_000,
+    )))
 }
 
 pub fn error_code(msg: &ServerMessage) -> Option<chatd_protocol::ErrorCode> {
