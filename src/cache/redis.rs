@@ -14,112 +14,8 @@ use redis::{Script, ScriptInvocation, Value};
 use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 use crate::crypto::UserHash;
 
-/// Lua shared by the AI scripts. `drop_chat` removes a chat's messages, its embeds that no
-/// chat in `keep` references, its embed index and its settings/memories entries.
-/// `append_and_evict` is the append of an AI write — KEYS: messages, lru; ARGV: (unused),
-/// ttl, max_messages, max_chats, score, user_hash, chat, entries... — it pushes the entries,
-/// trims, refreshes TTLs and recency and evicts the least recently used chats beyond
-/// max_chats, returning them.
-macro_rules! ai_lua {
-    () => {
-        r#"
-local function drop_chat(uh, c, keep)
-  redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
-  local idx = 'chat:' .. c .. ':embed_ids'
-  for _, e in ipairs(redis.call('SMEMBERS', idx)) do
-    local shared = false
-    for _, k in ipairs(keep) do
-      if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
-    end
-    if not shared then redis.call('DEL', 'embed:' .. e) end
-  end
-  redis.call('DEL', idx)
-  local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
-  for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
-    redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
-  end
-  redis.call('DEL', sidx)
-end
-
-local function append_and_evict()
-  local msgs, lru = KEYS[1], KEYS[2]
-  local ttl, maxm, maxc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local uh, chat = ARGV[6], ARGV[7]
-  for i = 8, #ARGV do redis.call('RPUSH', msgs, ARGV[i]) end
-  redis.call('LTRIM', msgs, -maxm, -1)
-  redis.call('EXPIRE', msgs, ttl)
-  redis.call('ZADD', lru, ARGV[5], chat)
-  redis.call('EXPIRE', lru, ttl)
-  local evicted = {}
-  local n = redis.call('ZCARD', lru)
-  if n > maxc then
-    local old = redis.call('ZRANGE', lru, 0, n - maxc - 1)
-    local keep = redis.call('ZRANGE', lru, n - maxc, -1)
-    for _, c in ipairs(old) do
-      drop_chat(uh, c, keep)
-      redis.call('ZREM', lru, c)
-      table.insert(evicted, c)
-    end
-  end
-  return evicted
-end
-"#
-    };
-}
-
-/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_hash, chat, entries...
-const AI_WRITE: &str = concat!(
-    ai_lua!(),
-    r#"
-if ARGV[1] == 'replace' then redis.call('DEL', KEYS[1]) end
-return append_and_evict()
-"#
-);
-
-/// KEYS and ARGV as [`AI_WRITE`], mode `create` or `existing`. Returns the chat's list as it
-/// was (false if absent), then appends like `AI_WRITE`; an absent chat is written only
-/// in mode `create`.
-const AI_READ_APPEND: &str = concat!(
-    ai_lua!(),
-    r#"
-local prior = redis.call('LRANGE', KEYS[1], 0, -1)
-if #prior == 0 then
-  -- Redis holds no empty lists: the chat is not cached.
-  if ARGV[1] ~= 'create' then return false end
-  prior = false
-end
-append_and_evict()
-return prior
-"#
-);
-
-/// KEYS: lru. ARGV: user_hash, chat. Removes one chat like an eviction.
-const AI_DELETE: &str = concat!(
-    ai_lua!(),
-    r#"
-local lru, uh, c = KEYS[1], ARGV[1], ARGV[2]
-redis.call('ZREM', lru, c)
-drop_chat(uh, c, redis.call('ZRANGE', lru, 0, -1))
-return 1
-"#
-);
-
-/// KEYS: messages, lru. ARGV: ttl, score, chat. Reads a chat and refreshes TTL and recency.
-const AI_READ: &str = r#"
-if redis.call('EXISTS', KEYS[1]) == 0 then return false end
-redis.call('EXPIRE', KEYS[1], ARGV[1])
-redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
-return redis.call('LRANGE', KEYS[1], 0, -1)
-"#;
-
-/// KEYS: sync index. ARGV: user_hash.
-const SYNC_CLEAR: &str = r#"
-for _, c in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  redis.call('DEL', 'user:' .. ARGV[1] .. ':chat:' .. c .. ':messages:sync')
-end
-redis.call('DEL', KEYS[1])
-return 1
-"#;
+mod scripts;
+use scripts::{AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, SYNC_CLEAR};
 
 pub struct RedisBackend {
     conn: ConnectionManager,
@@ -209,7 +105,7 @@ fn bytes_list(v: Value) -> Result<Option<Vec<Vec<u8>>>, CacheError> {
     }
 }
 
-/// The arguments of the AI write scripts (see [`AI_WRITE`]).
+/// The arguments of the AI write scripts (see [`scripts::AI_WRITE`]).
 fn ai_write_invocation<'s>(
     script: &'s Script,
     mode: &str,
