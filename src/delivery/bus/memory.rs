@@ -1,0 +1,1 @@
+//! The bus between nodes inside one process. To be written.

@@ -1,0 +1,1 @@
+//! The bus on Redis pub/sub. To be written.

@@ -1,0 +1,203 @@
+//! The shared record of running turns, as opaque bytes the caller sealed: who runs each
+//! chat's turn (a lease with a generation that fences a stale owner), the messages queued
+//! behind it, cancel requests, and each turn's frame log (for resume and offline delivery).
+//!
+//! Two implementations: [`memory`] (embedded mode: one process) and [`redis`] (cluster
+//! mode: one Redis server or a Redis Cluster; every key of a chat carries the hash tag
+//! `{c:<chat id>}`, a task's lookup key `{t:<task id>}`, so each atomic step touches one
+//! slot). One contract suite, `tests/it/turn_store_contract.rs`, runs against both.
+//!
+//! Nothing here seals or opens: values arrive sealed (user messages, frames) and leave as
+//! they came. Nothing here knows the wire protocol.
+
+pub mod memory;
+pub mod redis;
+
+use std::time::Duration;
+
+use chatd_protocol::{ChatId, MessageId, TaskId};
+use futures_util::future::BoxFuture;
+
+use crate::crypto::UserHash;
+use crate::ids::NodeId;
+
+/// Who runs a chat's turn, and for whom.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Lease {
+    pub chat: ChatId,
+    pub task: TaskId,
+    /// The newest user message the turn answers.
+    pub message: MessageId,
+    /// Grows on every start, hand-over and take-over of the chat; a renewal or a log
+    /// append under an older generation is refused with [`TurnStoreError::Fenced`].
+    pub generation: u64,
+    pub node: NodeId,
+    /// The user whose chat it is.
+    pub owner: UserHash,
+}
+
+/// A message that starts a turn or waits for one.
+#[derive(Debug, Clone)]
+pub struct Admit<'a> {
+    pub chat: &'a ChatId,
+    pub owner: &'a UserHash,
+    /// The task id the turn gets if it starts now.
+    pub task: &'a TaskId,
+    pub node: &'a NodeId,
+    pub message: &'a MessageId,
+    /// The sealed message, kept only when it has to wait.
+    pub value: Vec<u8>,
+    /// How long the lease lasts without renewal.
+    pub lease: Duration,
+    pub max_queue: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Admitted {
+    /// No live lease: the caller's node now runs `task` under this lease (the message
+    /// is not stored).
+    Started(Lease),
+    /// A turn runs: the message waits in the chat's queue. A message id already queued
+    /// is replaced in place (a re-send with history).
+    Queued { active: Lease },
+    /// A turn runs and its queue is full; nothing was stored.
+    QueueFull { active: Lease },
+}
+
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Finished {
+    /// Messages were queued: all of them (oldest first) belong to the next turn, which
+    /// runs on the same node under `lease` (new task, next generation, fresh lease).
+    Next { lease: Lease, queued: Vec<Vec<u8>> },
+    /// Nothing was queued: the chat is free.
+    Free,
+}
+
+/// Why someone asked the running turn to stop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CancelReason {
+    /// `cancel_ai_task` from one of the owner's devices.
+    Revoked,
+    /// The chat was deleted: the turn must write nothing back.
+    ChatDeleted,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Renewed {
+    /// A cancel request recorded for this task (read on every renewal).
+    pub cancel: Option<CancelReason>,
+}
+
+/// A turn's log read after a position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LogRead {
+    /// `(index, value)` in order; indexes start at 1 and are never reused.
+    pub entries: Vec<(u64, Vec<u8>)>,
+    /// The smallest index the log still holds (entries before it were trimmed); `None`
+    /// when the log holds no entries.
+    pub first: Option<u64>,
+    /// The index of the newest entry ever appended (0 when none).
+    pub last: u64,
+    /// [`TurnStore::log_end`] was called: no entry will follow.
+    pub ended: bool,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TurnStoreError {
+    /// The lease (or the log) belongs to a newer generation: the caller lost its turn.
+    #[error("the turn belongs to a newer generation")]
+    Fenced,
+    #[error("turn store unavailable: {0}")]
+    Unavailable(String),
+    #[error("turn store did not answer within {0:?}")]
+    Timeout(Duration),
+    #[error("turn store answered something unexpected: {0}")]
+    Protocol(String),
+}
+
+pub trait TurnStore: Send + Sync {
+    /// In one atomic step: starts the turn when the chat has no live lease, otherwise
+    /// queues the message (or refuses it when the queue is full).
+    fn admit<'a>(&'a self, req: Admit<'a>) -> BoxFuture<'a, Result<Admitted, TurnStoreError>>;
+
+    /// Extends a running turn's lease by `ttl`; `Fenced` when the lease expired or moved
+    /// to another generation. Reports a recorded cancel request.
+    fn renew<'a>(
+        &'a self,
+        lease: &'a Lease,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Renewed, TurnStoreError>>;
+
+    /// Ends the running turn: hands the queued messages to the next turn (`next`, same
+    /// node, next generation, lease of `ttl`) or frees the chat. `Fenced` when `lease` is
+    /// no longer the chat's lease.
+    fn finish<'a>(
+        &'a self,
+        lease: &'a Lease,
+        next: &'a TaskId,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Finished, TurnStoreError>>;
+
+    /// The chat's live lease.
+    fn active<'a>(&'a self, chat: &'a ChatId)
+    -> BoxFuture<'a, Result<Option<Lease>, TurnStoreError>>;
+
+    /// The live lease of a task (what `cancel_ai_task` names).
+    fn find_task<'a>(
+        &'a self,
+        task: &'a TaskId,
+    ) -> BoxFuture<'a, Result<Option<Lease>, TurnStoreError>>;
+
+    /// Records a cancel request for the lease's task, seen by its next renewal (kept
+    /// for `ttl`). A `ChatDeleted` request also drops the chat's queue.
+    fn request_cancel<'a>(
+        &'a self,
+        lease: &'a Lease,
+        reason: CancelReason,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
+
+    /// Leases whose time ran out (their node stopped renewing), at most `limit`: each is
+    /// moved to `node` with the next generation (same task, lease of `ttl`) and its task's
+    /// log is fenced to that generation, so exactly one node ends each lost turn.
+    fn take_over_expired<'a>(
+        &'a self,
+        node: &'a NodeId,
+        ttl: Duration,
+        limit: usize,
+    ) -> BoxFuture<'a, Result<Vec<Lease>, TurnStoreError>>;
+
+    /// Appends one entry to the log of `(chat, task)` and returns its index (1, 2, …).
+    /// Refused with `Fenced` when the log is fenced to a newer generation than
+    /// `generation`, or was ended. Keeps at most `max_len` entries (the oldest go first)
+    /// and expires `keep` after the newest append.
+    fn log_append<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        generation: u64,
+        entry: Vec<u8>,
+        max_len: usize,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<u64, TurnStoreError>>;
+
+    /// The entries after index `after`; `None` when the log does not exist (never
+    /// written, or expired).
+    fn log_read<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        after: u64,
+    ) -> BoxFuture<'a, Result<Option<LogRead>, TurnStoreError>>;
+
+    /// Marks the log ended (no appends after this) and lets it expire `keep` from now.
+    fn log_end<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
+
+    /// Reachability for `/readyz`.
+    fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>>;
+}

@@ -1,0 +1,1 @@
+//! The turn store in process (embedded mode). To be written.

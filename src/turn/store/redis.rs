@@ -1,0 +1,1 @@
+//! The turn store on Redis (cluster mode). To be written.
