@@ -6,12 +6,11 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 
 use axum::serve::ListenerExt;
-use governor::DefaultKeyedRateLimiter;
 use tokio::net::TcpListener;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{TokenKeys, UserId};
+use crate::auth::TokenKeys;
 use crate::cache::ai::AiCache;
 use crate::cache::memory::MemoryBackend;
 use crate::cache::redis::RedisBackend;
@@ -19,6 +18,7 @@ use crate::cache::{AiPolicy, CacheBackend, CacheError};
 use crate::chats::Chats;
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
+use crate::delivery::Hub;
 use crate::history::HistoryRequests;
 use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
@@ -26,65 +26,11 @@ use crate::metrics::Metrics;
 use crate::pipeline::instructions::{Instructions, InstructionsError};
 use crate::pipeline::models::Models;
 use crate::pipeline::speculation::Predictions;
-use crate::session::hub::Hub;
 use crate::session::quota;
-use crate::session::turns::Turns;
 use crate::skills::{Skills, SkillsError};
-use crate::store::{Store, StoreError};
-
-/// Owners of every spawned task, in two groups shut down in order: turns first (so their
-/// final frames still reach open sockets), then connections.
-pub struct Tasks {
-    pub turns: TaskTracker,
-    pub turns_shutdown: CancellationToken,
-    pub connections: TaskTracker,
-    pub connections_shutdown: CancellationToken,
-}
-
-/// State shared by every connection and turn.
-pub struct AppState {
-    pub config: Config,
-    pub keys: TokenKeys,
-    pub metrics: Arc<Metrics>,
-    pub hub: Arc<Hub>,
-    pub chats: Chats,
-    /// Each chat's last main-call plan, the guess of its next speculative main call.
-    pub predictions: Predictions,
-    pub turns: Turns,
-    /// The sealed AI cache (messages and embeds) over the configured backend and keys.
-    pub ai_cache: AiCache,
-    pub history_requests: HistoryRequests,
-    /// Prompts and function definitions (`config/instructions.yml`).
-    pub instructions: Arc<Instructions>,
-    /// The model catalog and each stage's default model.
-    pub models: Models,
-    /// The skills the main model may call (the pipeline's tool runner).
-    pub skills: Arc<Skills>,
-    /// Background link validation of answers; `None` when `links.enabled` is off.
-    pub links: Option<Arc<LinkChecker>>,
-    /// Per-user message rate across all of a user's devices.
-    pub user_limiter: DefaultKeyedRateLimiter<UserId>,
-    pub tasks: Tasks,
-    /// The permanent store of client-encrypted chats (`store.url`).
-    pub store: Arc<dyn Store>,
-}
-
-impl AppState {
-    /// Each dependency's reachability, for `/readyz`.
-    pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        let (cache, keys, store) = tokio::join!(
-            self.ai_cache.backend().ping(),
-            self.ai_cache.keyring().provider().check(),
-            self.store.ping()
-        );
-        vec![
-            ("llm", Ok(())),
-            ("cache", cache.map_err(|e| e.to_string())),
-            ("keys", keys.map_err(|e| e.to_string())),
-            ("store", store.map_err(|e| e.to_string())),
-        ]
-    }
-}
+use crate::state::{AppState, Tasks};
+use crate::store::StoreError;
+use crate::turn::{TurnDeps, Turns};
 
 #[derive(Debug, thiserror::Error)]
 pub enum BuildError {
@@ -209,7 +155,6 @@ impl App {
         let turn_tasks = TaskTracker::new();
         let skills = Arc::new(Skills::load(
             &config.skills,
-            hub.clone(),
             ai_cache.clone(),
             models.preprocessing(),
             turn_tasks.clone(),
@@ -227,19 +172,27 @@ impl App {
             )?)),
             false => None,
         };
-        let state = Arc::new(AppState {
-            keys,
-            metrics,
-            hub,
-            chats: Chats::default(),
-            predictions: Predictions::default(),
-            turns: Turns::default(),
+        let turn = Arc::new(TurnDeps {
+            pipeline: config.pipeline.clone(),
+            report_replaced_links: config.links.report_replaced,
             ai_cache,
             history_requests: HistoryRequests::default(),
             instructions,
             models,
+            predictions: Predictions::default(),
             skills,
             links,
+            metrics: metrics.clone(),
+            hub,
+            turns: Turns::default(),
+            tasks: turn_tasks.clone(),
+            shutdown: turns_shutdown.clone(),
+        });
+        let state = Arc::new(AppState {
+            keys,
+            metrics,
+            chats: Chats::default(),
+            turn,
             user_limiter,
             tasks: Tasks {
                 turns: turn_tasks,

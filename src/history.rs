@@ -22,7 +22,7 @@ use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded};
 use crate::crypto::UserHash;
 use crate::pipeline::tokens::{self, Tokens};
 use crate::pipeline::{HistoryEntry, HistoryRole};
-use crate::session::turns::Inbound;
+use crate::turn::Inbound;
 
 /// What a turn can do next.
 #[derive(Debug)]

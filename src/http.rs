@@ -10,7 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::get;
 use serde_json::json;
 
-use crate::app::AppState;
+use crate::state::AppState;
 
 pub fn router(app: Arc<AppState>) -> Router {
     Router::new()
@@ -53,7 +53,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let calls = app.ai_cache.keyring().provider().calls();
+    let calls = app.turn.ai_cache.keyring().provider().calls();
     app.metrics
         .key_service_calls
         .set(i64::try_from(calls).unwrap_or(i64::MAX));

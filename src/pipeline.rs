@@ -80,8 +80,6 @@ pub enum TurnError {
 #[derive(Debug, Clone)]
 pub struct TurnOutcome {
     pub text: Arc<str>,
-    /// Sequence number of the final frame (one past the last chunk).
-    pub sequence: u64,
     pub interrupted: Option<Interruption>,
     pub error: Option<TurnError>,
     pub usage: Option<Usage>,
@@ -100,7 +98,6 @@ impl Default for TurnOutcome {
     fn default() -> Self {
         Self {
             text: Arc::from(""),
-            sequence: 1,
             interrupted: None,
             error: None,
             usage: None,
@@ -167,23 +164,30 @@ pub struct EmbedEvent {
 }
 
 /// Progress of a turn, in order: `Step`s, `Typing`, `Chunk`s interleaved with skill
-/// `Embed`/`Skill` events, one `Finished`, then possibly `PostProcessed`.
+/// `Embed`/`Skill` events, one `Finished`, then possibly `PostProcessed` (and, from a slow
+/// skill, `FollowUp`).
 #[derive(Debug, Clone)]
 pub enum TurnEvent {
     Step(StepEvent),
     Typing(Typing),
-    /// A completed paragraph: `text` is the whole answer so far (cumulative).
+    /// A completed paragraph: `text` is the whole answer so far (cumulative). The
+    /// turn's writer numbers it.
     Chunk {
         text: Arc<str>,
-        sequence: u64,
     },
     Finished(TurnOutcome),
     PostProcessed(PostProcessed),
     Skill(SkillEvent),
     Embed(EmbedEvent),
+    /// A skill's result arrived after the answer ended: it is delivered as a message of
+    /// its own (the automatic follow-up), answered in the chat like a turn.
+    FollowUp {
+        text: Arc<str>,
+    },
 }
 
-/// Where a turn reports its events (implemented by the session hub).
+/// Where a turn reports its events: the turn's one writer (`crate::turn::writer`), which
+/// numbers, logs and delivers them. Skills get the same sink for their events.
 pub trait TurnSink: Send + Sync {
     fn emit(&self, ctx: &TurnContext, event: TurnEvent);
 }

@@ -2,13 +2,8 @@
 //! [`ClientMessage`] with ownership checks. Bad input becomes a typed `error` frame and the
 //! connection stays usable.
 
-pub mod events;
-pub mod hub;
 mod persist;
-pub mod runner;
-mod stages;
 mod sync;
-pub mod turns;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -20,11 +15,11 @@ use chatd_protocol::{
 };
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use crate::app::AppState;
+use crate::delivery::{Audience, Device};
 use crate::metrics::TypeLabel;
 use crate::skills::CancelRefused;
-use hub::{Audience, Device};
-use turns::{Admission, CancelError, Inbound, MessageOptions};
+use crate::state::AppState;
+use crate::turn::{self, Admission, CancelError, Inbound, MessageOptions};
 
 /// Longest user message accepted, in bytes.
 const MAX_CONTENT_BYTES: usize = 256 * 1024;
@@ -63,6 +58,14 @@ impl Session {
 
     fn reply(&self, msg: ServerMessage) {
         self.device.send(&msg);
+    }
+
+    /// Sends to the user's devices on this node.
+    fn broadcast(&self, audience: Audience, msg: &ServerMessage) {
+        self.app
+            .turn
+            .hub
+            .send(&self.device.user_hash, &audience, msg);
     }
 
     fn error(&self, code: ErrorCode, message: impl Into<String>) {
@@ -220,7 +223,7 @@ impl Session {
             new_messages_v: appended.messages_v,
             new_last_edited_overall_timestamp: appended.last_edited,
         });
-        self.app.hub.send(user, Audience::All, &confirmed);
+        self.broadcast(Audience::All, &confirmed);
         if appended.is_new {
             let new = ServerMessage::NewChatMessage(NewChatMessage {
                 chat_id: m.chat_id.clone(),
@@ -232,9 +235,7 @@ impl Session {
                 messages_v: appended.messages_v,
                 last_edited_overall_timestamp: appended.last_edited,
             });
-            self.app
-                .hub
-                .send(user, Audience::AllExcept(self.device.conn_id), &new);
+            self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
         }
         let message_id = msg.message_id.clone();
         let inbound = Inbound {
@@ -244,7 +245,7 @@ impl Session {
             prior_messages: appended.prior,
             options,
         };
-        let admission = self.app.turns.admit(
+        let admission = self.app.turn.turns.admit(
             user,
             &m.chat_id,
             inbound,
@@ -253,7 +254,7 @@ impl Session {
         );
         match admission {
             Admission::Start(ticket) => {
-                runner::spawn_turns(self.app.clone(), user.clone(), m.chat_id, ticket)
+                turn::spawn(self.app.turn.clone(), user.clone(), m.chat_id, ticket)
             }
             Admission::Queued { active_task_id } => {
                 self.reply(ServerMessage::MessageQueued(MessageQueued {
@@ -276,22 +277,16 @@ impl Session {
         }
     }
 
-    /// Stops the owner's running skill; the flag also goes to the cache backend (1 h) so
-    /// every node sees it.
+    /// Stops the owner's running skill.
     fn cancel_skill(&self, m: chatd_protocol::CancelSkill) {
         match self
             .app
+            .turn
             .skills
             .cancels()
             .cancel(&self.device.user, &m.skill_task_id)
         {
             Ok(embed_id) => {
-                let skills = self.app.skills.clone();
-                let id = m.skill_task_id.clone();
-                self.app
-                    .tasks
-                    .turns
-                    .spawn(async move { skills.flag_cancelled(&id).await });
                 self.reply(ServerMessage::SkillCancelRequested(
                     chatd_protocol::SkillCancelRequested {
                         skill_task_id: m.skill_task_id,
@@ -310,7 +305,7 @@ impl Session {
     }
 
     fn cancel_ai_task(&self, m: CancelAiTask) {
-        match self.app.turns.cancel(&self.device.user, &m.task_id) {
+        match self.app.turn.turns.cancel(&self.device.user, &m.task_id) {
             Ok(()) => self.reply(ServerMessage::AiTaskCancelRequested(
                 AiTaskCancelRequested {
                     task_id: m.task_id,

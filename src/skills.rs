@@ -54,7 +54,6 @@ pub struct Skill {
 pub struct Deps {
     pub config: SkillsConfig,
     pub http: reqwest::Client,
-    pub sink: Arc<dyn TurnSink>,
     pub cache: AiCache,
     pub detector: Detector,
     pub cancels: SkillCancels,
@@ -124,7 +123,6 @@ impl Skills {
     /// detector prompt; `detector_model` runs the prompt-injection check.
     pub fn load(
         config: &SkillsConfig,
-        sink: Arc<dyn TurnSink>,
         cache: AiCache,
         detector_model: Model,
         tasks: tokio_util::task::TaskTracker,
@@ -141,7 +139,6 @@ impl Skills {
             deps: Arc::new(Deps {
                 config: config.clone(),
                 http,
-                sink,
                 cache,
                 detector: Detector {
                     model: detector_model,
@@ -156,24 +153,6 @@ impl Skills {
 
     pub fn cancels(&self) -> &SkillCancels {
         &self.deps.cancels
-    }
-
-    /// Writes the shared cancel flag (1 h) so every node sees it.
-    pub async fn flag_cancelled(&self, id: &SkillTaskId) {
-        let key = runner::cancel_key(id);
-        if let Err(e) = self
-            .deps
-            .cache
-            .backend()
-            .kv_put(
-                &key,
-                b"cancelled".to_vec(),
-                std::time::Duration::from_secs(3600),
-            )
-            .await
-        {
-            tracing::warn!(error = %e, "could not write the skill cancel flag");
-        }
     }
 
     fn find(&self, id: &str) -> Option<&Arc<Skill>> {
@@ -255,6 +234,7 @@ impl ToolRunner for Skills {
         &self,
         call: ToolCall,
         ctx: &TurnContext,
+        sink: &Arc<dyn TurnSink>,
         cancel: CancellationToken,
     ) -> PreparedCall {
         let Some(skill) = self.find(&call.name).cloned() else {
@@ -281,6 +261,7 @@ impl ToolRunner for Skills {
         let invocation = Invocation {
             skill,
             deps: self.deps.clone(),
+            sink: sink.clone(),
             ctx: ctx.clone(),
             skill_task_id: SkillTaskId::random(),
             embed_id: EmbedId::random(),
@@ -296,7 +277,7 @@ impl ToolRunner for Skills {
         );
         // The placeholder and the `processing` status go out now, before the reference
         // block is streamed; the placeholder is cached when the call starts.
-        self.deps.sink.emit(
+        sink.emit(
             ctx,
             crate::pipeline::TurnEvent::Embed(invocation.placeholder()),
         );

@@ -2,7 +2,6 @@
 //! upgrade (401/403 as plain HTTP), socket limits, then the connection loop.
 
 pub mod connection;
-pub mod outbox;
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -11,8 +10,8 @@ use axum::extract::{Query, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::app::AppState;
 use crate::auth::{AuthError, token_from_request};
+use crate::state::AppState;
 
 pub async fn upgrade(
     State(app): State<Arc<AppState>>,

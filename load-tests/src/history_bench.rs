@@ -16,7 +16,7 @@ use chatd::config::{CacheBackendKind, Config, KeyProviderKind};
 use chatd::crypto::{Keyring, UserHash};
 use chatd::history::{self, HistoryRequests, Prepared};
 use chatd::pipeline::{context, tokens};
-use chatd::session::turns::{Inbound, MessageOptions};
+use chatd::turn::{Inbound, MessageOptions};
 use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
 use chatd_test_harness::openbao::OpenBao;
 use chatd_test_harness::redis::RedisServer;

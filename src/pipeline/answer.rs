@@ -1,5 +1,5 @@
-//! Main processing: the streamed model answer turned into paragraph chunks with strictly
-//! increasing sequence numbers, with the tool loop: when the model calls tools, the calls run
+//! Main processing: the streamed model answer turned into paragraph chunks (cumulative
+//! text; the turn's writer numbers them), with the tool loop: when the model calls tools, the calls run
 //! concurrently, their results go back to the model and the answer continues in the same
 //! cumulative text; at most `max_rounds` model calls, the last one told to answer without
 //! tools. Cancellation drops the provider stream at once (for HTTP providers that closes the
@@ -40,7 +40,7 @@ pub trait ParagraphHook: Send + Sync {
 
 pub struct AnswerStream<'a> {
     pub llm: &'a dyn LlmClient,
-    pub sink: &'a dyn TurnSink,
+    pub sink: &'a Arc<dyn TurnSink>,
     pub ctx: &'a TurnContext,
     pub cancel: &'a CancellationToken,
     pub cancel_reason: &'a dyn CancelReason,
@@ -67,7 +67,6 @@ enum RoundEnd {
 /// The answer being built across rounds.
 struct Progress {
     chunker: ParagraphChunker,
-    sequence: u64,
     usage: Option<Usage>,
     streamed_any: bool,
     retried: bool,
@@ -82,7 +81,6 @@ impl AnswerStream<'_> {
         let mut early = early;
         let mut p = Progress {
             chunker: ParagraphChunker::default(),
-            sequence: 0,
             usage: None,
             streamed_any: false,
             retried: false,
@@ -153,7 +151,7 @@ impl AnswerStream<'_> {
             }
             let mut call = call.clone();
             call.name = name;
-            let prepared = runner.prepare(call, self.ctx, self.cancel.child_token());
+            let prepared = runner.prepare(call, self.ctx, self.sink, self.cancel.child_token());
             if let Some(reference) = prepared.reference {
                 self.push_text(p, &reference);
             }
@@ -253,20 +251,18 @@ impl AnswerStream<'_> {
 
     fn push_text(&self, p: &mut Progress, delta: &str) {
         for range in p.chunker.push(delta) {
-            p.sequence += 1;
-            self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            self.emit_chunk(&p.chunker.text()[..range.end]);
             if let Some(hook) = self.paragraphs {
                 hook.paragraph(&p.chunker.text()[range]);
             }
         }
     }
 
-    fn emit_chunk(&self, text: &str, sequence: u64) {
+    fn emit_chunk(&self, text: &str) {
         self.sink.emit(
             self.ctx,
             TurnEvent::Chunk {
                 text: Arc::from(text),
-                sequence,
             },
         );
     }
@@ -281,8 +277,7 @@ impl AnswerStream<'_> {
         if interrupted.is_none()
             && let Some(range) = p.chunker.finish()
         {
-            p.sequence += 1;
-            self.emit_chunk(&p.chunker.text()[..range.end], p.sequence);
+            self.emit_chunk(&p.chunker.text()[..range.end]);
             if let Some(hook) = self.paragraphs {
                 hook.paragraph(&p.chunker.text()[range]);
             }
@@ -298,7 +293,6 @@ impl AnswerStream<'_> {
     ) -> TurnOutcome {
         TurnOutcome {
             text: Arc::from(p.chunker.text()),
-            sequence: p.sequence + 1,
             interrupted,
             error: error.map(Into::into),
             usage: p.usage,

@@ -291,6 +291,7 @@ mod tests {
             &self,
             _: crate::llm::ToolCall,
             _: &super::super::TurnContext,
+            _: &std::sync::Arc<dyn super::super::TurnSink>,
             _: tokio_util::sync::CancellationToken,
         ) -> super::super::tools::PreparedCall {
             unreachable!("no tools are offered")

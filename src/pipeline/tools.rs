@@ -35,8 +35,14 @@ pub trait ToolRunner: Send + Sync {
     /// Tool definitions for these skill ids (unknown ids are skipped).
     fn definitions(&self, ids: &[String]) -> Vec<ToolDef>;
     /// Prepares one call of an offered tool; `cancel` fires when the turn is cancelled.
-    fn prepare(&self, call: ToolCall, ctx: &TurnContext, cancel: CancellationToken)
-    -> PreparedCall;
+    /// Its events go to `sink`, the turn's writer.
+    fn prepare(
+        &self,
+        call: ToolCall,
+        ctx: &TurnContext,
+        sink: &std::sync::Arc<dyn super::TurnSink>,
+        cancel: CancellationToken,
+    ) -> PreparedCall;
 }
 
 /// The model's message for a call to a tool that was not offered (never executed).

@@ -13,8 +13,8 @@ use chatd_protocol::{
 };
 
 use super::Session;
-use super::hub::Audience;
 use crate::crypto::UserHash;
+use crate::delivery::Audience;
 use crate::store::{ChatPatch, StoreError, hash_id};
 
 /// Most wrapped keys accepted in one `store_embed_keys`.
@@ -105,7 +105,7 @@ impl Session {
         self.app.chats.authorize(&self.device.user, chat).is_ok()
     }
 
-    fn others(&self) -> Audience<'static> {
+    fn others(&self) -> Audience {
         Audience::AllExcept(self.device.conn_id)
     }
 
@@ -210,7 +210,7 @@ impl Session {
             message: stored_message,
             chat: details,
         }));
-        self.app.hub.send(user, self.others(), &update);
+        self.broadcast(self.others(), &update);
     }
 
     pub(super) async fn ai_response_completed(&self, m: AiResponseCompleted) {
@@ -250,7 +250,7 @@ impl Session {
                         message,
                         versions: added.versions,
                     }));
-                    self.app.hub.send(user, self.others(), &new);
+                    self.broadcast(self.others(), &new);
                 }
             }
             Err(e) => self.store_failed(e, Some(chat), Some(&message.message_id)),
@@ -293,8 +293,7 @@ impl Session {
                 self.reply(ServerMessage::PostProcessingMetadataStored(Box::new(
                     stored.clone(),
                 )));
-                self.app.hub.send(
-                    user,
+                self.broadcast(
                     self.others(),
                     &ServerMessage::ChatMetadataUpdated(Box::new(stored)),
                 );
@@ -339,7 +338,7 @@ impl Session {
                     encrypted_title: m.encrypted_title,
                     versions: details.versions,
                 });
-                self.app.hub.send(user, Audience::All, &updated);
+                self.broadcast(Audience::All, &updated);
             }
             Err(e) => self.store_failed(e, Some(chat), None),
         }
@@ -355,8 +354,8 @@ impl Session {
         }
         // A running answer (or one queued behind it) would write the chat back into the AI
         // cache: stop it, drop the queue, and tell the turn to write nothing.
-        self.app.turns.abandon(user, chat);
-        self.app.predictions.forget(chat);
+        self.app.turn.turns.abandon(user, chat);
+        self.app.turn.predictions.forget(chat);
         let removed = match self.app.store.delete_chat(user, chat).await {
             Ok(d) => d.embeds,
             // Never stored (only cached by a turn): the caches are still cleared.
@@ -364,9 +363,10 @@ impl Session {
             Err(e) => return self.store_failed(e, Some(chat), None),
         };
         let hash = self.user_hash();
-        let backend = self.app.ai_cache.backend();
+        let backend = self.app.turn.ai_cache.backend();
         let mut failed = self
             .app
+            .turn
             .ai_cache
             .delete(&hash, chat)
             .await
@@ -392,8 +392,7 @@ impl Session {
             p.chat_id = Some(chat.clone());
             return self.reply(ServerMessage::Error(p));
         }
-        self.app.hub.send(
-            user,
+        self.broadcast(
             Audience::All,
             &ServerMessage::ChatDeleted(ChatDeleted {
                 chat_id: chat.clone(),
@@ -422,11 +421,10 @@ impl Session {
             Ok(versions) => {
                 // The AI cache would still hold the message: drop the chat so the next
                 // turn asks the client for the history as it now is.
-                if let Err(e) = self.app.ai_cache.delete(&self.user_hash(), chat).await {
+                if let Err(e) = self.app.turn.ai_cache.delete(&self.user_hash(), chat).await {
                     tracing::warn!(error = %e, "cannot drop the chat from the AI cache");
                 }
-                self.app.hub.send(
-                    user,
+                self.broadcast(
                     Audience::All,
                     &ServerMessage::MessageDeleted(MessageDeleted {
                         chat_id: chat.clone(),
@@ -454,9 +452,7 @@ impl Session {
                     version_number: m.version_number,
                 };
                 self.reply(ServerMessage::EmbedStored(update.clone()));
-                self.app
-                    .hub
-                    .send(user, self.others(), &ServerMessage::EmbedUpdate(update));
+                self.broadcast(self.others(), &ServerMessage::EmbedUpdate(update));
             }
             Err(e) => self.store_failed(e, None, None),
         }
@@ -498,6 +494,7 @@ impl Session {
         let user = &self.device.user;
         match self
             .app
+            .turn
             .ai_cache
             .get_embed(&self.user_hash(), &m.embed_id)
             .await

@@ -168,6 +168,7 @@ impl Session {
             self.phase3(&recent, &delta).await?;
             if let Err(e) = self
                 .app
+                .turn
                 .ai_cache
                 .backend()
                 .sync_clear(&self.user_hash())
@@ -232,7 +233,7 @@ impl Session {
         use_cache: bool,
     ) -> Result<Vec<ChatContent>, StoreError> {
         let hash = self.user_hash();
-        let backend = self.app.ai_cache.backend();
+        let backend = self.app.turn.ai_cache.backend();
         let mut found: BTreeMap<ChatId, Vec<EncryptedMessage>> = BTreeMap::new();
         let mut missing = Vec::new();
         for chat in chats {
@@ -328,7 +329,7 @@ impl Session {
         messages_v: u64,
     ) {
         let hash = self.user_hash();
-        let backend = self.app.ai_cache.backend();
+        let backend = self.app.turn.ai_cache.backend();
         let ttl = self.app.config.cache.sync_ttl;
         let blobs = match backend.sync_get(&hash, chat).await {
             Ok(b) => b,

@@ -18,7 +18,7 @@ use super::executor::{self, ExecError};
 use super::{Deps, Skill};
 use crate::crypto::UserHash;
 use crate::pipeline::tools::toon;
-use crate::pipeline::{EmbedEvent, SkillEvent, TurnContext, TurnEvent};
+use crate::pipeline::{EmbedEvent, SkillEvent, TurnContext, TurnEvent, TurnSink};
 
 /// One request of a call, its id settled.
 #[derive(Debug, Clone)]
@@ -94,6 +94,8 @@ pub(super) enum Ended {
 pub struct Invocation {
     pub skill: Arc<Skill>,
     pub deps: Arc<Deps>,
+    /// The turn's writer: every event of this call goes through it.
+    pub sink: Arc<dyn TurnSink>,
     pub ctx: TurnContext,
     pub skill_task_id: SkillTaskId,
     pub embed_id: EmbedId,
@@ -105,7 +107,7 @@ pub struct Invocation {
 
 impl Invocation {
     pub(super) fn status(&self, status: SkillStatus, preview: Value, error: Option<String>) {
-        self.deps.sink.emit(
+        self.sink.emit(
             &self.ctx,
             TurnEvent::Skill(SkillEvent {
                 skill_task_id: self.skill_task_id.clone(),
@@ -121,7 +123,7 @@ impl Invocation {
     /// Seals the embed into the AI cache (under the chat) and sends it to the devices.
     pub(super) async fn embed(&self, e: EmbedEvent) {
         self.store(&e).await;
-        self.deps.sink.emit(&self.ctx, TurnEvent::Embed(e));
+        self.sink.emit(&self.ctx, TurnEvent::Embed(e));
     }
 
     /// Seals the embed into the AI cache under the chat.
@@ -261,7 +263,7 @@ impl Invocation {
     }
 
     /// The automatic follow-up assistant message for results that came after the turn:
-    /// streamed like an answer (to every device of the user) and cached for the next turn.
+    /// the turn's writer delivers it as a message of its own (and caches it).
     async fn follow_up(&self, model_message: &str) {
         if self.cancel.is_cancelled() {
             return;
@@ -275,43 +277,11 @@ impl Invocation {
             self.reference(),
             summary.unwrap_or_default()
         );
-        let ctx = TurnContext {
-            task_id: chatd_protocol::TaskId::random(),
-            ..self.ctx.clone()
-        };
-        let text: Arc<str> = Arc::from(text.trim_end());
-        self.deps
-            .sink
-            .emit(&ctx, TurnEvent::Typing(crate::pipeline::Typing::default()));
-        self.deps.sink.emit(
-            &ctx,
-            TurnEvent::Chunk {
-                text: text.clone(),
-                sequence: 1,
+        self.sink.emit(
+            &self.ctx,
+            TurnEvent::FollowUp {
+                text: Arc::from(text.trim_end()),
             },
-        );
-        let owner = UserHash::of(&ctx.user);
-        let entry = crate::cache::ai::CachedMessage {
-            message_id: ctx.assistant_message_id(),
-            role: chatd_protocol::Role::Assistant,
-            content: text.to_string(),
-            created_at: std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .map_or(0, |d| d.as_secs() as i64),
-            category: ctx.category.clone(),
-            model_name: Some(ctx.model_name.clone()),
-            token_count: Some(crate::pipeline::tokens::count_one(&text).await),
-        };
-        if let Err(e) = self.deps.cache.append(&owner, &ctx.chat_id, &[entry]).await {
-            tracing::warn!(error = %e, "could not cache the follow-up message");
-        }
-        self.deps.sink.emit(
-            &ctx,
-            TurnEvent::Finished(crate::pipeline::TurnOutcome {
-                text,
-                sequence: 2,
-                ..Default::default()
-            }),
         );
     }
 
@@ -326,13 +296,9 @@ impl Invocation {
         join_all(runs).await
     }
 
-    /// The cancel flag: this node's token, or the shared flag another node may have written.
+    /// Whether the call was cancelled (its turn, or `cancel_skill`).
     async fn cancelled(&self) -> bool {
-        if self.cancel.is_cancelled() {
-            return true;
-        }
-        let key = cancel_key(&self.skill_task_id);
-        matches!(self.deps.cache.backend().kv_get(&key).await, Ok(Some(_)))
+        self.cancel.is_cancelled()
     }
 
     /// One request: checked for cancellation before the start, before a retry and after
@@ -458,11 +424,6 @@ impl Drop for Invocation {
     fn drop(&mut self) {
         self.deps.cancels.finish(&self.skill_task_id);
     }
-}
-
-/// `skill_cancel:{id}`: the cancel flag every node can see.
-pub fn cancel_key(id: &SkillTaskId) -> String {
-    format!("skill_cancel:{id}")
 }
 
 /// SHA-256 (hex) over an embed's type and content as the server made them.

@@ -139,8 +139,10 @@ pub trait TurnStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Finished, TurnStoreError>>;
 
     /// The chat's live lease.
-    fn active<'a>(&'a self, chat: &'a ChatId)
-    -> BoxFuture<'a, Result<Option<Lease>, TurnStoreError>>;
+    fn active<'a>(
+        &'a self,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<Option<Lease>, TurnStoreError>>;
 
     /// The live lease of a task (what `cancel_ai_task` names).
     fn find_task<'a>(

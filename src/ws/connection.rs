@@ -11,11 +11,11 @@ use chatd_protocol::CloseCode;
 use futures_util::stream::{SplitSink, SplitStream};
 use futures_util::{SinkExt, StreamExt};
 
-use super::outbox::{Outbox, OutboxReceiver, outbox};
-use crate::app::AppState;
 use crate::auth::UserId;
+use crate::delivery::Device;
+use crate::delivery::outbox::{Outbox, OutboxReceiver, outbox};
 use crate::session::Session;
-use crate::session::hub::Device;
+use crate::state::AppState;
 
 /// How long a closing socket may take to finish the handshake before it is dropped.
 const CLOSE_HANDSHAKE: Duration = Duration::from_secs(3);
@@ -27,13 +27,9 @@ const WRITE_BATCH: usize = 32;
 #[tracing::instrument(skip_all, fields(user_id = %user))]
 pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id: String) {
     let (out, out_rx) = outbox(app.config.server.outbox_capacity, app.metrics.clone());
-    let device = Arc::new(Device::new(
-        app.hub.next_connection_id(),
-        session_id,
-        user.clone(),
-        out.clone(),
-    ));
-    app.hub.register(device.clone());
+    let device = Arc::new(Device::new(session_id, user, out.clone()));
+    let hub = &app.turn.hub;
+    hub.register(device.clone());
     app.metrics.connections_open.inc();
     let (sink, stream) = socket.split();
     let session = Session::new(app.clone(), device.clone());
@@ -41,7 +37,7 @@ pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id
     let reader = read_loop(stream, &session, &out, &shutdown);
     let writer = write_loop(sink, out_rx);
     tokio::join!(reader, writer);
-    app.hub.unregister(&user, device.conn_id);
+    hub.unregister(&device.user_hash, device.conn_id);
     app.metrics.connections_open.dec();
 }
 

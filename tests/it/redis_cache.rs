@@ -263,7 +263,7 @@ async fn a_cache_hit_is_one_script_call() {
     use chatd::cache::{AiPolicy, CacheBackend};
     use chatd::crypto::{Keyring, LocalKeyProvider, UserHash};
     use chatd::history::{HistoryRequests, Prepared, prepare};
-    use chatd::session::turns::{Inbound, MessageOptions};
+    use chatd::turn::{Inbound, MessageOptions};
     use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
 
     let redis = RedisServer::start().await.unwrap();

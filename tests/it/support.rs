@@ -5,9 +5,10 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd::app::{App, AppState};
+use chatd::app::App;
 use chatd::auth::{TokenKeys, UserId};
 use chatd::config::{Config, LlmProvider};
+use chatd::state::AppState;
 use chatd_protocol::{ChatId, ChatMessageAdded, ClientMessage, MessageId, Role, ServerMessage};
 use chatd_test_harness::ws_client::WsClient;
 use tokio::task::JoinHandle;

@@ -173,7 +173,7 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
     fill(&app).await;
     let alice = chatd::auth::UserId::parse("alice").unwrap();
     let hash = UserHash::of(&alice);
-    let backend = app.state.ai_cache.backend().clone();
+    let backend = app.state.turn.ai_cache.backend().clone();
     let recent = app.state.store.chats_page(&alice, None, 10).await.unwrap();
     // Storing warmed the chats (see the end of this test); start cold.
     assert!(

@@ -1,26 +1,21 @@
-//! The pipeline stages' glue inside a turn: the `preprocessing_step` events, the polite
+//! The stages of a turn around the answer: the `preprocessing_step` events, the polite
 //! refusal streamed instead of an answer, the link repair and the answer's sealing into the
 //! AI cache before the final frame, and postprocessing run after it.
 
 use std::sync::Arc;
-use std::time::SystemTime;
 
 use chatd_protocol::{PreprocessingStepKind, RejectionReason};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
-use super::hub::Hub;
-use super::runner::unix_now;
-use crate::app::AppState;
-use crate::auth::UserId;
+use super::deps::TurnDeps;
+use super::writer::TurnWriter;
 use crate::cache::ai::CachedMessage;
-use crate::config::PipelineConfig;
+use crate::clock;
 use crate::crypto::UserHash;
 use crate::links::AnswerLinks;
-use crate::metrics::{Metrics, StageLabel};
+use crate::metrics::StageLabel;
 use crate::pipeline::function_call::StageError;
-use crate::pipeline::instructions::Instructions;
-use crate::pipeline::models::Model;
 use crate::pipeline::preprocess::{Preprocessed, step_data};
 use crate::pipeline::tokens;
 use crate::pipeline::{StepEvent, TurnContext, TurnEvent, TurnOutcome, TurnSink, postprocess};
@@ -72,7 +67,7 @@ pub(super) fn steps(pre: &Preprocessed, first_message: bool, has_title: bool) ->
 
 /// The polite refusal, streamed as the assistant's answer (no main model call).
 pub(super) fn reject(
-    app: &AppState,
+    app: &TurnDeps,
     sink: &dyn TurnSink,
     ctx: &TurnContext,
     rejection: RejectionReason,
@@ -85,16 +80,9 @@ pub(super) fn reject(
         }
         .trim(),
     );
-    sink.emit(
-        ctx,
-        TurnEvent::Chunk {
-            text: text.clone(),
-            sequence: 1,
-        },
-    );
+    sink.emit(ctx, TurnEvent::Chunk { text: text.clone() });
     TurnOutcome {
         text,
-        sequence: 2,
         rejection: Some(rejection),
         ..TurnOutcome::default()
     }
@@ -112,15 +100,7 @@ pub(super) struct PostJob {
 
 /// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
 /// counted, never shown as an error: the answer is already delivered.
-pub(super) async fn run_postprocessing(
-    instructions: Arc<Instructions>,
-    model: Model,
-    config: PipelineConfig,
-    hub: Arc<Hub>,
-    metrics: Arc<Metrics>,
-    shutdown: CancellationToken,
-    job: PostJob,
-) {
+pub(super) async fn run_postprocessing(deps: Arc<TurnDeps>, writer: Arc<TurnWriter>, job: PostJob) {
     let input = postprocess::Input {
         user_message: &job.user_message,
         answer: &job.answer,
@@ -128,12 +108,21 @@ pub(super) async fn run_postprocessing(
         tags: &job.tags,
         follow_ups_enabled: job.follow_ups_enabled,
     };
-    match postprocess::run(&instructions, &model, &config, &input, &shutdown).await {
-        Ok(done) => hub.emit(&job.ctx, TurnEvent::PostProcessed(done)),
+    let model = deps.models.postprocessing();
+    match postprocess::run(
+        &deps.instructions,
+        &model,
+        &deps.pipeline,
+        &input,
+        &deps.shutdown,
+    )
+    .await
+    {
+        Ok(done) => writer.emit(&job.ctx, TurnEvent::PostProcessed(done)),
         Err(StageError::Cancelled) => {}
         Err(e) => {
             tracing::warn!(error = %e, "postprocessing failed; the answer stands");
-            metrics
+            deps.metrics
                 .stage_failures
                 .get_or_create(&StageLabel {
                     stage: "postprocessing",
@@ -143,15 +132,11 @@ pub(super) async fn run_postprocessing(
     }
 }
 
-pub(super) fn now_rfc3339() -> String {
-    humantime::format_rfc3339_seconds(SystemTime::now()).to_string()
-}
-
 /// Replaces the answer's broken links once its checks are done: the corrected text goes
 /// out as one more `ai_message_update` and becomes the outcome's text (so the final frame
 /// and the AI cache carry it). Interrupted and refused answers are left as they are.
 pub(super) async fn repair_links(
-    app: &AppState,
+    app: &TurnDeps,
     sink: &dyn TurnSink,
     ctx: &TurnContext,
     cancel: &CancellationToken,
@@ -165,16 +150,9 @@ pub(super) async fn repair_links(
         return;
     };
     let text: Arc<str> = Arc::from(repair.text);
-    sink.emit(
-        ctx,
-        TurnEvent::Chunk {
-            text: text.clone(),
-            sequence: outcome.sequence,
-        },
-    );
-    outcome.sequence += 1;
+    sink.emit(ctx, TurnEvent::Chunk { text: text.clone() });
     outcome.text = text;
-    if app.config.links.report_replaced {
+    if app.report_replaced_links {
         outcome.replaced_links = repair.replaced;
     }
 }
@@ -182,18 +160,13 @@ pub(super) async fn repair_links(
 /// Seals the answer (also a partial one) into the AI cache before the final frame, so the
 /// next message in the chat is a cache hit.
 pub(super) async fn remember_answer(
-    app: &AppState,
-    user: &UserId,
+    app: &TurnDeps,
     owner: &UserHash,
     ctx: &TurnContext,
     text: &str,
 ) {
     let message_id = ctx.assistant_message_id();
-    let created_at = unix_now();
-    // The owner wrote this chat's first message, so this cannot be refused.
-    let _ = app
-        .chats
-        .record(user, &ctx.chat_id, &message_id, created_at);
+    let created_at = clock::unix_now();
     let entry = CachedMessage {
         message_id,
         role: Role::Assistant,

@@ -1,24 +1,26 @@
-//! Runs a chat's turns on the app's turn tracker: prepare the history (or ask the client
-//! for it), preprocess (steps, title, model; or refuse) while the likely main call is opened
-//! alongside ([`crate::pipeline::speculation`]), stream the answer with its tool loop, repair broken links, seal it into the AI cache, emit the final frame, start
-//! postprocessing ([`super::stages`]), then run the follow-up turn for messages queued meanwhile.
+//! Runs a chat's turns on the turn tracker: prepare the history (or ask the client for it),
+//! preprocess (steps, title, model; or refuse) while the likely main call is opened
+//! alongside ([`crate::pipeline::speculation`]), stream the answer with its tool loop,
+//! repair broken links, seal it into the AI cache, emit the final frame, start
+//! postprocessing ([`super::stages`]), then run the turn for messages queued meanwhile.
+//! Every frame goes through the turn's [`TurnWriter`].
 
 use std::sync::Arc;
-use std::time::{Instant, SystemTime, UNIX_EPOCH};
+use std::time::Instant;
 
 use chatd_protocol::{
     AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, ServerMessage,
 };
 
-use super::hub::Audience;
-use super::stages::{
-    PostJob, now_rfc3339, reject, remember_answer, repair_links, run_postprocessing, steps,
-};
-use super::turns::TurnTicket;
-use crate::app::AppState;
+use super::TurnTicket;
+use super::deps::TurnDeps;
+use super::stages::{PostJob, reject, remember_answer, repair_links, run_postprocessing, steps};
+use super::writer::TurnWriter;
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
+use crate::clock;
 use crate::crypto::{KeyError, UserHash};
+use crate::delivery::Audience;
 use crate::history::{self, Prepared};
 use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
@@ -31,18 +33,16 @@ use crate::pipeline::{
     HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing, context,
 };
 
-pub fn spawn_turns(app: Arc<AppState>, user: UserId, chat: ChatId, ticket: TurnTicket) {
-    let tracker = app.tasks.turns.clone();
-    tracker.spawn(run_turns(app, user, chat, ticket));
+/// Runs the chat's turn and then those queued behind it, on the turn tracker.
+pub fn spawn(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, ticket: TurnTicket) {
+    let tracker = deps.tasks.clone();
+    tracker.spawn(run_turns(deps, user, chat, ticket));
 }
 
-async fn run_turns(app: Arc<AppState>, user: UserId, chat: ChatId, mut ticket: TurnTicket) {
+async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: TurnTicket) {
     loop {
-        run_one(&app, &user, &chat, &ticket).await;
-        match app
-            .turns
-            .finish(&chat, &ticket.task_id, &app.tasks.turns_shutdown)
-        {
+        run_one(&deps, &user, &chat, &ticket).await;
+        match deps.turns.finish(&chat, &ticket.task_id, &deps.shutdown) {
             Some(next) => ticket = next,
             None => break,
         }
@@ -50,9 +50,12 @@ async fn run_turns(app: Arc<AppState>, user: UserId, chat: ChatId, mut ticket: T
 }
 
 #[tracing::instrument(skip_all, fields(chat_id = %chat, task_id = %ticket.task_id))]
-async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+    let app = deps.as_ref();
     let started = Instant::now();
     let owner = UserHash::of(user);
+    let writer = TurnWriter::new(deps.clone(), owner.clone(), ticket.task_id.clone());
+    let requesters = Audience::Only(ticket.requesters.clone());
     let prepared = tokio::select! {
         biased;
         _ = ticket.cancel.cancelled() => return,
@@ -67,16 +70,13 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
                     reason: reason_label(request.reason),
                 })
                 .inc();
-            let msg = ServerMessage::RequestChatHistory(request);
-            for conn in &ticket.requesters {
-                app.hub.send(user, Audience::Only(*conn), &msg);
-            }
+            writer.frame(requesters, ServerMessage::RequestChatHistory(request));
             return;
         }
         Ok(Prepared::Invalid(reason)) => {
             return refuse(
                 app,
-                user,
+                &writer,
                 chat,
                 ticket,
                 ErrorCode::InvalidChatHistory,
@@ -86,7 +86,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         Err(fault) => {
             tracing::warn!(error = %fault, "history unavailable; turn not started");
             let (code, text) = fault_message(&fault);
-            return refuse(app, user, chat, ticket, code, text);
+            return refuse(app, &writer, chat, ticket, code, text);
         }
     };
 
@@ -96,9 +96,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         ai_task_id: ticket.task_id.clone(),
         status: "processing_started".into(),
     });
-    for conn in &ticket.requesters {
-        app.hub.send(user, Audience::Only(*conn), &initiated);
-    }
+    writer.frame(requesters, initiated);
     let opts = ticket
         .inbound
         .last()
@@ -121,7 +119,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         instructions: &app.instructions,
         models: &app.models,
         tools,
-        config: &app.config.pipeline,
+        config: &app.pipeline,
     };
     let input = preprocess::Input {
         history: &history,
@@ -131,8 +129,8 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         settings_available: &opts.settings_available,
     };
     let active_focus = opts.active_focus_id.as_deref();
-    let caution = app.config.pipeline.injection_caution_threshold;
-    let datetime = now_rfc3339();
+    let caution = app.pipeline.injection_caution_threshold;
+    let datetime = clock::now_rfc3339();
     let (history, datetime) = (&history, &datetime);
     let main_request = |plan: MainPlan| async move {
         context::main_request(
@@ -141,12 +139,12 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             &plan,
             history,
             datetime,
-            app.config.pipeline.answer_reserve_tokens,
+            app.pipeline.answer_reserve_tokens,
         )
         .await
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
-    let guess = if app.config.pipeline.speculative_main_call {
+    let guess = if app.pipeline.speculative_main_call {
         let pinned = opts
             .pinned_model
             .as_deref()
@@ -185,7 +183,8 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         model_name: pre.choice.model.spec.id.clone(),
         category: Some(pre.category.clone()),
     };
-    let sink: &dyn TurnSink = app.hub.as_ref();
+    let sink: Arc<dyn TurnSink> = writer.clone();
+    let sink = &sink;
     for step in steps(&pre, first_message, has_title) {
         sink.emit(&ctx, TurnEvent::Step(step));
     }
@@ -227,7 +226,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
                 cancel: &ticket.cancel,
                 cancel_reason: &reason,
                 tools: Some(tools),
-                max_rounds: app.config.pipeline.max_tool_rounds,
+                max_rounds: app.pipeline.max_tool_rounds,
                 paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
             }
             .run(request, early)
@@ -236,7 +235,9 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             outcome
         }
         _ => match pre.rejection {
-            Some(rejection) if !ticket.cancel.is_cancelled() => reject(app, sink, &ctx, rejection),
+            Some(rejection) if !ticket.cancel.is_cancelled() => {
+                reject(app, sink.as_ref(), &ctx, rejection)
+            }
             _ => TurnOutcome {
                 interrupted: Some(ticket.interruption()),
                 ..TurnOutcome::default()
@@ -244,10 +245,18 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
         },
     };
     if let Some(links) = links {
-        repair_links(app, sink, &ctx, &ticket.cancel, links, &mut outcome).await;
+        repair_links(
+            app,
+            sink.as_ref(),
+            &ctx,
+            &ticket.cancel,
+            links,
+            &mut outcome,
+        )
+        .await;
     }
     if !outcome.text.trim().is_empty() && !ticket.abandoned() {
-        remember_answer(app, user, &owner, &ctx, &outcome.text).await;
+        remember_answer(app, &owner, &ctx, &outcome.text).await;
     }
     let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
         (Some(Interruption::Cancelled), _, _) => "cancelled",
@@ -259,7 +268,7 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
     if let Some(e) = &outcome.error {
         tracing::warn!(error = %e, "turn ended with an error");
     }
-    let postprocess = label == "completed" && app.config.pipeline.postprocessing;
+    let postprocess = label == "completed" && app.pipeline.postprocessing;
     let answer = outcome.text.clone();
     sink.emit(&ctx, TurnEvent::Finished(outcome));
     app.metrics
@@ -290,22 +299,15 @@ async fn run_one(app: &AppState, user: &UserId, chat: &ChatId, ticket: &TurnTick
             tags,
             follow_ups_enabled: opts.follow_ups_enabled,
         };
-        app.tasks.turns.spawn(run_postprocessing(
-            app.instructions.clone(),
-            app.models.postprocessing(),
-            app.config.pipeline.clone(),
-            app.hub.clone(),
-            app.metrics.clone(),
-            app.tasks.turns_shutdown.clone(),
-            job,
-        ));
+        app.tasks
+            .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
     }
 }
 
 /// Ends a turn that could not start: a typed error to the devices that asked.
 fn refuse(
-    app: &AppState,
-    user: &UserId,
+    app: &TurnDeps,
+    writer: &TurnWriter,
     chat: &ChatId,
     ticket: &TurnTicket,
     code: ErrorCode,
@@ -314,10 +316,10 @@ fn refuse(
     let mut payload = ErrorPayload::new(code, message);
     payload.chat_id = Some(chat.clone());
     payload.message_id = Some(ticket.user_message_id.clone());
-    let msg = ServerMessage::Error(payload);
-    for conn in &ticket.requesters {
-        app.hub.send(user, Audience::Only(*conn), &msg);
-    }
+    writer.frame(
+        Audience::Only(ticket.requesters.clone()),
+        ServerMessage::Error(payload),
+    );
     app.metrics
         .turns
         .get_or_create(&OutcomeLabel { outcome: "refused" })
@@ -343,7 +345,7 @@ fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
     }
 }
 
-fn speculation_outcome(app: &AppState, outcome: &'static str) {
+fn speculation_outcome(app: &TurnDeps, outcome: &'static str) {
     app.metrics
         .speculative_main_calls
         .get_or_create(&OutcomeLabel { outcome })
@@ -356,11 +358,4 @@ fn reason_label(reason: HistoryReason) -> &'static str {
         HistoryReason::DecryptionFailed => "decryption_failed",
         HistoryReason::InsufficientCacheHistory => "insufficient_cache_history",
     }
-}
-
-pub fn unix_now() -> i64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map(|d| d.as_secs() as i64)
-        .unwrap_or(0)
 }

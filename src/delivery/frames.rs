@@ -1,0 +1,191 @@
+//! The one mapping of pipeline [`TurnEvent`]s to wire frames and their audiences:
+//! preprocessing steps, typing, skill status, embeds and postprocessing results to every
+//! device; stream chunks and the final frame to devices showing the chat, and one
+//! `ai_background_response_completed` to the others. Pure: delivery is the caller's.
+
+use chatd_protocol::{
+    AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
+    PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData, ServerMessage,
+    SkillExecutionStatus,
+};
+
+use super::hub::Audience;
+use crate::pipeline::{Interruption, TurnContext, TurnError, TurnEvent};
+
+/// The frames of one event; `sequence` numbers a chunk or the final frame. A
+/// `FollowUp` maps to nothing (the turn delivers it as a message of its own).
+pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience, ServerMessage)> {
+    let all = |msg| vec![(Audience::All, msg)];
+    match event {
+        TurnEvent::Step(step) => {
+            let msg = ServerMessage::PreprocessingStep(PreprocessingStep {
+                chat_id: ctx.chat_id.clone(),
+                task_id: ctx.task_id.clone(),
+                step: step.step,
+                skipped: step.skip_reason.is_some(),
+                skip_reason: step.skip_reason,
+                data: step.data,
+            });
+            all(msg)
+        }
+        TurnEvent::Typing(typing) => {
+            let msg = ServerMessage::AiTypingStarted(AiTypingStarted {
+                chat_id: ctx.chat_id.clone(),
+                message_id: ctx.assistant_message_id(),
+                user_message_id: ctx.user_message_id.clone(),
+                model_name: ctx.model_name.clone(),
+                category: ctx.category.clone(),
+                title: typing.title,
+                icon_names: typing.icon_names,
+                is_continuation: false,
+            });
+            all(msg)
+        }
+        TurnEvent::PostProcessed(p) => {
+            let msg = ServerMessage::PostProcessingCompleted(PostProcessingCompleted {
+                chat_id: ctx.chat_id.clone(),
+                task_id: ctx.task_id.clone(),
+                follow_up_request_suggestions: p.follow_up_request_suggestions,
+                new_chat_request_suggestions: p.new_chat_request_suggestions,
+                chat_summary: p.chat_summary,
+                chat_tags: p.chat_tags,
+                harmful_response: p.harmful_response,
+                updated_chat_title: p.updated_chat_title,
+            });
+            all(msg)
+        }
+        TurnEvent::Skill(e) => {
+            let msg = ServerMessage::SkillExecutionStatus(SkillExecutionStatus {
+                chat_id: ctx.chat_id.clone(),
+                message_id: ctx.assistant_message_id(),
+                task_id: ctx.task_id.clone(),
+                skill_task_id: e.skill_task_id,
+                app_id: e.app_id,
+                skill_id: e.skill_id,
+                status: e.status,
+                preview_data: e.preview,
+                error: e.error,
+            });
+            all(msg)
+        }
+        TurnEvent::Embed(e) => {
+            let msg = ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+                embed_type: Some(e.embed_type),
+                text_length_chars: Some(e.content.chars().count() as u64),
+                content: Some(e.content),
+                status: Some(e.status.as_str().to_string()),
+                chat_id: Some(ctx.chat_id.clone()),
+                message_id: Some(ctx.assistant_message_id()),
+                task_id: Some(ctx.task_id.clone()),
+                skill_task_id: e.skill_task_id,
+                app_id: Some(e.app_id),
+                skill_id: Some(e.skill_id),
+                embed_ids: e.embed_ids,
+                parent_embed_id: e.parent_embed_id,
+                content_hash: Some(e.content_hash),
+                version_number: Some(e.version_number),
+                encryption_mode: Some("client".into()),
+                injection_flagged: e.injection_flagged,
+                ..SendEmbedData::new(e.embed_id)
+            }));
+            all(msg)
+        }
+        TurnEvent::Chunk { text } => {
+            let msg = ServerMessage::AiMessageUpdate(chunk(ctx, text.to_string(), sequence, false));
+            vec![(Audience::Showing(ctx.chat_id.clone()), msg)]
+        }
+        TurnEvent::Finished(outcome) => {
+            let mut frames = Vec::with_capacity(3);
+            let error_code = outcome.error.as_ref().map(error_code);
+            if let Some(err) = &outcome.error {
+                let mut payload = ErrorPayload::new(
+                    error_code.unwrap_or(ErrorCode::InternalError),
+                    user_message(err),
+                );
+                payload.chat_id = Some(ctx.chat_id.clone());
+                payload.message_id = Some(ctx.assistant_message_id());
+                frames.push((Audience::All, ServerMessage::Error(payload)));
+            }
+            let cancelled = outcome.interrupted == Some(Interruption::Cancelled);
+            let shutdown = outcome.interrupted == Some(Interruption::Shutdown);
+            let mut last = chunk(ctx, outcome.text.to_string(), sequence, true);
+            last.interrupted_by_revocation = cancelled;
+            last.interrupted_by_shutdown = shutdown;
+            last.error_code = error_code;
+            last.rejection_reason = outcome.rejection;
+            last.trimmed_history_messages = outcome.trimmed_history as u64;
+            last.prompt_tokens = outcome.usage.map(|u| u.prompt_tokens);
+            last.completion_tokens = outcome.usage.map(|u| u.completion_tokens);
+            last.replaced_links = outcome
+                .replaced_links
+                .iter()
+                .map(|(text, url)| ReplacedLink {
+                    text: text.clone(),
+                    url: url.clone(),
+                })
+                .collect();
+            frames.push((
+                Audience::Showing(ctx.chat_id.clone()),
+                ServerMessage::AiMessageUpdate(last),
+            ));
+            let background =
+                ServerMessage::AiBackgroundResponseCompleted(AiBackgroundResponseCompleted {
+                    chat_id: ctx.chat_id.clone(),
+                    message_id: ctx.assistant_message_id(),
+                    user_message_id: ctx.user_message_id.clone(),
+                    task_id: ctx.task_id.clone(),
+                    full_content: outcome.text.to_string(),
+                    model_name: Some(ctx.model_name.clone()),
+                    category: ctx.category.clone(),
+                    interrupted_by_revocation: cancelled,
+                    error_code,
+                    rejection_reason: outcome.rejection,
+                });
+            frames.push((Audience::NotShowing(ctx.chat_id.clone()), background));
+            frames
+        }
+        TurnEvent::FollowUp { .. } => Vec::new(),
+    }
+}
+
+/// An `ai_message_update` of the turn.
+pub fn chunk(
+    ctx: &TurnContext,
+    text: String,
+    sequence: u64,
+    is_final_chunk: bool,
+) -> AiMessageUpdate {
+    AiMessageUpdate {
+        task_id: ctx.task_id.clone(),
+        chat_id: ctx.chat_id.clone(),
+        message_id: ctx.assistant_message_id(),
+        user_message_id: ctx.user_message_id.clone(),
+        full_content_so_far: text,
+        sequence,
+        is_final_chunk,
+        model_name: Some(ctx.model_name.clone()),
+        category: ctx.category.clone(),
+        interrupted_by_revocation: false,
+        interrupted_by_shutdown: false,
+        error_code: None,
+        rejection_reason: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
+    }
+}
+
+fn error_code(e: &TurnError) -> ErrorCode {
+    match e {
+        TurnError::Llm(_) => ErrorCode::LlmUnavailable,
+    }
+}
+
+fn user_message(e: &TurnError) -> &'static str {
+    match e {
+        TurnError::Llm(_) => {
+            "The language model failed while answering; the answer may be incomplete."
+        }
+    }
+}

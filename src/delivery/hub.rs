@@ -1,0 +1,262 @@
+//! The devices on this node (one entry per socket) grouped by user hash, each with its
+//! active chat and its position in the turns it receives; delivery to "all devices",
+//! "other devices", "devices showing a chat" or one device. Local only: it never talks to
+//! the bus (`super::Delivery` does).
+//!
+//! A turn frame carries its index in the turn's log. A device drops a turn frame it has
+//! already had (index not above its position in that task), and while it resumes a task,
+//! live frames of that task wait in its buffer until the replay from the log is done.
+
+use std::collections::VecDeque;
+use std::sync::{Arc, Mutex, PoisonError};
+
+use chatd_protocol::{ChatId, ServerMessage, TaskId};
+use dashmap::DashMap;
+
+use super::outbox::{EncodedFrame, Outbox};
+use crate::auth::UserId;
+use crate::crypto::UserHash;
+
+/// A socket, unique across nodes (random), so a turn running on any node can address the
+/// device that sent its message.
+pub type ConnectionId = u64;
+
+/// Turns whose positions a device remembers (the newest first; older ones are forgotten).
+const TRACKED_TURNS: usize = 8;
+/// Live frames of a turn held while the device's resume replays that turn.
+const RESUME_BUFFER: usize = 1024;
+
+/// Where a device stands in one turn.
+struct TurnPosition {
+    task: TaskId,
+    /// The newest log index delivered.
+    index: u64,
+    /// While resuming: live frames held back, in order.
+    held: Option<Vec<(u64, EncodedFrame, ServerMessage)>>,
+}
+
+/// One connected socket of a user (a browser tab, an app, a CLI).
+pub struct Device {
+    pub conn_id: ConnectionId,
+    /// The client's `sessionId` (or a generated one).
+    pub session_id: String,
+    pub user: UserId,
+    pub user_hash: UserHash,
+    pub outbox: Outbox,
+    /// The chat this device shows. A std Mutex: read or written in one step, never held
+    /// across an await.
+    active_chat: Mutex<Option<ChatId>>,
+    /// Positions in recent turns. A std Mutex: a few comparisons per frame, no await.
+    turns: Mutex<VecDeque<TurnPosition>>,
+}
+
+impl Device {
+    pub fn new(session_id: String, user: UserId, outbox: Outbox) -> Self {
+        Self {
+            conn_id: rand::random(),
+            session_id,
+            user_hash: UserHash::of(&user),
+            user,
+            outbox,
+            active_chat: Mutex::new(None),
+            turns: Mutex::new(VecDeque::new()),
+        }
+    }
+
+    pub fn set_active_chat(&self, chat: Option<ChatId>) {
+        *self
+            .active_chat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner) = chat;
+    }
+
+    pub fn active_chat(&self) -> Option<ChatId> {
+        self.active_chat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .clone()
+    }
+
+    pub fn shows(&self, chat: &ChatId) -> bool {
+        self.active_chat
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .as_ref()
+            == Some(chat)
+    }
+
+    pub fn send(&self, msg: &ServerMessage) -> bool {
+        self.outbox.send(msg)
+    }
+
+    fn positions(&self) -> std::sync::MutexGuard<'_, VecDeque<TurnPosition>> {
+        self.turns.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Delivers a turn frame unless the device already had it; held while resuming.
+    fn send_turn(&self, task: &TaskId, index: u64, frame: EncodedFrame, msg: &ServerMessage) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        if index <= pos.index {
+            return;
+        }
+        if let Some(held) = &mut pos.held {
+            if held.len() < RESUME_BUFFER {
+                held.push((index, frame, msg.clone()));
+            } else {
+                drop(turns);
+                tracing::warn!("resume buffer full: closing slow consumer");
+                self.outbox
+                    .close_with(chatd_protocol::CloseCode::SlowConsumer);
+            }
+            return;
+        }
+        pos.index = index;
+        drop(turns);
+        self.outbox.send_encoded(frame, msg);
+    }
+
+    /// Starts a resume of `task`: live frames of it are held until [`Device::end_resume`].
+    pub fn begin_resume(&self, task: &TaskId) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        pos.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Sends a replayed frame of a resume (in log order) and moves the position to it.
+    pub fn replay(&self, task: &TaskId, index: u64, msg: &ServerMessage) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        if index <= pos.index {
+            return;
+        }
+        pos.index = index;
+        drop(turns);
+        self.outbox.send(msg);
+    }
+
+    /// Ends a resume: the held live frames newer than the replay go out, in order.
+    pub fn end_resume(&self, task: &TaskId) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        let held = pos.held.take().unwrap_or_default();
+        let mut out = Vec::new();
+        for (index, frame, msg) in held {
+            if index > pos.index {
+                pos.index = index;
+                out.push((frame, msg));
+            }
+        }
+        drop(turns);
+        for (frame, msg) in out {
+            self.outbox.send_encoded(frame, &msg);
+        }
+    }
+}
+
+/// The device's position in `task`, created (and the oldest forgotten) when new.
+fn position<'a>(turns: &'a mut VecDeque<TurnPosition>, task: &TaskId) -> &'a mut TurnPosition {
+    let found = turns.iter().position(|p| &p.task == task);
+    let at = match found {
+        Some(i) => i,
+        None => {
+            if turns.len() >= TRACKED_TURNS {
+                turns.pop_back();
+            }
+            turns.push_front(TurnPosition {
+                task: task.clone(),
+                index: 0,
+                held: None,
+            });
+            0
+        }
+    };
+    &mut turns[at]
+}
+
+/// Which of a user's devices a message goes to.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Audience {
+    All,
+    AllExcept(ConnectionId),
+    Showing(ChatId),
+    NotShowing(ChatId),
+    Only(Vec<ConnectionId>),
+}
+
+impl Audience {
+    fn includes(&self, d: &Device) -> bool {
+        match self {
+            Audience::All => true,
+            Audience::AllExcept(c) => d.conn_id != *c,
+            Audience::Showing(chat) => d.shows(chat),
+            Audience::NotShowing(chat) => !d.shows(chat),
+            Audience::Only(c) => c.contains(&d.conn_id),
+        }
+    }
+}
+
+#[derive(Default)]
+pub struct Hub {
+    /// user → their devices on this node. DashMap shards the lock; guards are dropped
+    /// before sending.
+    users: DashMap<UserHash, Vec<Arc<Device>>>,
+}
+
+impl Hub {
+    /// Adds a device; true when it is the user's first on this node.
+    pub fn register(&self, device: Arc<Device>) -> bool {
+        let mut devices = self.users.entry(device.user_hash.clone()).or_default();
+        devices.push(device);
+        devices.len() == 1
+    }
+
+    /// Removes a device; true when it was the user's last on this node.
+    pub fn unregister(&self, user: &UserHash, conn_id: ConnectionId) -> bool {
+        self.users
+            .remove_if_mut(user, |_, devices| {
+                devices.retain(|d| d.conn_id != conn_id);
+                devices.is_empty()
+            })
+            .is_some()
+    }
+
+    /// Whether any device of the user is on this node.
+    pub fn holds(&self, user: &UserHash) -> bool {
+        self.users.contains_key(user)
+    }
+
+    /// A snapshot of the user's devices (the map guard is released on return).
+    pub fn devices(&self, user: &UserHash) -> Vec<Arc<Device>> {
+        self.users.get(user).map(|d| d.clone()).unwrap_or_default()
+    }
+
+    /// Sends to the chosen devices, encoding once; returns how many accepted it.
+    pub fn send(&self, user: &UserHash, audience: &Audience, msg: &ServerMessage) -> usize {
+        let mut frame: Option<EncodedFrame> = None;
+        let mut sent = 0;
+        for device in self.devices(user).iter().filter(|d| audience.includes(d)) {
+            let f = frame.get_or_insert_with(|| EncodedFrame::new(msg)).clone();
+            if device.outbox.send_encoded(f, msg) {
+                sent += 1;
+            }
+        }
+        sent
+    }
+
+    /// Sends frame `index` of `task` to the chosen devices that have not had it.
+    pub fn send_turn(
+        &self,
+        user: &UserHash,
+        audience: &Audience,
+        task: &TaskId,
+        index: u64,
+        msg: &ServerMessage,
+    ) {
+        let mut frame: Option<EncodedFrame> = None;
+        for device in self.devices(user).iter().filter(|d| audience.includes(d)) {
+            let f = frame.get_or_insert_with(|| EncodedFrame::new(msg)).clone();
+            device.send_turn(task, index, f, msg);
+        }
+    }
+}

@@ -1,0 +1,54 @@
+//! The state every connection shares: handles only, built only by `crate::app`.
+
+use std::sync::Arc;
+
+use governor::DefaultKeyedRateLimiter;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::auth::{TokenKeys, UserId};
+use crate::config::Config;
+use crate::metrics::Metrics;
+use crate::store::Store;
+use crate::turn::TurnDeps;
+
+/// Owners of every spawned task, in two groups shut down in order: turns first (so their
+/// final frames still reach open sockets), then connections.
+pub struct Tasks {
+    pub turns: TaskTracker,
+    pub turns_shutdown: CancellationToken,
+    pub connections: TaskTracker,
+    pub connections_shutdown: CancellationToken,
+}
+
+/// State shared by every connection and turn.
+pub struct AppState {
+    pub config: Config,
+    pub keys: TokenKeys,
+    pub metrics: Arc<Metrics>,
+    pub chats: crate::chats::Chats,
+    /// What turns need (the AI cache, the pipeline, the hub, the turn registry).
+    pub turn: Arc<TurnDeps>,
+    /// Per-user message rate across all of a user's devices.
+    pub user_limiter: DefaultKeyedRateLimiter<UserId>,
+    pub tasks: Tasks,
+    /// The permanent store of client-encrypted chats (`store.url`).
+    pub store: Arc<dyn Store>,
+}
+
+impl AppState {
+    /// Each dependency's reachability, for `/readyz`.
+    pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
+        let (cache, keys, store) = tokio::join!(
+            self.turn.ai_cache.backend().ping(),
+            self.turn.ai_cache.keyring().provider().check(),
+            self.store.ping()
+        );
+        vec![
+            ("llm", Ok(())),
+            ("cache", cache.map_err(|e| e.to_string())),
+            ("keys", keys.map_err(|e| e.to_string())),
+            ("store", store.map_err(|e| e.to_string())),
+        ]
+    }
+}

@@ -1,0 +1,47 @@
+//! What a turn needs, and nothing else: built once by the app, shared by every turn (the
+//! connection layer's state stays out of it).
+
+use std::sync::Arc;
+
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::Turns;
+use crate::cache::ai::AiCache;
+use crate::config::PipelineConfig;
+use crate::delivery::Hub;
+use crate::history::HistoryRequests;
+use crate::links::LinkChecker;
+use crate::metrics::Metrics;
+use crate::pipeline::instructions::Instructions;
+use crate::pipeline::models::Models;
+use crate::pipeline::speculation::Predictions;
+use crate::skills::Skills;
+
+pub struct TurnDeps {
+    pub pipeline: PipelineConfig,
+    /// `links.report_replaced`: list replaced links on the final frame.
+    pub report_replaced_links: bool,
+    /// The sealed AI cache (messages and embeds).
+    pub ai_cache: AiCache,
+    pub history_requests: HistoryRequests,
+    /// Prompts and function definitions (`config/instructions.yml`).
+    pub instructions: Arc<Instructions>,
+    /// The model catalog and each stage's default model.
+    pub models: Models,
+    /// Each chat's last main-call plan, the guess of its next speculative main call.
+    pub predictions: Predictions,
+    /// The skills the main model may call (the pipeline's tool runner).
+    pub skills: Arc<Skills>,
+    /// Background link validation of answers; `None` when `links.enabled` is off.
+    pub links: Option<Arc<LinkChecker>>,
+    pub metrics: Arc<Metrics>,
+    /// This node's devices.
+    pub hub: Arc<Hub>,
+    /// Which turn runs in each chat, and what waits behind it.
+    pub turns: Turns,
+    /// Owns every turn task and what it spawns (postprocessing, follow-ups).
+    pub tasks: TaskTracker,
+    /// Fired at shutdown: running turns end with `interrupted_by_shutdown`.
+    pub shutdown: CancellationToken,
+}
