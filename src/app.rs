@@ -15,7 +15,6 @@ use crate::cache::ai::AiCache;
 use crate::cache::memory::MemoryBackend;
 use crate::cache::redis::RedisBackend;
 use crate::cache::{AiPolicy, CacheBackend, CacheError};
-use crate::chats::Chats;
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::delivery::Hub;
@@ -191,7 +190,7 @@ impl App {
         let state = Arc::new(AppState {
             keys,
             metrics,
-            chats: Chats::default(),
+            owners: Default::default(),
             turn,
             user_limiter,
             tasks: Tasks {

@@ -5,14 +5,13 @@
 //! - [`http`] is the HTTP surface, [`ws`] the socket layer (upgrade, auth, outbox);
 //! - [`session`] dispatches client messages, routes events to devices, runs turns;
 //! - [`pipeline`] turns a chat message into a streamed answer (internal types only);
-//! - [`llm`] is the model boundary; [`chats`] holds ownership and history;
+//! - [`llm`] is the model boundary; [`turn`] runs a chat's turns on any node;
 //! - [`skills`] are the tools the model calls (manifests, runner, embeds, injection check);
 //! - [`auth`] mints and checks session tokens; [`metrics`] exports Prometheus metrics.
 
 pub mod app;
 pub mod auth;
 pub mod cache;
-pub mod chats;
 pub mod clock;
 pub mod config;
 pub mod crypto;

@@ -137,14 +137,7 @@ impl Session {
                 }
                 self.set_active_chat(m)
             }
-            ClientMessage::ChatMessageAdded(m) => {
-                if self
-                    .stored_chat_allowed(&m.chat_id, Some(&m.message.message_id))
-                    .await
-                {
-                    self.chat_message_added(*m)
-                }
-            }
+            ClientMessage::ChatMessageAdded(m) => self.chat_message_added(*m).await,
             ClientMessage::CancelSkill(m) => self.cancel_skill(m),
             ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
             ClientMessage::EncryptedChatMetadata(m) => self.encrypted_chat_metadata(*m).await,
@@ -163,26 +156,15 @@ impl Session {
     }
 
     fn set_active_chat(&self, m: SetActiveChat) {
-        if let Some(chat) = &m.chat_id
-            && self.app.chats.authorize(&self.device.user, chat).is_err()
-        {
-            self.forbidden(chat, None);
-            return;
-        }
         self.device.set_active_chat(m.chat_id.clone());
         self.reply(ServerMessage::ActiveChatSetAck(ActiveChatSetAck {
             chat_id: m.chat_id,
         }));
     }
 
-    fn forbidden(&self, chat: &chatd_protocol::ChatId, message: Option<chatd_protocol::MessageId>) {
-        let mut p = ErrorPayload::new(ErrorCode::Forbidden, "this chat belongs to another user");
-        p.chat_id = Some(chat.clone());
-        p.message_id = message;
-        self.reply(ServerMessage::Error(p));
-    }
-
-    fn chat_message_added(&self, m: ChatMessageAdded) {
+    /// A user message: claimed in the store (which owns the chat and its `messages_v`),
+    /// confirmed to every device, relayed to the others, then answered or queued.
+    async fn chat_message_added(&self, m: ChatMessageAdded) {
         let user = &self.device.user;
         let options = MessageOptions::from_message(&m);
         let msg = m.message;
@@ -206,25 +188,23 @@ impl Session {
             self.reply(ServerMessage::Error(p));
             return;
         }
-        let appended =
-            match self
-                .app
-                .chats
-                .record(user, &m.chat_id, &msg.message_id, msg.created_at)
-            {
-                Ok(a) => a,
-                Err(_) => return self.forbidden(&m.chat_id, Some(msg.message_id)),
-            };
+        let Some(count) = self.count_message(&m.chat_id, &msg).await else {
+            return;
+        };
+        let messages_v = count.messages_v;
+        let last_edited = count.last_edited.max(msg.created_at);
         self.device.set_active_chat(Some(m.chat_id.clone()));
         let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
             chat_id: m.chat_id.clone(),
             message_id: msg.message_id.clone(),
             temp_id: msg.temp_id.clone(),
-            new_messages_v: appended.messages_v,
-            new_last_edited_overall_timestamp: appended.last_edited,
+            new_messages_v: messages_v,
+            new_last_edited_overall_timestamp: last_edited,
         });
         self.broadcast(Audience::All, &confirmed);
-        if appended.is_new {
+        // A message that carries its chat's history is a re-send (the answer to
+        // `request_chat_history`): the other devices have it already.
+        if msg.message_history.is_none() {
             let new = ServerMessage::NewChatMessage(NewChatMessage {
                 chat_id: m.chat_id.clone(),
                 message_id: msg.message_id.clone(),
@@ -232,8 +212,8 @@ impl Session {
                 sender_name: msg.sender_name.clone(),
                 content: msg.content.clone(),
                 created_at: msg.created_at,
-                messages_v: appended.messages_v,
-                last_edited_overall_timestamp: appended.last_edited,
+                messages_v,
+                last_edited_overall_timestamp: last_edited,
             });
             self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
         }
@@ -242,7 +222,7 @@ impl Session {
             message: msg,
             embeds: m.embeds,
             conn: self.device.conn_id,
-            prior_messages: appended.prior,
+            prior_messages: messages_v - 1,
             options,
         };
         let admission = self.app.turn.turns.admit(
@@ -275,6 +255,61 @@ impl Session {
                 self.reply(ServerMessage::Error(p));
             }
         }
+    }
+
+    /// Claims the chat in the permanent store when this node does not know its owner (the
+    /// store decides: insert-if-absent), and counts the message in the chat's shared
+    /// `messages_v` (a re-send with history is not counted again). `None` after answering
+    /// the error.
+    async fn count_message(
+        &self,
+        chat: &chatd_protocol::ChatId,
+        msg: &chatd_protocol::UserMessage,
+    ) -> Option<Counted> {
+        let user = &self.device.user;
+        let app = &self.app;
+        let mut stored = None;
+        if !app.owners.known(user, chat) {
+            match app.store.claim_chat(user, chat).await {
+                Ok(v) => stored = Some(v),
+                Err(e) => {
+                    self.store_failed(e, Some(chat), Some(&msg.message_id));
+                    return None;
+                }
+            }
+            app.owners.remember(user, chat);
+        }
+        let cache = &app.turn.ai_cache;
+        let owner = &self.device.user_hash;
+        let counted = match msg.message_history {
+            Some(_) => cache.messages_v(owner, chat).await,
+            None => cache.bump_messages_v(owner, chat, None).await,
+        };
+        if let Ok(Some(messages_v)) = counted {
+            let last_edited = stored.map_or(0, |v| v.last_edited_overall_timestamp);
+            return Some(Counted {
+                messages_v,
+                last_edited,
+            });
+        }
+        // The cache has no count (new, expired or down): the store's is the seed.
+        let stored = match stored {
+            Some(v) => v,
+            None => match app.store.claim_chat(user, chat).await {
+                Ok(v) => v,
+                Err(e) => {
+                    self.store_failed(e, Some(chat), Some(&msg.message_id));
+                    return None;
+                }
+            },
+        };
+        let seeded = cache
+            .bump_messages_v(owner, chat, Some(stored.messages_v))
+            .await;
+        Some(Counted {
+            messages_v: seeded.ok().flatten().unwrap_or(stored.messages_v + 1),
+            last_edited: stored.last_edited_overall_timestamp,
+        })
     }
 
     /// Stops the owner's running skill.
@@ -320,6 +355,14 @@ impl Session {
             }
         }
     }
+}
+
+/// A user message's place in its chat.
+struct Counted {
+    /// The chat's `messages_v` with this message.
+    messages_v: u64,
+    /// The newest edit the store knows of (0 when it was not asked).
+    last_edited: i64,
 }
 
 /// Shape checks of a re-sent history that need no state: roles and sizes.

@@ -26,7 +26,8 @@ pub struct AppState {
     pub config: Config,
     pub keys: TokenKeys,
     pub metrics: Arc<Metrics>,
-    pub chats: crate::chats::Chats,
+    /// Chat owners the store confirmed (a bounded read cache).
+    pub owners: crate::store::owners::Owners,
     /// What turns need (the AI cache, the pipeline, the hub, the turn registry).
     pub turn: Arc<TurnDeps>,
     /// Per-user message rate across all of a user's devices.

@@ -8,6 +8,7 @@
 //! rows with that owner. An id that exists under another owner is [`StoreError::Forbidden`]
 //! and nothing is changed.
 
+pub mod owners;
 mod postgres;
 mod sql;
 mod sqlite;
@@ -152,6 +153,15 @@ pub trait Store: Send + Sync {
         owner: &'a UserId,
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// Claims `chat` for `owner` if no one has it (insert-if-absent) and returns its
+    /// versions; `Forbidden` when another owner has it. The one record of who owns a chat
+    /// and how many messages it has.
+    fn claim_chat<'a>(
+        &'a self,
+        owner: &'a UserId,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<ChatVersions, StoreError>>;
 
     /// Applies a metadata patch, creating the chat for `owner` if it does not exist.
     fn update_chat<'a>(

@@ -11,7 +11,7 @@ use base64::engine::general_purpose::STANDARD as B64;
 use chatd_protocol::{ChatId, ClientEmbed, EmbedId, MessageId, Role};
 use serde::{Deserialize, Serialize};
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode};
+use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
 
 /// One message of a chat as cached for the model (plaintext only inside the sealed value).
@@ -231,7 +231,9 @@ impl AiCache {
 
     /// Drops a chat from the AI cache (with its exclusive embeds and settings entries).
     pub async fn delete(&self, user: &UserHash, chat: &ChatId) -> Result<(), CacheFault> {
-        Ok(self.backend.ai_delete(user, chat).await?)
+        self.backend.ai_delete(user, chat).await?;
+        let versions = keys::chat_versions(user, chat.as_str());
+        Ok(self.backend.kv_delete(&versions).await?)
     }
 
     /// Caches a client-sent embed under the chat: skipped when the cached version is the
@@ -320,6 +322,29 @@ impl AiCache {
     /// The TTL of the AI cache (embeds cached from clients share it).
     pub fn ttl(&self) -> Duration {
         self.policy.ttl
+    }
+
+    /// Counts one more message in the chat's `messages_v` (kept for the AI cache's TTL):
+    /// returns the new value, or `None` when the cache has no count and no `seed` (the
+    /// permanent store's count) was given.
+    pub async fn bump_messages_v(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        seed: Option<u64>,
+    ) -> Result<Option<u64>, CacheError> {
+        let key = keys::chat_versions(user, chat.as_str());
+        self.backend.counter_bump(&key, seed, self.policy.ttl).await
+    }
+
+    /// The chat's `messages_v` as the cache counts it.
+    pub async fn messages_v(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+    ) -> Result<Option<u64>, CacheError> {
+        let key = keys::chat_versions(user, chat.as_str());
+        self.backend.counter_get(&key).await
     }
 }
 

@@ -140,6 +140,19 @@ pub trait CacheBackend: Send + Sync {
     fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>>;
 
+    /// A counter, atomically: adds one when `key` exists (and refreshes its TTL), else sets
+    /// it to `seed + 1` when a seed is given. Returns the new value, or `None` when the key
+    /// is absent and no seed was given.
+    fn counter_bump<'a>(
+        &'a self,
+        key: &'a str,
+        seed: Option<u64>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Option<u64>, CacheError>>;
+
+    /// A counter's value (`None` when absent).
+    fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>>;
+
     /// Reachability for `/readyz`.
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>>;
 }
@@ -168,6 +181,11 @@ pub mod keys {
     }
     pub fn sync(user: &UserHash, chat: &str) -> String {
         format!("user:{}:chat:{chat}:messages:sync", user.as_str())
+    }
+    /// A chat's `messages_v`: every user message and answer bumps it; seeded from the
+    /// permanent store when absent.
+    pub fn chat_versions(user: &UserHash, chat: &str) -> String {
+        format!("user:{}:chat:{chat}:messages_v", user.as_str())
     }
     pub fn sync_index(user: &UserHash) -> String {
         format!("user:{}:sync_chats", user.as_str())

@@ -391,9 +391,51 @@ impl CacheBackend for MemoryBackend {
         ready(Ok(()))
     }
 
+    fn counter_bump<'a>(
+        &'a self,
+        key: &'a str,
+        seed: Option<u64>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
+        let now = Instant::now();
+        // The shard guard makes the read and the write one step.
+        if let Some(mut e) = self.map.get_mut(key)
+            && e.expires.is_none_or(|t| t > now)
+        {
+            let expires = Some(now + ttl);
+            if let Value::Bytes(b) = &mut e.value {
+                let n = counter_value(b).map_or(1, |n| n + 1);
+                *b = n.to_string().into_bytes();
+                e.expires = expires;
+                return ready(Ok(Some(n)));
+            }
+        }
+        // Absent or expired: only a seed creates it.
+        let value = seed.map(|seed| seed + 1);
+        if let Some(n) = value {
+            self.set(
+                key.to_string(),
+                Value::Bytes(n.to_string().into_bytes()),
+                Some(ttl),
+            );
+        }
+        ready(Ok(value))
+    }
+
+    fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
+        ready(Ok(match self.get(key) {
+            Some(Value::Bytes(b)) => counter_value(&b),
+            _ => None,
+        }))
+    }
+
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>> {
         ready(Ok(()))
     }
+}
+
+fn counter_value(b: &[u8]) -> Option<u64> {
+    std::str::from_utf8(b).ok()?.parse().ok()
 }
 
 impl MemoryBackend {

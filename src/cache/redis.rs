@@ -15,7 +15,7 @@ use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 use crate::crypto::UserHash;
 
 mod scripts;
-use scripts::{AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, SYNC_CLEAR};
+use scripts::{AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, SYNC_CLEAR};
 
 pub struct RedisBackend {
     conn: ConnectionManager,
@@ -25,6 +25,7 @@ pub struct RedisBackend {
     ai_read: Script,
     ai_delete: Script,
     sync_clear: Script,
+    counter_bump: Script,
 }
 
 impl RedisBackend {
@@ -47,6 +48,7 @@ impl RedisBackend {
             ai_read: Script::new(AI_READ),
             ai_delete: Script::new(AI_DELETE),
             sync_clear: Script::new(SYNC_CLEAR),
+            counter_bump: Script::new(COUNTER_BUMP),
         })
     }
 
@@ -360,6 +362,32 @@ impl CacheBackend for RedisBackend {
 
     fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
         Box::pin(self.kv_get_owned(key.to_string()))
+    }
+
+    fn counter_bump<'a>(
+        &'a self,
+        key: &'a str,
+        seed: Option<u64>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let mut call = self.counter_bump.key(key);
+            call.arg(seed.map_or(-1, |s| s as i64))
+                .arg(ttl.as_millis() as u64);
+            let n: Option<u64> = self.run(call.invoke_async(&mut conn)).await?;
+            Ok(n)
+        })
+    }
+
+    fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let v: Option<u64> = self
+                .run(redis::cmd("GET").arg(key).query_async(&mut conn))
+                .await?;
+            Ok(v)
+        })
     }
 
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>> {

@@ -79,16 +79,15 @@ impl Session {
         self.reply(ServerMessage::Error(p));
     }
 
-    /// Checks the permanent store before a chat is claimed in memory (after a restart the
-    /// store is the only record of who owns it). Answers the error frame itself and fails
-    /// closed when the store is down.
+    /// Checks with the permanent store (the one record of who owns a chat) that the user
+    /// may use `chat`. Answers the error frame itself and fails closed when the store is
+    /// down.
     pub(super) async fn stored_chat_allowed(
         &self,
         chat: &ChatId,
         message: Option<&MessageId>,
     ) -> bool {
-        // Per-message path: a chat this process already holds for the user needs no query.
-        if self.app.chats.known_owner(&self.device.user, chat) {
+        if self.app.owners.known(&self.device.user, chat) {
             return true;
         }
         match self.app.store.authorize(&self.device.user, chat).await {
@@ -98,11 +97,6 @@ impl Session {
                 false
             }
         }
-    }
-
-    /// The in-memory registry's view (chats claimed by a turn but not stored yet).
-    fn owns_in_memory(&self, chat: &ChatId) -> bool {
-        self.app.chats.authorize(&self.device.user, chat).is_ok()
     }
 
     fn others(&self) -> Audience {
@@ -117,9 +111,6 @@ impl Session {
                 "message_id and encrypted_content must be sent together",
                 Some(chat),
             );
-        }
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
         }
         if m.encrypted_title.is_some()
             && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
@@ -226,9 +217,6 @@ impl Session {
         if message.encrypted_content.is_empty() {
             return self.invalid("message.encrypted_content must not be empty", Some(chat));
         }
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&message.message_id));
-        }
         match self.app.store.add_message(user, chat, &message).await {
             Ok(added) => {
                 // The cache is current before the sender hears "stored".
@@ -260,9 +248,6 @@ impl Session {
     pub(super) async fn update_post_processing_metadata(&self, m: UpdatePostProcessingMetadata) {
         let user = &self.device.user;
         let chat = &m.chat_id;
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), None);
-        }
         let patch = ChatPatch {
             encrypted_title: m.encrypted_title,
             encrypted_chat_key: m.encrypted_chat_key,
@@ -320,9 +305,6 @@ impl Session {
         if m.encrypted_title.is_empty() {
             return self.invalid("encrypted_title must not be empty", Some(chat));
         }
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), None);
-        }
         if let Err(e) = self.existing_chat(chat).await {
             return self.store_failed(e, Some(chat), None);
         }
@@ -349,13 +331,11 @@ impl Session {
     pub(super) async fn delete_chat(&self, m: DeleteChat) {
         let user = &self.device.user;
         let chat = &m.chat_id;
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), None);
-        }
         // A running answer (or one queued behind it) would write the chat back into the AI
         // cache: stop it, drop the queue, and tell the turn to write nothing.
         self.app.turn.turns.abandon(user, chat);
         self.app.turn.predictions.forget(chat);
+        self.app.owners.forget(chat);
         let removed = match self.app.store.delete_chat(user, chat).await {
             Ok(d) => d.embeds,
             // Never stored (only cached by a turn): the caches are still cleared.
@@ -408,9 +388,6 @@ impl Session {
                 format!("at most {MAX_EMBEDS_TO_DELETE} embedIdsToDelete"),
                 Some(chat),
             );
-        }
-        if !self.owns_in_memory(chat) {
-            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&m.message_id));
         }
         match self
             .app

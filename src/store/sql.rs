@@ -648,6 +648,26 @@ macro_rules! impl_store {
                 })
             }
 
+            fn claim_chat<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+            ) -> BoxFuture<'a, Result<ChatVersions, StoreError>> {
+                Box::pin(async move {
+                    let mut conn = self.pool.acquire().await?;
+                    claim(&mut conn, owner, chat).await?;
+                    let row = sqlx::query(
+                        "SELECT messages_v, title_v, last_edited_overall_timestamp \
+                         FROM chats WHERE chat_id = $1 AND owner = $2",
+                    )
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_one(&mut *conn)
+                    .await?;
+                    versions_from_row(&row)
+                })
+            }
+
             fn update_chat<'a>(
                 &'a self,
                 owner: &'a UserId,

@@ -176,6 +176,14 @@ pub(super) async fn remember_answer(
         model_name: Some(ctx.model_name.clone()),
         token_count: Some(tokens::count_one(text).await),
     };
+    // The answer is one more message of the chat (counted only while the cache counts).
+    if let Err(e) = app
+        .ai_cache
+        .bump_messages_v(owner, &ctx.chat_id, None)
+        .await
+    {
+        tracing::warn!(error = %e, "could not count the answer");
+    }
     if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
         // The answer reached the user; the next turn falls back to request_chat_history.
         tracing::warn!(error = %e, "could not cache the answer");

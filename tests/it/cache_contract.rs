@@ -371,6 +371,39 @@ async fn sync_cache_and_small_values(b: Arc<dyn CacheBackend>) {
     b.ping().await.unwrap();
 }
 
+async fn counters_count_atomically_and_start_only_from_a_seed(b: Arc<dyn CacheBackend>) {
+    let ttl = Duration::from_secs(3600);
+    let key = "user:u:chat:c:messages_v";
+    assert_eq!(b.counter_get(key).await.unwrap(), None);
+    assert_eq!(
+        b.counter_bump(key, None, ttl).await.unwrap(),
+        None,
+        "no seed, no counter"
+    );
+    assert_eq!(b.counter_get(key).await.unwrap(), None);
+    assert_eq!(b.counter_bump(key, Some(4), ttl).await.unwrap(), Some(5));
+    assert_eq!(
+        b.counter_bump(key, Some(100), ttl).await.unwrap(),
+        Some(6),
+        "an existing counter ignores the seed"
+    );
+    let bumps = (0..20).map(|_| b.counter_bump(key, None, ttl));
+    let mut values: Vec<u64> = futures_util::future::join_all(bumps)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap().unwrap())
+        .collect();
+    values.sort_unstable();
+    assert_eq!(
+        values,
+        (7..27).collect::<Vec<u64>>(),
+        "each bump counts once"
+    );
+    assert_eq!(b.counter_get(key).await.unwrap(), Some(26));
+    b.kv_delete(key).await.unwrap();
+    assert_eq!(b.counter_get(key).await.unwrap(), None);
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -401,6 +434,7 @@ contract!(
     read_append_returns_the_list_before_and_appends_like_a_write,
     read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write,
     sync_cache_and_small_values,
+    counters_count_atomically_and_start_only_from_a_seed,
 );
 
 /// Memory backend: expiry on tokio's clock, so paused time drives it.

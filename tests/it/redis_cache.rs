@@ -214,9 +214,14 @@ async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
     let body: serde_json::Value = ready.json().await.unwrap();
     assert_eq!(body["down"], serde_json::json!(["cache"]));
 
-    // Back, but empty: the chat falls back to the client's history, then works.
+    // Back, but empty: the chat falls back to the client's history, then works. (This
+    // client stored nothing, so the store counts no messages; like the web client, it
+    // says the chat exists with `chat_has_title`.)
     redis.restart().await.unwrap();
-    ws.send(&user_message("chat-k", "m4", "fourth")).await;
+    let fourth = user_message_with("chat-k", "m4", "fourth", |m| {
+        m.message.chat_has_title = true
+    });
+    ws.send(&fourth).await;
     let request = loop {
         // The connection manager may need one failed attempt to notice the new server.
         match outcome(&mut ws).await {
@@ -224,7 +229,7 @@ async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
             crate::support::Outcome::Error(e)
                 if e.code == chatd_protocol::ErrorCode::CacheUnavailable =>
             {
-                ws.send(&user_message("chat-k", "m4", "fourth")).await;
+                ws.send(&fourth).await;
             }
             other => panic!("unexpected {other:?}"),
         }

@@ -633,3 +633,33 @@ fn check_config_validates_store_url_from_the_environment() {
     assert!(!bad.status.success());
     assert!(String::from_utf8_lossy(&bad.stderr).contains("store.url"));
 }
+
+/// The store owns a chat's `messages_v`: after a restart (the memory cache is empty), the
+/// next message is counted after the stored ones, and the turn asks for the history it
+/// knows the chat has instead of answering as if the chat were new.
+#[tokio::test]
+async fn after_a_restart_messages_v_and_the_expected_history_come_from_the_store() {
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_path_buf();
+    let first = spawn_app(|c| c.server.data_dir = dir.clone()).await;
+    let mut ws = first.connect("alice").await;
+    store_chat(&mut ws, "chat-r").await;
+    drop(ws);
+    first.shutdown().await.unwrap();
+
+    let second = spawn_app(|c| c.server.data_dir = dir.clone()).await;
+    let mut ws = second.connect_showing("alice", "chat-r").await;
+    ws.send(&user_message("chat-r", "m3", "and again")).await;
+    match expect(&mut ws, "chat_message_confirmed").await {
+        ServerMessage::ChatMessageConfirmed(c) => assert_eq!(c.new_messages_v, 3),
+        other => panic!("unexpected {other:?}"),
+    }
+    let request = crate::support::outcome(&mut ws).await.need_history();
+    // Before the store counted, this chat looked new and was answered without history.
+    assert_eq!(request.reason, chatd_protocol::HistoryReason::CacheMiss);
+
+    // Another user still cannot take the chat over.
+    let mut bob = second.connect("bob").await;
+    bob.send(&user_message("chat-r", "b1", "mine?")).await;
+    assert_eq!(expect_error(&mut bob).await, ErrorCode::Forbidden);
+}

@@ -107,3 +107,17 @@ end
 redis.call('DEL', KEYS[1])
 return 1
 "#;
+
+/// KEYS[1] counter; ARGV[1] seed (-1: none); ARGV[2] TTL in ms. Adds one when the counter
+/// exists, else sets it to seed + 1 when seeded; returns the value or nil.
+pub const COUNTER_BUMP: &str = r#"
+if redis.call('EXISTS', KEYS[1]) == 1 then
+  local n = redis.call('INCR', KEYS[1])
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  return n
+end
+local seed = tonumber(ARGV[1])
+if seed < 0 then return nil end
+redis.call('SET', KEYS[1], seed + 1, 'PX', ARGV[2])
+return seed + 1
+"#;
