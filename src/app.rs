@@ -14,7 +14,7 @@ use crate::auth::TokenKeys;
 use crate::cache::ai::AiCache;
 use crate::cache::memory::MemoryBackend;
 use crate::cache::redis::RedisBackend;
-use crate::cache::{AiPolicy, CacheBackend, CacheError};
+use crate::cache::{AiPolicy, CacheBackend, CacheError, WrappedKeys};
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
 use crate::delivery::Hub;
@@ -68,25 +68,6 @@ pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheErro
     })
 }
 
-/// The Vault/OpenBao token: `keys.vault_token`, or the contents of `keys.vault_token_file`.
-pub fn vault_token(k: &crate::config::KeysConfig) -> Result<zeroize::Zeroizing<String>, KeyError> {
-    use secrecy::ExposeSecret;
-    match (&k.vault_token, &k.vault_token_file) {
-        (Some(t), _) => Ok(zeroize::Zeroizing::new(t.expose_secret().to_string())),
-        (None, Some(path)) => Ok(zeroize::Zeroizing::new(
-            std::fs::read_to_string(path)
-                .map_err(|e| {
-                    KeyError::Unavailable(format!("keys.vault_token_file {}: {e}", path.display()))
-                })?
-                .trim()
-                .to_string(),
-        )),
-        (None, None) => Err(KeyError::Unavailable(
-            "keys.vault_token or keys.vault_token_file is required".into(),
-        )),
-    }
-}
-
 /// The configured key provider.
 pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
     let k = &config.keys;
@@ -99,7 +80,7 @@ pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
             Arc::new(LocalKeyProvider::load(&path)?)
         }
         KeyProviderKind::Vault => {
-            let token = vault_token(k)?;
+            let token = crate::crypto::vault_token(k)?;
             Arc::new(VaultKeyProvider::new(
                 &k.vault_addr,
                 &token,
@@ -138,7 +119,7 @@ impl App {
         let backend = cache_backend(&config)?;
         let keyring = Arc::new(Keyring::new(
             key_provider(&config)?,
-            backend.clone(),
+            Arc::new(WrappedKeys(backend.clone())),
             config.keys.data_key_ttl,
         ));
         let ai_cache = AiCache::new(

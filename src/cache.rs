@@ -12,4 +12,4 @@ pub mod backend;
 pub mod memory;
 pub mod redis;
 
-pub use backend::{AiPolicy, CacheBackend, CacheError, WriteMode};
+pub use backend::{AiPolicy, CacheBackend, CacheError, WrappedKeys, WriteMode};

@@ -12,7 +12,10 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, compiled into the binary.
+mod kv_ref;
 mod skills;
+
+pub use kv_ref::KvRef;
 pub use skills::{SkillsConfig, WebSearchConfig};
 
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
@@ -470,7 +473,7 @@ impl Config {
 
     /// A `MOUNT/PATH#FIELD` reference needs Vault access (`keys.vault_addr` and a token).
     fn check_vault_ref(&self, key: &'static str, reference: &str) -> Result<(), ConfigError> {
-        if let Err(reason) = crate::llm::secrets::KvRef::parse(reference) {
+        if let Err(reason) = KvRef::parse(reference) {
             return Err(ConfigError::Invalid { key, reason });
         }
         if self.keys.vault_token.is_none() && self.keys.vault_token_file.is_none() {

@@ -9,14 +9,14 @@ pub mod keyring;
 mod local;
 mod vault;
 
-pub use keyring::{Keyring, OpenError, Purpose, SealError};
+pub use keyring::{Keyring, OpenError, Purpose, SealError, StoreUnavailable, WrappedKeyStore};
 
 use futures_util::future::BoxFuture;
 use sha2::{Digest, Sha256};
 use zeroize::Zeroizing;
 
 pub use local::LocalKeyProvider;
-pub use vault::VaultKeyProvider;
+pub use vault::{SecretReadError, VaultKeyProvider, read_secrets, vault_token};
 
 use crate::auth::UserId;
 

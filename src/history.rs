@@ -20,9 +20,9 @@ use futures_util::future::join_all;
 
 use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded};
 use crate::crypto::UserHash;
+use crate::inbound::Inbound;
 use crate::pipeline::tokens::{self, Tokens};
 use crate::pipeline::{HistoryEntry, HistoryRole};
-use crate::turn::Inbound;
 
 /// What a turn can do next.
 #[derive(Debug)]

@@ -19,6 +19,7 @@ pub mod delivery;
 pub mod history;
 pub mod http;
 pub mod ids;
+pub mod inbound;
 pub mod links;
 pub mod llm;
 pub mod metrics;

@@ -8,69 +8,7 @@ mod stages;
 pub mod store;
 pub mod writer;
 
-use chatd_protocol::{ClientEmbed, MessageId, UserMessage};
-
-use crate::delivery::ConnectionId;
+pub use crate::inbound::{Inbound, MessageOptions};
 pub use admission::{Admission, CancelError, TurnTicket, Turns};
 pub use deps::TurnDeps;
 pub use run::spawn;
-
-/// A user message waiting to be answered, as the device sent it.
-#[derive(Debug, Clone)]
-pub struct Inbound {
-    pub message: UserMessage,
-    pub embeds: Vec<ClientEmbed>,
-    pub conn: ConnectionId,
-    /// Messages the chat had before this one (what the AI cache should hold).
-    pub prior_messages: u64,
-    pub options: MessageOptions,
-}
-
-/// What the client said about the turn besides the message itself.
-#[derive(Debug, Clone)]
-pub struct MessageOptions {
-    pub pinned_model: Option<String>,
-    pub active_focus_id: Option<String>,
-    pub chat_summary: Option<String>,
-    pub chat_tags: Vec<String>,
-    pub settings_available: Vec<String>,
-    pub connected_accounts: Vec<String>,
-    pub follow_ups_enabled: bool,
-}
-
-impl Default for MessageOptions {
-    fn default() -> Self {
-        Self {
-            pinned_model: None,
-            active_focus_id: None,
-            chat_summary: None,
-            chat_tags: Vec::new(),
-            settings_available: Vec::new(),
-            connected_accounts: Vec::new(),
-            follow_ups_enabled: true,
-        }
-    }
-}
-
-impl MessageOptions {
-    pub fn from_message(m: &chatd_protocol::ChatMessageAdded) -> Self {
-        Self {
-            pinned_model: m.pinned_model.clone(),
-            active_focus_id: m.active_focus_id.clone(),
-            chat_summary: m.chat_summary.clone(),
-            chat_tags: m.chat_tags.clone(),
-            settings_available: m.app_settings_memories_metadata.clone(),
-            connected_accounts: m.connected_accounts.clone(),
-            follow_ups_enabled: m
-                .user_preferences
-                .as_ref()
-                .is_none_or(|p| p.follow_up_suggestions_enabled),
-        }
-    }
-}
-
-impl Inbound {
-    pub fn message_id(&self) -> &MessageId {
-        &self.message.message_id
-    }
-}

@@ -96,7 +96,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
     let provider = chatd::app::key_provider(&config)?;
     let keyring = Arc::new(Keyring::new(
         provider.clone(),
-        store.clone(),
+        Arc::new(chatd::cache::WrappedKeys(store.clone())),
         config.keys.data_key_ttl,
     ));
     let policy = AiPolicy {

@@ -78,7 +78,7 @@ impl From<SealError> for CacheFault {
     fn from(e: SealError) -> Self {
         match e {
             SealError::Key(k) => CacheFault::Keys(k),
-            SealError::Cache(c) => CacheFault::Cache(c),
+            SealError::Store(e) => CacheFault::Cache(CacheError::Unavailable(e.0)),
         }
     }
 }
@@ -359,7 +359,7 @@ impl AiCache {
         ));
         let keyring = Arc::new(Keyring::new(
             provider,
-            backend.clone(),
+            Arc::new(super::backend::WrappedKeys(backend.clone())),
             Duration::from_secs(60),
         ));
         AiCache::new(

@@ -157,6 +157,37 @@ pub trait CacheBackend: Send + Sync {
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>>;
 }
 
+/// The keyring's wrapped data keys, kept in a cache backend's small values.
+pub struct WrappedKeys(pub std::sync::Arc<dyn CacheBackend>);
+
+impl crate::crypto::WrappedKeyStore for WrappedKeys {
+    fn get_wrapped<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, crate::crypto::StoreUnavailable>> {
+        Box::pin(async move {
+            self.0
+                .kv_get(name)
+                .await
+                .map_err(|e| crate::crypto::StoreUnavailable(e.to_string()))
+        })
+    }
+
+    fn put_wrapped<'a>(
+        &'a self,
+        name: &'a str,
+        wrapped: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), crate::crypto::StoreUnavailable>> {
+        Box::pin(async move {
+            self.0
+                .kv_put(name, wrapped, ttl)
+                .await
+                .map_err(|e| crate::crypto::StoreUnavailable(e.to_string()))
+        })
+    }
+}
+
 /// The key names, shared by every backend.
 pub mod keys {
     use super::*;

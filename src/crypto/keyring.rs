@@ -1,7 +1,8 @@
 //! Seals and opens values with per-user data keys. The current data key of a user is
 //! cached in memory for `keys.data_key_ttl` (zeroized on drop), so the key service is not
-//! on the per-message path; its wrapped form is kept in the cache backend under
-//! `dek:{user_hash}:{key_id}` so any node (or this one after a restart) can unwrap it.
+//! on the per-message path; its wrapped form is kept in a [`WrappedKeyStore`] (the cache
+//! backend) under `dek:{user_hash}:{key_id}` so any node (or this one after a restart) can
+//! unwrap it.
 //!
 //! Sealed value: `0x01 || key_id (16 bytes) || nonce (12) || ciphertext+tag`, with associated
 //! data `chatd:v1|{user_hash}|{chat}|{purpose}|{key_id}`: a value moved to another user,
@@ -14,8 +15,29 @@ use dashmap::DashMap;
 use sha2::{Digest, Sha256};
 use tokio::time::Instant;
 
+use futures_util::future::BoxFuture;
+
 use super::{KeyError, KeyProvider, SecretKey, UserHash, aead};
-use crate::cache::{CacheBackend, CacheError};
+
+/// Where wrapped data keys are kept, shared by every node (the cache backend implements
+/// it in `crate::cache`).
+pub trait WrappedKeyStore: Send + Sync {
+    fn get_wrapped<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreUnavailable>>;
+    fn put_wrapped<'a>(
+        &'a self,
+        name: &'a str,
+        wrapped: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreUnavailable>>;
+}
+
+/// The store of wrapped keys did not answer.
+#[derive(Debug, Clone, thiserror::Error)]
+#[error("{0}")]
+pub struct StoreUnavailable(pub String);
 
 const VERSION: u8 = 1;
 const KEY_ID_LEN: usize = 16;
@@ -46,8 +68,8 @@ impl Purpose {
 pub enum SealError {
     #[error(transparent)]
     Key(#[from] KeyError),
-    #[error(transparent)]
-    Cache(#[from] CacheError),
+    #[error("wrapped key store: {0}")]
+    Store(#[from] StoreUnavailable),
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -69,7 +91,7 @@ struct CachedKey {
 
 pub struct Keyring {
     provider: Arc<dyn KeyProvider>,
-    backend: Arc<dyn CacheBackend>,
+    backend: Arc<dyn WrappedKeyStore>,
     ttl: Duration,
     /// user → the data key new values are sealed with.
     current: DashMap<UserHash, Arc<CachedKey>>,
@@ -101,7 +123,7 @@ fn aad(user: &UserHash, scope: &str, purpose: Purpose, id: &KeyId) -> Vec<u8> {
 impl Keyring {
     pub fn new(
         provider: Arc<dyn KeyProvider>,
-        backend: Arc<dyn CacheBackend>,
+        backend: Arc<dyn WrappedKeyStore>,
         ttl: Duration,
     ) -> Self {
         Self {
@@ -130,7 +152,7 @@ impl Keyring {
         let new = self.provider.new_data_key(user).await?;
         let id = key_id(&new.wrapped);
         self.backend
-            .kv_put(
+            .put_wrapped(
                 &wrapped_key_name(user, &id),
                 new.wrapped.into_bytes(),
                 WRAPPED_KEY_TTL,
@@ -156,7 +178,7 @@ impl Keyring {
         }
         let wrapped = self
             .backend
-            .kv_get(&wrapped_key_name(user, &id))
+            .get_wrapped(&wrapped_key_name(user, &id))
             .await
             .map_err(|e| OpenError::Unavailable(e.into()))?
             .ok_or(OpenError::Failed)?;
@@ -228,12 +250,33 @@ impl Keyring {
 mod tests {
     use super::*;
     use crate::auth::UserId;
-    use crate::cache::memory::MemoryBackend;
     use crate::crypto::LocalKeyProvider;
+
+    /// Wrapped keys in a map (TTLs ignored).
+    #[derive(Default)]
+    struct MapStore(DashMap<String, Vec<u8>>);
+
+    impl WrappedKeyStore for MapStore {
+        fn get_wrapped<'a>(
+            &'a self,
+            name: &'a str,
+        ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreUnavailable>> {
+            Box::pin(async move { Ok(self.0.get(name).map(|v| v.clone())) })
+        }
+        fn put_wrapped<'a>(
+            &'a self,
+            name: &'a str,
+            wrapped: Vec<u8>,
+            _: Duration,
+        ) -> BoxFuture<'a, Result<(), StoreUnavailable>> {
+            self.0.insert(name.to_string(), wrapped);
+            Box::pin(async { Ok(()) })
+        }
+    }
 
     fn ring(ttl: Duration) -> Keyring {
         let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([3u8; 32])));
-        Keyring::new(provider, Arc::new(MemoryBackend::new(1000)), ttl)
+        Keyring::new(provider, Arc::new(MapStore::default()), ttl)
     }
 
     #[tokio::test]

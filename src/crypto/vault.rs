@@ -19,7 +19,12 @@ use vaultrs::client::{VaultClient, VaultClientSettingsBuilder};
 use vaultrs::error::ClientError;
 use zeroize::Zeroizing;
 
+use std::collections::HashMap;
+
+use secrecy::SecretString;
+
 use super::{KeyError, KeyProvider, NewDataKey, SecretKey, UserHash};
+use crate::config::KeysConfig;
 
 pub struct VaultKeyProvider {
     client: VaultClient,
@@ -187,4 +192,81 @@ impl KeyProvider for VaultKeyProvider {
     fn calls(&self) -> u64 {
         self.calls.load(Ordering::Relaxed)
     }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SecretReadError {
+    #[error("vault: {0}")]
+    Client(String),
+    #[error("API key {reference}: {reason}")]
+    Read { reference: String, reason: String },
+}
+
+/// Reads `MOUNT/PATH#FIELD` secrets from KV v2 with the key service's address and token,
+/// each reference once.
+pub async fn read_secrets(
+    keys: &KeysConfig,
+    references: &[String],
+) -> Result<HashMap<String, SecretString>, SecretReadError> {
+    let client = kv_client(keys)?;
+    let mut read = HashMap::new();
+    for reference in references {
+        if read.contains_key(reference) {
+            continue;
+        }
+        let value = read_one(&client, reference, keys.vault_timeout).await?;
+        read.insert(reference.clone(), value);
+    }
+    Ok(read)
+}
+
+/// The Vault/OpenBao token: `keys.vault_token`, or the contents of `keys.vault_token_file`.
+pub fn vault_token(k: &KeysConfig) -> Result<zeroize::Zeroizing<String>, KeyError> {
+    use secrecy::ExposeSecret;
+    match (&k.vault_token, &k.vault_token_file) {
+        (Some(t), _) => Ok(zeroize::Zeroizing::new(t.expose_secret().to_string())),
+        (None, Some(path)) => Ok(zeroize::Zeroizing::new(
+            std::fs::read_to_string(path)
+                .map_err(|e| {
+                    KeyError::Unavailable(format!("keys.vault_token_file {}: {e}", path.display()))
+                })?
+                .trim()
+                .to_string(),
+        )),
+        (None, None) => Err(KeyError::Unavailable(
+            "keys.vault_token or keys.vault_token_file is required".into(),
+        )),
+    }
+}
+
+fn kv_client(keys: &KeysConfig) -> Result<VaultClient, SecretReadError> {
+    let token = vault_token(keys).map_err(|e| SecretReadError::Client(e.to_string()))?;
+    let settings = VaultClientSettingsBuilder::default()
+        .address(keys.vault_addr.as_str())
+        .token(token.as_str())
+        .timeout(Some(keys.vault_timeout + Duration::from_secs(1)))
+        .build()
+        .map_err(|e| SecretReadError::Client(e.to_string()))?;
+    VaultClient::new(settings).map_err(|e| SecretReadError::Client(e.to_string()))
+}
+
+async fn read_one(
+    client: &VaultClient,
+    reference: &str,
+    timeout: Duration,
+) -> Result<SecretString, SecretReadError> {
+    let fail = |reason: String| SecretReadError::Read {
+        reference: reference.to_string(),
+        reason,
+    };
+    let r = crate::config::KvRef::parse(reference).map_err(fail)?;
+    let call = vaultrs::kv2::read::<HashMap<String, String>>(client, &r.mount, &r.path);
+    let data = tokio::time::timeout(timeout, call)
+        .await
+        .map_err(|_| fail(format!("no answer within {timeout:?}")))?
+        .map_err(|e| fail(e.to_string()))?;
+    data.get(&r.field)
+        .filter(|v| !v.is_empty())
+        .map(|v| SecretString::from(v.clone()))
+        .ok_or_else(|| fail(format!("the secret has no field `{}`", r.field)))
 }

@@ -9,7 +9,7 @@ use super::{HistoryRequests, Prepared, prepare};
 use crate::auth::UserId;
 use crate::cache::ai::{AiCache, CachedMessage, Loaded};
 use crate::crypto::UserHash;
-use crate::turn::{Inbound, MessageOptions};
+use crate::inbound::{Inbound, MessageOptions};
 
 fn cache() -> AiCache {
     AiCache::in_memory(10)

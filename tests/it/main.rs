@@ -14,6 +14,7 @@ mod cli;
 mod history;
 mod http_surface;
 mod links;
+mod module_graph;
 mod pipeline;
 mod redis_cache;
 mod shutdown;

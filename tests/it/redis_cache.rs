@@ -277,7 +277,7 @@ async fn a_cache_hit_is_one_script_call() {
     let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([9u8; 32])));
     let keyring = Arc::new(Keyring::new(
         provider,
-        backend.clone(),
+        Arc::new(chatd::cache::WrappedKeys(backend.clone())),
         Duration::from_secs(60),
     ));
     let cache = AiCache::new(
