@@ -29,6 +29,9 @@ use crate::session::quota;
 use crate::skills::{Skills, SkillsError};
 use crate::state::{AppState, Tasks};
 use crate::store::StoreError;
+use crate::turn::log::TurnLog;
+use crate::turn::store::TurnStore;
+use crate::turn::store::memory::MemoryTurnStore;
 use crate::turn::{TurnDeps, Turns};
 
 #[derive(Debug, thiserror::Error)]
@@ -124,7 +127,7 @@ impl App {
         ));
         let ai_cache = AiCache::new(
             backend,
-            keyring,
+            keyring.clone(),
             AiPolicy {
                 ttl: config.cache.ai_ttl,
                 max_messages: config.cache.ai_max_messages,
@@ -132,6 +135,7 @@ impl App {
             },
         );
         let hub = Arc::new(Hub::default());
+        let turn_store: Arc<dyn TurnStore> = Arc::new(MemoryTurnStore::default());
         let turn_tasks = TaskTracker::new();
         let skills = Arc::new(Skills::load(
             &config.skills,
@@ -164,7 +168,15 @@ impl App {
             links,
             metrics: metrics.clone(),
             hub,
-            turns: Turns::default(),
+            turns: Turns::new(
+                turn_store.clone(),
+                keyring.clone(),
+                config.cluster.node(),
+                config.cluster.lease,
+                config.limits.max_queued_per_chat,
+            ),
+            log: TurnLog::new(turn_store, keyring, config.cluster.resume_window),
+            writers: Default::default(),
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),
         });

@@ -12,9 +12,11 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, compiled into the binary.
+mod cluster;
 mod kv_ref;
 mod skills;
 
+pub use cluster::ClusterConfig;
 pub use kv_ref::KvRef;
 pub use skills::{SkillsConfig, WebSearchConfig};
 
@@ -34,6 +36,7 @@ pub struct Config {
     pub skills: SkillsConfig,
     pub store: StoreConfig,
     pub links: LinksConfig,
+    pub cluster: ClusterConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -391,6 +394,7 @@ impl Config {
         }
         self.validate_models()?;
         self.skills.validate()?;
+        self.cluster.validate(self)?;
         let url = self.store.url.trim();
         if !(url.is_empty()
             || url.starts_with("sqlite://")

@@ -7,7 +7,7 @@ use chatd_protocol::{ClientEmbed, MessageId, UserMessage};
 use crate::delivery::ConnectionId;
 
 /// A user message waiting to be answered, as the device sent it.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct Inbound {
     pub message: UserMessage,
     pub embeds: Vec<ClientEmbed>,
@@ -18,7 +18,7 @@ pub struct Inbound {
 }
 
 /// What the client said about the turn besides the message itself.
-#[derive(Debug, Clone)]
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct MessageOptions {
     pub pinned_model: Option<String>,
     pub active_focus_id: Option<String>,

@@ -3,6 +3,7 @@
 //! connection stays usable.
 
 mod persist;
+mod resume;
 mod sync;
 
 use std::num::NonZeroU32;
@@ -135,11 +136,15 @@ impl Session {
                 {
                     return;
                 }
-                self.set_active_chat(m)
+                let chat = m.chat_id.clone();
+                self.set_active_chat(m);
+                if let Some(chat) = chat {
+                    self.catch_up(&chat).await;
+                }
             }
             ClientMessage::ChatMessageAdded(m) => self.chat_message_added(*m).await,
             ClientMessage::CancelSkill(m) => self.cancel_skill(m),
-            ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m),
+            ClientMessage::CancelAiTask(m) => self.cancel_ai_task(m).await,
             ClientMessage::EncryptedChatMetadata(m) => self.encrypted_chat_metadata(*m).await,
             ClientMessage::AiResponseCompleted(m) => self.ai_response_completed(*m).await,
             ClientMessage::UpdatePostProcessingMetadata(m) => {
@@ -152,6 +157,7 @@ impl Session {
             ClientMessage::StoreEmbedKeys(m) => self.store_embed_keys(m).await,
             ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
             ClientMessage::PhasedSyncRequest(m) => self.queue_sync(*m),
+            ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
         }
     }
 
@@ -225,16 +231,24 @@ impl Session {
             prior_messages: messages_v - 1,
             options,
         };
-        let admission = self.app.turn.turns.admit(
-            user,
-            &m.chat_id,
-            inbound,
-            &self.app.tasks.turns_shutdown,
-            self.app.config.limits.max_queued_per_chat,
-        );
+        let turns = &self.app.turn.turns;
+        let admission = match turns
+            .admit(user, &m.chat_id, inbound, &self.app.tasks.turns_shutdown)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot admit the message");
+                let (code, text) = e.user_error();
+                let mut p = ErrorPayload::new(code, text);
+                p.chat_id = Some(m.chat_id);
+                p.message_id = Some(message_id);
+                return self.reply(ServerMessage::Error(p));
+            }
+        };
         match admission {
             Admission::Start(ticket) => {
-                turn::spawn(self.app.turn.clone(), user.clone(), m.chat_id, ticket)
+                turn::spawn(self.app.turn.clone(), user.clone(), m.chat_id, *ticket)
             }
             Admission::Queued { active_task_id } => {
                 self.reply(ServerMessage::MessageQueued(MessageQueued {
@@ -339,9 +353,15 @@ impl Session {
         }
     }
 
-    fn cancel_ai_task(&self, m: CancelAiTask) {
-        match self.app.turn.turns.cancel(&self.device.user, &m.task_id) {
-            Ok(()) => self.reply(ServerMessage::AiTaskCancelRequested(
+    async fn cancel_ai_task(&self, m: CancelAiTask) {
+        match self
+            .app
+            .turn
+            .turns
+            .cancel(&self.device.user, &m.task_id)
+            .await
+        {
+            Ok(_) => self.reply(ServerMessage::AiTaskCancelRequested(
                 AiTaskCancelRequested {
                     task_id: m.task_id,
                     status: "revocation_sent".into(),
@@ -353,6 +373,10 @@ impl Session {
             Err(CancelError::Forbidden) => {
                 self.error(ErrorCode::Forbidden, "this task belongs to another user")
             }
+            Err(CancelError::Unavailable) => self.error(
+                ErrorCode::CacheUnavailable,
+                "the task cannot be reached right now; try again shortly",
+            ),
         }
     }
 }

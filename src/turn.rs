@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod deps;
+pub mod log;
 mod run;
 mod stages;
 pub mod store;

@@ -42,6 +42,9 @@ pub enum ClientMessage {
     RequestEmbed(RequestEmbed),
     /// Starts a phased sync of the user's stored chats.
     PhasedSyncRequest(Box<PhasedSyncRequest>),
+    /// Continues an answer after a reconnect: `ai_task_resumed`, then every frame of the
+    /// turn after `last_sequence`, then the live ones.
+    ResumeAiTask(ResumeAiTask),
 }
 
 impl ClientMessage {
@@ -62,6 +65,7 @@ impl ClientMessage {
         "store_embed_keys",
         "request_embed",
         "phased_sync_request",
+        "resume_ai_task",
     ];
 
     /// The wire name of this message's type.
@@ -82,6 +86,7 @@ impl ClientMessage {
             ClientMessage::StoreEmbedKeys(_) => "store_embed_keys",
             ClientMessage::RequestEmbed(_) => "request_embed",
             ClientMessage::PhasedSyncRequest(_) => "phased_sync_request",
+            ClientMessage::ResumeAiTask(_) => "resume_ai_task",
         }
     }
 }
@@ -228,6 +233,17 @@ pub struct ClientEmbed {
     pub status: Option<String>,
     #[serde(default)]
     pub version_number: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ResumeAiTask {
+    #[serde(alias = "chatId")]
+    pub chat_id: ChatId,
+    #[serde(alias = "taskId")]
+    pub task_id: TaskId,
+    /// The `sequence` of the last `ai_message_update` this device has (0: none).
+    #[serde(alias = "lastSequence", default)]
+    pub last_sequence: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

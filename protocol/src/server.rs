@@ -30,6 +30,9 @@ pub enum ServerMessage {
     AiBackgroundResponseCompleted(AiBackgroundResponseCompleted),
     /// Answer to `cancel_ai_task`.
     AiTaskCancelRequested(AiTaskCancelRequested),
+    /// The answer to `resume_ai_task`; with `recovered: true` the turn's frames after the
+    /// position follow, with `false` the client syncs instead.
+    AiTaskResumed(AiTaskResumed),
     /// The server cannot build the chat's history; the client must re-send it.
     RequestChatHistory(RequestChatHistory),
     /// One preprocessing step finished (or was skipped); to every device.
@@ -97,6 +100,7 @@ impl ServerMessage {
         "ai_message_update",
         "ai_background_response_completed",
         "ai_task_cancel_requested",
+        "ai_task_resumed",
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
@@ -136,6 +140,7 @@ impl ServerMessage {
             ServerMessage::AiMessageUpdate(_) => "ai_message_update",
             ServerMessage::AiBackgroundResponseCompleted(_) => "ai_background_response_completed",
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",
+            ServerMessage::AiTaskResumed(_) => "ai_task_resumed",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
@@ -355,6 +360,14 @@ pub struct AiBackgroundResponseCompleted {
     pub error_code: Option<ErrorCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejection_reason: Option<RejectionReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTaskResumed {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// False when the turn's log is gone or the position is unknown: sync instead.
+    pub recovered: bool,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -52,6 +52,12 @@ pub enum Purpose {
     AiMessage,
     Embed,
     SettingsMemory,
+    /// A frame in a turn's log.
+    TurnLog,
+    /// A user message waiting behind a running turn.
+    QueuedMessage,
+    /// A frame on its way to another node.
+    BusFrame,
 }
 
 impl Purpose {
@@ -60,6 +66,9 @@ impl Purpose {
             Purpose::AiMessage => "ai_message",
             Purpose::Embed => "embed",
             Purpose::SettingsMemory => "settings_memory",
+            Purpose::TurnLog => "turn_log",
+            Purpose::QueuedMessage => "queued_message",
+            Purpose::BusFrame => "bus_frame",
         }
     }
 }

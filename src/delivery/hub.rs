@@ -116,11 +116,21 @@ impl Device {
         self.outbox.send_encoded(frame, msg);
     }
 
-    /// Starts a resume of `task`: live frames of it are held until [`Device::end_resume`].
+    /// Starts a resume of `task`: the replay that follows starts over (frames this device
+    /// had before are sent again in order), and live frames of the task are held until
+    /// [`Device::end_resume`].
     pub fn begin_resume(&self, task: &TaskId) {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
+        pos.index = 0;
         pos.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Moves the position in `task` forward to `index` (frames up to it count as had).
+    pub fn skip_to(&self, task: &TaskId, index: u64) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        pos.index = pos.index.max(index);
     }
 
     /// Sends a replayed frame of a resume (in log order) and moves the position to it.

@@ -333,7 +333,7 @@ impl Session {
         let chat = &m.chat_id;
         // A running answer (or one queued behind it) would write the chat back into the AI
         // cache: stop it, drop the queue, and tell the turn to write nothing.
-        self.app.turn.turns.abandon(user, chat);
+        self.app.turn.turns.abandon(user, chat).await;
         self.app.turn.predictions.forget(chat);
         self.app.owners.forget(chat);
         let removed = match self.app.store.delete_chat(user, chat).await {

@@ -1,17 +1,24 @@
-//! One active AI turn per chat on this node: admission (start, queue or refuse),
-//! cancellation by the owner, and hand-over to the next turn when queued messages are
-//! waiting (all messages queued behind a turn are answered together by one follow-up turn).
+//! One active AI turn per chat across every node: admission (start, queue or refuse) in
+//! one atomic step of the [`TurnStore`], the lease the running node renews, cancellation
+//! by the owner from any node, and hand-over to the next turn when messages were queued
+//! (all messages queued behind a turn are answered together by one follow-up turn). The
+//! queued messages wait in the store, sealed with the owner's key; only the cancel tokens
+//! of turns running on this node live here.
 
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
 
 use chatd_protocol::{ChatId, MessageId, TaskId};
 use tokio_util::sync::CancellationToken;
 
 use super::Inbound;
+use super::store::{Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError};
 use crate::auth::UserId;
+use crate::crypto::{Keyring, Purpose, SealError, UserHash};
 use crate::delivery::ConnectionId;
+use crate::ids::NodeId;
 use crate::pipeline::Interruption;
 
 /// What a started turn needs to run and to be cancelled.
@@ -24,32 +31,70 @@ pub struct TurnTicket {
     pub inbound: Arc<[Inbound]>,
     /// Devices that sent the messages this turn answers (they get `ai_task_initiated`).
     pub requesters: Vec<ConnectionId>,
+    /// The lease this node holds for the turn.
+    pub lease: Lease,
     pub cancel: CancellationToken,
-    revoked: Arc<AtomicBool>,
+    flags: Arc<Flags>,
+}
+
+/// Why a turn's token fired. Atomics: set by whoever cancels, read by the turn.
+#[derive(Default)]
+struct Flags {
+    revoked: AtomicBool,
     /// The chat was deleted: the turn must not write anything back.
-    abandoned: Arc<AtomicBool>,
+    abandoned: AtomicBool,
 }
 
 impl TurnTicket {
     /// The chat was deleted while this turn ran: cache nothing, postprocess nothing.
     pub fn abandoned(&self) -> bool {
-        self.abandoned.load(Ordering::Acquire)
+        self.flags.abandoned.load(Ordering::Acquire)
     }
 
     /// Why `cancel` fired: a user's `cancel_ai_task`, or else server shutdown.
     pub fn interruption(&self) -> Interruption {
-        if self.revoked.load(Ordering::Acquire) {
+        if self.flags.revoked.load(Ordering::Acquire) {
             Interruption::Cancelled
         } else {
             Interruption::Shutdown
         }
     }
+
+    /// Stops the turn for `reason`.
+    pub fn stop(&self, reason: CancelReason) {
+        if reason == CancelReason::ChatDeleted {
+            self.flags.abandoned.store(true, Ordering::Release);
+        }
+        self.flags.revoked.store(true, Ordering::Release);
+        self.cancel.cancel();
+    }
 }
 
 pub enum Admission {
-    Start(TurnTicket),
+    Start(Box<TurnTicket>),
     Queued { active_task_id: TaskId },
     QueueFull,
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum TurnsError {
+    #[error(transparent)]
+    Store(#[from] TurnStoreError),
+    #[error("sealing a queued message: {0}")]
+    Seal(#[from] SealError),
+}
+
+impl TurnsError {
+    /// The typed error the sender sees.
+    pub fn user_error(&self) -> (chatd_protocol::ErrorCode, String) {
+        match self {
+            TurnsError::Seal(e) => super::run::fault_message(&e.clone().into()),
+            TurnsError::Store(_) => (
+                chatd_protocol::ErrorCode::CacheUnavailable,
+                "the server cannot take messages right now; try again shortly".into(),
+            ),
+        }
+    }
 }
 
 #[derive(Debug, PartialEq, Eq, thiserror::Error)]
@@ -58,269 +103,282 @@ pub enum CancelError {
     NotFound,
     #[error("the task belongs to another user")]
     Forbidden,
+    #[error("the turn store is unavailable")]
+    Unavailable,
 }
 
-struct ActiveTurn {
+/// A turn running on this node.
+struct Local {
     owner: UserId,
+    chat: ChatId,
     ticket: TurnTicket,
-    queue: VecDeque<Inbound>,
 }
 
-#[derive(Default)]
-struct Inner {
-    by_chat: HashMap<ChatId, ActiveTurn>,
-    by_task: HashMap<TaskId, ChatId>,
-}
-
-/// A std Mutex: every critical section is a few map operations, never an await.
-#[derive(Default)]
 pub struct Turns {
-    inner: Mutex<Inner>,
+    store: Arc<dyn TurnStore>,
+    keyring: Arc<Keyring>,
+    node: NodeId,
+    /// How long a lease lasts without renewal.
+    pub lease: Duration,
+    max_queue: usize,
+    /// task → the turn running here. A std Mutex: a map operation per call, never held
+    /// across an await.
+    local: Mutex<HashMap<TaskId, Local>>,
 }
 
 impl Turns {
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
-        self.inner.lock().unwrap_or_else(PoisonError::into_inner)
+    pub fn new(
+        store: Arc<dyn TurnStore>,
+        keyring: Arc<Keyring>,
+        node: NodeId,
+        lease: Duration,
+        max_queue: usize,
+    ) -> Self {
+        Self {
+            store,
+            keyring,
+            node,
+            lease,
+            max_queue,
+            local: Mutex::new(HashMap::new()),
+        }
     }
 
-    /// Starts a turn for the message, or queues it behind the running one.
-    pub fn admit(
+    pub fn store(&self) -> &Arc<dyn TurnStore> {
+        &self.store
+    }
+
+    pub fn node(&self) -> &NodeId {
+        &self.node
+    }
+
+    fn local(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Local>> {
+        self.local.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Starts a turn for the message, or queues it behind the running one (on any node).
+    pub async fn admit(
         &self,
         user: &UserId,
         chat: &ChatId,
         inbound: Inbound,
         parent: &CancellationToken,
-        max_queue: usize,
-    ) -> Admission {
-        let mut inner = self.lock();
-        if let Some(active) = inner.by_chat.get_mut(chat) {
-            if let Some(queued) = active
-                .queue
-                .iter_mut()
-                .find(|q| q.message_id() == inbound.message_id())
-            {
-                // A re-send of a queued message (e.g. with history): the newest copy wins.
-                *queued = inbound;
-                return Admission::Queued {
-                    active_task_id: active.ticket.task_id.clone(),
-                };
+    ) -> Result<Admission, TurnsError> {
+        let owner = UserHash::of(user);
+        let task = TaskId::random();
+        let value = self.seal(&owner, chat, &inbound).await?;
+        let admitted = self
+            .store
+            .admit(Admit {
+                chat,
+                owner: &owner,
+                task: &task,
+                node: &self.node,
+                message: inbound.message_id(),
+                value,
+                lease: self.lease,
+                max_queue: self.max_queue,
+            })
+            .await?;
+        Ok(match admitted {
+            Admitted::Started(lease) => {
+                Admission::Start(Box::new(self.start(user, lease, vec![inbound], parent)))
             }
-            if active.queue.len() >= max_queue {
-                return Admission::QueueFull;
+            Admitted::Queued { active } => Admission::Queued {
+                active_task_id: active.task,
+            },
+            Admitted::QueueFull { .. } => Admission::QueueFull,
+        })
+    }
+
+    /// A ticket for a lease this node holds, registered so it can be cancelled here.
+    fn start(
+        &self,
+        user: &UserId,
+        lease: Lease,
+        inbound: Vec<Inbound>,
+        parent: &CancellationToken,
+    ) -> TurnTicket {
+        let mut requesters: Vec<ConnectionId> = Vec::with_capacity(inbound.len());
+        for i in &inbound {
+            if !requesters.contains(&i.conn) {
+                requesters.push(i.conn);
             }
-            active.queue.push_back(inbound);
-            return Admission::Queued {
-                active_task_id: active.ticket.task_id.clone(),
-            };
         }
-        let Some(ticket) = new_ticket(vec![inbound], parent) else {
-            return Admission::QueueFull;
+        let ticket = TurnTicket {
+            task_id: lease.task.clone(),
+            user_message_id: lease.message.clone(),
+            inbound: inbound.into(),
+            requesters,
+            lease,
+            cancel: parent.child_token(),
+            flags: Arc::default(),
         };
-        inner.by_task.insert(ticket.task_id.clone(), chat.clone());
-        inner.by_chat.insert(
-            chat.clone(),
-            ActiveTurn {
+        self.local().insert(
+            ticket.task_id.clone(),
+            Local {
                 owner: user.clone(),
+                chat: ticket.lease.chat.clone(),
                 ticket: ticket.clone(),
-                queue: VecDeque::new(),
             },
         );
-        Admission::Start(ticket)
+        ticket
     }
 
-    /// The running task of a chat, if any.
-    pub fn active_task(&self, chat: &ChatId) -> Option<TaskId> {
-        self.lock()
-            .by_chat
-            .get(chat)
-            .map(|a| a.ticket.task_id.clone())
-    }
-
-    /// Cancels a running task on behalf of `user`.
-    pub fn cancel(&self, user: &UserId, task: &TaskId) -> Result<(), CancelError> {
-        let inner = self.lock();
-        let chat = inner.by_task.get(task).ok_or(CancelError::NotFound)?;
-        let active = inner.by_chat.get(chat).ok_or(CancelError::NotFound)?;
-        if &active.owner != user {
-            return Err(CancelError::Forbidden);
-        }
-        active.ticket.revoked.store(true, Ordering::Release);
-        active.ticket.cancel.cancel();
-        Ok(())
-    }
-
-    /// The chat is being deleted: cancels its running turn (which then writes nothing back)
-    /// and drops the messages queued behind it. Only the owner's chat is touched.
-    pub fn abandon(&self, user: &UserId, chat: &ChatId) {
-        let mut inner = self.lock();
-        let Some(active) = inner.by_chat.get_mut(chat) else {
-            return;
-        };
-        if &active.owner != user {
-            return;
-        }
-        active.queue.clear();
-        active.ticket.abandoned.store(true, Ordering::Release);
-        active.ticket.revoked.store(true, Ordering::Release);
-        active.ticket.cancel.cancel();
-    }
-
-    /// Ends `task`; if messages were queued meanwhile, returns the ticket of the turn that
-    /// answers them all (the chat stays busy), else frees the chat.
-    pub fn finish(
+    /// Ends the ticket's turn; if messages were queued meanwhile, returns the ticket of
+    /// the turn that answers them all (the chat stays busy), else frees the chat. At
+    /// shutdown the lease is left to expire, so the queue waits for another node.
+    pub async fn finish(
         &self,
-        chat: &ChatId,
-        task: &TaskId,
+        user: &UserId,
+        ticket: &TurnTicket,
         parent: &CancellationToken,
     ) -> Option<TurnTicket> {
-        let mut inner = self.lock();
-        inner.by_task.remove(task);
-        let active = inner.by_chat.get_mut(chat)?;
-        if &active.ticket.task_id != task {
+        self.local().remove(&ticket.task_id);
+        if parent.is_cancelled() {
             return None;
         }
-        if active.queue.is_empty() || parent.is_cancelled() {
-            inner.by_chat.remove(chat);
+        let next = TaskId::random();
+        let finished = match self.store.finish(&ticket.lease, &next, self.lease).await {
+            Ok(f) => f,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hand the chat over; its lease will expire");
+                return None;
+            }
+        };
+        let Finished::Next { lease, queued } = finished else {
             return None;
+        };
+        let owner = UserHash::of(user);
+        let mut inbound = Vec::with_capacity(queued.len());
+        for value in queued {
+            match self.open(&owner, &lease.chat, &value).await {
+                Some(i) => inbound.push(i),
+                None => tracing::warn!("a queued message does not open; it is dropped"),
+            }
         }
-        let queued: Vec<_> = active.queue.drain(..).collect();
-        let ticket = new_ticket(queued, parent)?;
-        active.ticket = ticket.clone();
-        inner.by_task.insert(ticket.task_id.clone(), chat.clone());
-        Some(ticket)
+        Some(self.start(user, lease, inbound, parent))
     }
-}
 
-/// A ticket for the given messages (`None` when there are none).
-fn new_ticket(inbound: Vec<Inbound>, parent: &CancellationToken) -> Option<TurnTicket> {
-    let user_message_id = inbound.last()?.message_id().clone();
-    let mut requesters: Vec<ConnectionId> = Vec::with_capacity(inbound.len());
-    for i in &inbound {
-        if !requesters.contains(&i.conn) {
-            requesters.push(i.conn);
+    /// Renews a running turn's lease; stops the turn when a cancel was requested from
+    /// another node, or when the lease was lost. False when the turn must stop writing.
+    pub async fn renew(&self, ticket: &TurnTicket) -> bool {
+        match self.store.renew(&ticket.lease, self.lease).await {
+            Ok(renewed) => {
+                if let Some(reason) = renewed.cancel {
+                    ticket.stop(reason);
+                }
+                true
+            }
+            Err(TurnStoreError::Fenced) => {
+                tracing::warn!("the turn's lease moved to another node; stopping it");
+                ticket.stop(CancelReason::Revoked);
+                false
+            }
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot renew the turn's lease");
+                true
+            }
         }
     }
-    Some(TurnTicket {
-        task_id: TaskId::random(),
-        user_message_id,
-        inbound: inbound.into(),
-        requesters,
-        cancel: parent.child_token(),
-        revoked: Arc::new(AtomicBool::new(false)),
-        abandoned: Arc::new(AtomicBool::new(false)),
-    })
+
+    /// The running turn of a chat (on any node) if it belongs to `user`.
+    pub async fn active_task(&self, user: &UserId, chat: &ChatId) -> Option<TaskId> {
+        let lease = self.store.active(chat).await.ok().flatten()?;
+        (lease.owner == UserHash::of(user)).then_some(lease.task)
+    }
+
+    /// Cancels a running task on behalf of `user`: at once when it runs here, else
+    /// through the store (the running node reads it on its next renewal). Returns the
+    /// node that runs it when that is another one.
+    pub async fn cancel(
+        &self,
+        user: &UserId,
+        task: &TaskId,
+    ) -> Result<Option<NodeId>, CancelError> {
+        if let Some(local) = self.local().get(task) {
+            if &local.owner != user {
+                return Err(CancelError::Forbidden);
+            }
+            local.ticket.stop(CancelReason::Revoked);
+            return Ok(None);
+        }
+        let lease = match self.store.find_task(task).await {
+            Ok(Some(lease)) => lease,
+            Ok(None) => return Err(CancelError::NotFound),
+            Err(_) => return Err(CancelError::Unavailable),
+        };
+        if lease.owner != UserHash::of(user) {
+            return Err(CancelError::Forbidden);
+        }
+        self.store
+            .request_cancel(&lease, CancelReason::Revoked, self.lease * 2)
+            .await
+            .map_err(|_| CancelError::Unavailable)?;
+        Ok(Some(lease.node))
+    }
+
+    /// Cancels a task running here on a request from another node (its owner was checked
+    /// there). False when it does not run here.
+    pub fn cancel_local(&self, task: &TaskId, reason: CancelReason) -> bool {
+        match self.local().get(task) {
+            Some(local) => {
+                local.ticket.stop(reason);
+                true
+            }
+            None => false,
+        }
+    }
+
+    /// The chat is being deleted: its running turn (on any node) stops and writes nothing
+    /// back, and the messages queued behind it are dropped. Only the owner's chat.
+    pub async fn abandon(&self, user: &UserId, chat: &ChatId) {
+        let running_here: Vec<TurnTicket> = self
+            .local()
+            .values()
+            .filter(|l| &l.chat == chat && &l.owner == user)
+            .map(|l| l.ticket.clone())
+            .collect();
+        for ticket in &running_here {
+            ticket.stop(CancelReason::ChatDeleted);
+        }
+        match self.store.active(chat).await {
+            Ok(Some(lease)) if lease.owner == UserHash::of(user) => {
+                if let Err(e) = self
+                    .store
+                    .request_cancel(&lease, CancelReason::ChatDeleted, self.lease * 2)
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot stop the deleted chat's turn");
+                }
+            }
+            Ok(_) => {}
+            Err(e) => tracing::warn!(error = %e, "cannot look up the deleted chat's turn"),
+        }
+    }
+
+    async fn seal(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        inbound: &Inbound,
+    ) -> Result<Vec<u8>, TurnsError> {
+        let plain = serde_json::to_vec(inbound).unwrap_or_default();
+        Ok(self
+            .keyring
+            .seal(owner, chat.as_str(), Purpose::QueuedMessage, &plain)
+            .await?)
+    }
+
+    async fn open(&self, owner: &UserHash, chat: &ChatId, sealed: &[u8]) -> Option<Inbound> {
+        let plain = self
+            .keyring
+            .open(owner, chat.as_str(), Purpose::QueuedMessage, sealed)
+            .await
+            .ok()?;
+        serde_json::from_slice(&plain).ok()
+    }
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::turn::MessageOptions;
-    use chatd_protocol::UserMessage;
-
-    fn inbound(id: &str, conn: ConnectionId) -> Inbound {
-        Inbound {
-            message: UserMessage {
-                message_id: MessageId::parse(id).unwrap(),
-                role: chatd_protocol::Role::User,
-                content: format!("text of {id}"),
-                created_at: 1,
-                sender_name: None,
-                temp_id: None,
-                chat_has_title: false,
-                current_chat_title: None,
-                message_history: None,
-            },
-            embeds: Vec::new(),
-            conn,
-            prior_messages: 0,
-            options: MessageOptions::default(),
-        }
-    }
-
-    fn ids() -> (UserId, UserId, ChatId) {
-        (
-            UserId::parse("a").unwrap(),
-            UserId::parse("b").unwrap(),
-            ChatId::parse("c").unwrap(),
-        )
-    }
-
-    #[test]
-    fn one_turn_per_chat_then_merged_follow_up() {
-        let (a, _, chat) = ids();
-        let root = CancellationToken::new();
-        let turns = Turns::default();
-        let Admission::Start(t1) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
-            panic!("first message must start a turn")
-        };
-        for m in ["m2", "m3"] {
-            assert!(matches!(
-                turns.admit(&a, &chat, inbound(m, 2), &root, 10),
-                Admission::Queued { ref active_task_id } if active_task_id == &t1.task_id
-            ));
-        }
-        let t2 = turns.finish(&chat, &t1.task_id, &root).unwrap();
-        assert_eq!(t2.user_message_id.as_str(), "m3");
-        assert_eq!(t2.requesters, vec![2]);
-        let merged: Vec<_> = t2.inbound.iter().map(|i| i.message_id().as_str()).collect();
-        assert_eq!(merged, ["m2", "m3"]);
-        assert!(turns.finish(&chat, &t2.task_id, &root).is_none());
-        assert!(turns.active_task(&chat).is_none());
-    }
-
-    #[test]
-    fn abandoning_a_deleted_chat_drops_its_queue_and_marks_the_turn() {
-        let (a, b, chat) = ids();
-        let root = CancellationToken::new();
-        let turns = Turns::default();
-        let Admission::Start(t) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
-            panic!()
-        };
-        let _ = turns.admit(&a, &chat, inbound("m2", 1), &root, 10);
-        turns.abandon(&b, &chat);
-        assert!(!t.cancel.is_cancelled() && !t.abandoned(), "not b's chat");
-        turns.abandon(&a, &chat);
-        assert!(t.cancel.is_cancelled() && t.abandoned());
-        assert_eq!(t.interruption(), Interruption::Cancelled);
-        assert!(
-            turns.finish(&chat, &t.task_id, &root).is_none(),
-            "the queued message is not answered"
-        );
-        assert!(turns.active_task(&chat).is_none());
-    }
-
-    #[test]
-    fn cancel_checks_owner_and_marks_revocation() {
-        let (a, b, chat) = ids();
-        let root = CancellationToken::new();
-        let turns = Turns::default();
-        let Admission::Start(t) = turns.admit(&a, &chat, inbound("m1", 1), &root, 10) else {
-            panic!()
-        };
-        assert_eq!(turns.cancel(&b, &t.task_id), Err(CancelError::Forbidden));
-        assert!(!t.cancel.is_cancelled());
-        assert_eq!(
-            turns.cancel(&a, &TaskId::random()),
-            Err(CancelError::NotFound)
-        );
-        turns.cancel(&a, &t.task_id).unwrap();
-        assert!(t.cancel.is_cancelled());
-        assert_eq!(t.interruption(), Interruption::Cancelled);
-    }
-
-    #[test]
-    fn queue_is_bounded() {
-        let (a, _, chat) = ids();
-        let root = CancellationToken::new();
-        let turns = Turns::default();
-        let _ = turns.admit(&a, &chat, inbound("m0", 1), &root, 1);
-        assert!(matches!(
-            turns.admit(&a, &chat, inbound("m1", 1), &root, 1),
-            Admission::Queued { .. }
-        ));
-        assert!(matches!(
-            turns.admit(&a, &chat, inbound("m2", 1), &root, 1),
-            Admission::QueueFull
-        ));
-    }
-}
+mod tests;

@@ -1,12 +1,16 @@
 //! What a turn needs, and nothing else: built once by the app, shared by every turn (the
 //! connection layer's state stays out of it).
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
+use chatd_protocol::TaskId;
+use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Turns;
+use super::log::TurnLog;
+use super::writer::TurnWriter;
 use crate::cache::ai::AiCache;
 use crate::config::PipelineConfig;
 use crate::delivery::Hub;
@@ -40,6 +44,10 @@ pub struct TurnDeps {
     pub hub: Arc<Hub>,
     /// Which turn runs in each chat, and what waits behind it.
     pub turns: Turns,
+    /// Every turn's frames, for devices that resume.
+    pub log: TurnLog,
+    /// The writers of turns running on this node (entries leave when a writer is dropped).
+    pub writers: DashMap<TaskId, Weak<TurnWriter>>,
     /// Owns every turn task and what it spawns (postprocessing, follow-ups).
     pub tasks: TaskTracker,
     /// Fired at shutdown: running turns end with `interrupted_by_shutdown`.

@@ -15,7 +15,7 @@ use chatd_protocol::{
 use super::TurnTicket;
 use super::deps::TurnDeps;
 use super::stages::{PostJob, reject, remember_answer, repair_links, run_postprocessing, steps};
-use super::writer::TurnWriter;
+use super::writer::{TurnKey, TurnWriter};
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
 use crate::clock;
@@ -41,10 +41,27 @@ pub fn spawn(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, ticket: TurnTicket
 
 async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: TurnTicket) {
     loop {
-        run_one(&deps, &user, &chat, &ticket).await;
-        match deps.turns.finish(&chat, &ticket.task_id, &deps.shutdown) {
+        // The lease is renewed while the turn runs; a cancel requested on another node
+        // arrives with a renewal.
+        tokio::select! {
+            () = run_one(&deps, &user, &chat, &ticket) => {}
+            () = keep_lease(&deps, &ticket) => {}
+        }
+        match deps.turns.finish(&user, &ticket, &deps.shutdown).await {
             Some(next) => ticket = next,
             None => break,
+        }
+    }
+}
+
+/// Renews the ticket's lease every third of its length until the turn ends (returns only
+/// when the lease is lost and the turn was told to stop; the turn then ends on its own).
+async fn keep_lease(deps: &TurnDeps, ticket: &TurnTicket) {
+    let every = deps.turns.lease / 3;
+    loop {
+        tokio::time::sleep(every).await;
+        if !deps.turns.renew(ticket).await {
+            std::future::pending::<()>().await;
         }
     }
 }
@@ -54,7 +71,13 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     let app = deps.as_ref();
     let started = Instant::now();
     let owner = UserHash::of(user);
-    let writer = TurnWriter::new(deps.clone(), owner.clone(), ticket.task_id.clone());
+    let key = TurnKey {
+        owner: owner.clone(),
+        chat: chat.clone(),
+        task: ticket.task_id.clone(),
+        generation: ticket.lease.generation,
+    };
+    let writer = TurnWriter::new(deps.clone(), key);
     let requesters = Audience::Only(ticket.requesters.clone());
     let prepared = tokio::select! {
         biased;
@@ -326,7 +349,8 @@ fn refuse(
         .inc();
 }
 
-fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
+/// The typed error a user sees when the cache or the key service fails a turn.
+pub(crate) fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
     match fault {
         CacheFault::Keys(KeyError::MountMissing(mount)) => (
             ErrorCode::EncryptionUnavailable,

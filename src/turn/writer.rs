@@ -1,61 +1,114 @@
 //! The one writer of a turn's frames. Every event of a turn (the pipeline's, its skills',
 //! and the turn's own: started, history request, refusal) passes through here in order:
 //! the writer numbers it (a log index for every frame, a `sequence` for every
-//! `ai_message_update`), maps it to frames in the one mapper ([`crate::delivery::frames`])
-//! and delivers them. Nothing else assigns a sequence.
+//! `ai_message_update`), maps it to frames in the one mapper ([`crate::delivery::frames`]),
+//! delivers them to this node's devices at once, and hands them to its flusher, an owned
+//! task that seals and appends them to the turn's log in the same order. Nothing else
+//! assigns a sequence. When the last handle on the writer goes (the turn, its
+//! postprocessing and its skills are done), the flusher ends the log.
 //!
 //! A skill result that arrives after the answer (`TurnEvent::FollowUp`) becomes a message
 //! of its own, delivered by a writer of its own under a new task id.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
-use chatd_protocol::{ServerMessage, TaskId};
+use chatd_protocol::{ChatId, ServerMessage, TaskId};
+use tokio::sync::{mpsc, watch};
 
 use super::deps::TurnDeps;
+use super::log::{LogEntry, TurnLog};
+use super::store::TurnStoreError;
 use crate::crypto::UserHash;
 use crate::delivery::{Audience, frames};
 use crate::pipeline::{TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing};
 
-/// Numbers handed out so far. A std Mutex: held while one event is numbered and queued to
-/// the devices' outboxes (no await), which keeps concurrent emitters (the answer and its
-/// skills) in one order.
+/// What has been written so far. A std Mutex: held while one event is numbered, delivered
+/// to the devices' outboxes and queued for the log (no await), which keeps concurrent
+/// emitters (the answer and its skills) in one order.
 #[derive(Default)]
-struct Numbers {
+struct Written {
     /// Frames written (the log index of the newest).
     index: u64,
     /// `ai_message_update` frames written (the sequence of the newest).
     sequence: u64,
+    /// The answer's text as the newest chunk had it (chunks are logged as what they add).
+    text: String,
+}
+
+/// Which turn a writer writes, and where its log goes.
+pub struct TurnKey {
+    pub owner: UserHash,
+    pub chat: ChatId,
+    pub task: TaskId,
+    /// The lease generation the log appends are fenced with.
+    pub generation: u64,
 }
 
 pub struct TurnWriter {
     deps: Arc<TurnDeps>,
-    user: UserHash,
-    task: TaskId,
-    numbers: Mutex<Numbers>,
+    key: Arc<TurnKey>,
+    written: Mutex<Written>,
+    /// To the flusher; unbounded, but a turn's frames are bounded by the turn itself.
+    log: mpsc::UnboundedSender<(u64, LogEntry)>,
+    /// The newest index the flusher has appended (or given up on).
+    flushed: watch::Receiver<u64>,
 }
 
 impl TurnWriter {
-    pub fn new(deps: Arc<TurnDeps>, user: UserHash, task: TaskId) -> Arc<Self> {
-        Arc::new(Self {
-            deps,
-            user,
-            task,
-            numbers: Mutex::new(Numbers::default()),
-        })
+    /// A writer for `key`'s turn; its flusher runs on the turn tracker.
+    pub fn new(deps: Arc<TurnDeps>, key: TurnKey) -> Arc<Self> {
+        let (tx, rx) = mpsc::unbounded_channel();
+        let (flushed_tx, flushed) = watch::channel(0);
+        let key = Arc::new(key);
+        deps.tasks
+            .spawn(flush(deps.log.clone(), key.clone(), rx, flushed_tx));
+        let writer = Arc::new(Self {
+            deps: deps.clone(),
+            key,
+            written: Mutex::new(Written::default()),
+            log: tx,
+            flushed,
+        });
+        deps.writers
+            .insert(writer.key.task.clone(), Arc::downgrade(&writer));
+        writer
+    }
+
+    pub fn task(&self) -> &TaskId {
+        &self.key.task
     }
 
     /// A frame of the turn that is not a pipeline event (`ai_task_initiated`,
     /// `request_chat_history`, a refusal error).
     pub fn frame(&self, audience: Audience, msg: ServerMessage) {
-        let mut n = self.numbers();
-        n.index += 1;
-        self.deps
-            .hub
-            .send_turn(&self.user, &audience, &self.task, n.index, &msg);
+        let mut w = self.written();
+        self.write(&mut w, audience, msg);
     }
 
-    fn numbers(&self) -> std::sync::MutexGuard<'_, Numbers> {
-        self.numbers.lock().unwrap_or_else(PoisonError::into_inner)
+    fn written(&self) -> std::sync::MutexGuard<'_, Written> {
+        self.written.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+
+    /// Numbers, delivers and logs one frame (the caller holds the lock).
+    fn write(&self, w: &mut Written, audience: Audience, msg: ServerMessage) {
+        w.index += 1;
+        self.deps
+            .hub
+            .send_turn(&self.key.owner, &audience, &self.key.task, w.index, &msg);
+        let entry = LogEntry::of(&audience, &msg, &w.text);
+        if let ServerMessage::AiMessageUpdate(u) = &msg {
+            w.text.clone_from(&u.full_content_so_far);
+        }
+        // The flusher is gone only at shutdown; the frame was delivered here anyway.
+        let _ = self.log.send((w.index, entry));
+    }
+
+    /// Waits until every frame written so far is in the log (so a resume that reads the
+    /// log misses nothing this node delivered before it).
+    pub async fn flushed(&self) {
+        let target = self.written().index;
+        let mut flushed = self.flushed.clone();
+        let _ = flushed.wait_for(|&f| f >= target).await;
     }
 
     /// The automatic follow-up: a message of its own (typing, the text, the final frame),
@@ -66,12 +119,19 @@ impl TurnWriter {
             ..ctx.clone()
         };
         let deps = self.deps.clone();
-        let user = self.user.clone();
+        let owner = self.key.owner.clone();
+        let generation = self.key.generation;
         self.deps.tasks.spawn(async move {
-            let writer = TurnWriter::new(deps.clone(), user.clone(), ctx.task_id.clone());
+            let key = TurnKey {
+                owner: owner.clone(),
+                chat: ctx.chat_id.clone(),
+                task: ctx.task_id.clone(),
+                generation,
+            };
+            let writer = TurnWriter::new(deps.clone(), key);
             writer.emit(&ctx, TurnEvent::Typing(Typing::default()));
             writer.emit(&ctx, TurnEvent::Chunk { text: text.clone() });
-            super::stages::remember_answer(&deps, &user, &ctx, &text).await;
+            super::stages::remember_answer(&deps, &owner, &ctx, &text).await;
             writer.emit(
                 &ctx,
                 TurnEvent::Finished(TurnOutcome {
@@ -83,29 +143,59 @@ impl TurnWriter {
     }
 }
 
+impl Drop for TurnWriter {
+    fn drop(&mut self) {
+        self.deps.writers.remove(&self.key.task);
+    }
+}
+
 impl TurnSink for TurnWriter {
     fn emit(&self, ctx: &TurnContext, event: TurnEvent) {
         if let TurnEvent::FollowUp { text } = event {
             return self.follow_up(ctx, text);
         }
-        let mut n = self.numbers();
+        let mut w = self.written();
         let sequence = match &event {
-            TurnEvent::Chunk { .. } => {
-                n.sequence += 1;
-                n.sequence
+            TurnEvent::Chunk { .. } | TurnEvent::Finished(_) => {
+                w.sequence += 1;
+                w.sequence
             }
-            // The final frame is the next `ai_message_update`.
-            TurnEvent::Finished(_) => n.sequence + 1,
             _ => 0,
         };
-        if matches!(event, TurnEvent::Finished(_)) {
-            n.sequence += 1;
-        }
         for (audience, msg) in frames::map(ctx, event, sequence) {
-            n.index += 1;
-            self.deps
-                .hub
-                .send_turn(&self.user, &audience, &self.task, n.index, &msg);
+            self.write(&mut w, audience, msg);
         }
+    }
+}
+
+/// Seals and appends a turn's frames in order; ends the log when the writer is gone. A
+/// failed append is logged and skipped (the frame reached this node's devices; a device
+/// resuming later finds the log incomplete and syncs); a fenced one stops the logging (the
+/// turn belongs to another generation now).
+async fn flush(
+    log: TurnLog,
+    key: Arc<TurnKey>,
+    mut rx: mpsc::UnboundedReceiver<(u64, LogEntry)>,
+    flushed: watch::Sender<u64>,
+) {
+    let mut fenced = false;
+    while let Some((index, entry)) = rx.recv().await {
+        if !fenced {
+            match log
+                .append(&key.owner, &key.chat, &key.task, key.generation, &entry)
+                .await
+            {
+                Ok(_) => {}
+                Err(super::log::LogError::Store(TurnStoreError::Fenced)) => {
+                    tracing::warn!("turn log fenced: another node took the turn over");
+                    fenced = true;
+                }
+                Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
+            }
+        }
+        flushed.send_replace(index);
+    }
+    if !fenced && let Err(e) = log.end(&key.chat, &key.task).await {
+        tracing::warn!(error = %e, "could not end the turn log");
     }
 }

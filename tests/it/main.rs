@@ -17,6 +17,7 @@ mod links;
 mod module_graph;
 mod pipeline;
 mod redis_cache;
+mod resume;
 mod shutdown;
 mod skills;
 mod speculation;

@@ -1,0 +1,77 @@
+//! A device catching up with a turn: `resume_ai_task` (every frame after the position the
+//! device names, then the live ones) and the catch-up of `set_active_chat` for a chat whose
+//! turn runs (the typing frame and the latest answer at once). Both hold the turn's live
+//! frames for this device while they read the log, so nothing is missed or sent twice.
+
+use chatd_protocol::{AiTaskResumed, ChatId, ResumeAiTask, ServerMessage, TaskId};
+
+use super::Session;
+use crate::turn::log::{self, Logged};
+
+impl Session {
+    pub(super) async fn resume_ai_task(&self, m: ResumeAiTask) {
+        if !self.stored_chat_allowed(&m.chat_id, None).await {
+            return;
+        }
+        // A device that resumes an answer shows its chat (the live chunks follow).
+        self.device.set_active_chat(Some(m.chat_id.clone()));
+        let read = self.read_log(&m.chat_id, &m.task_id).await;
+        let replayed = read.as_ref().and_then(|l| log::replay(l, m.last_sequence));
+        self.reply(ServerMessage::AiTaskResumed(AiTaskResumed {
+            chat_id: m.chat_id,
+            task_id: m.task_id.clone(),
+            recovered: replayed.is_some(),
+        }));
+        for (index, frame) in replayed.into_iter().flatten() {
+            self.device.replay(&m.task_id, index, &frame);
+        }
+        self.device.end_resume(&m.task_id);
+    }
+
+    /// The device now shows `chat`: if a turn of it runs on this node, the typing frame
+    /// and the answer so far go out at once, then its live frames.
+    pub(super) async fn catch_up(&self, chat: &ChatId) {
+        let Some(task) = self
+            .app
+            .turn
+            .turns
+            .active_task(&self.device.user, chat)
+            .await
+        else {
+            return;
+        };
+        let Some(read) = self.read_log(chat, &task).await else {
+            return self.device.end_resume(&task);
+        };
+        let (frames, _) = log::latest(&read);
+        for (index, frame) in frames {
+            self.device.replay(&task, index, &frame);
+        }
+        self.device
+            .skip_to(&task, read.entries.last().map_or(0, |(i, _)| *i));
+        self.device.end_resume(&task);
+    }
+
+    /// Starts holding the task's live frames for this device, waits until the frames this
+    /// node wrote are in the log, and reads it (`None`: no log, or not this user's).
+    async fn read_log(&self, chat: &ChatId, task: &TaskId) -> Option<Logged> {
+        self.device.begin_resume(task);
+        let writer = self.app.turn.writers.get(task).and_then(|w| w.upgrade());
+        if let Some(writer) = writer {
+            writer.flushed().await;
+        }
+        match self
+            .app
+            .turn
+            .log
+            .read(&self.device.user_hash, chat, task)
+            .await
+        {
+            Ok(read) => read,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a turn log");
+                None
+            }
+        }
+    }
+}

@@ -1,0 +1,233 @@
+//! A turn's log: every frame the turn's writer delivered, sealed with the owner's server
+//! key (bound to chat and task), in the turn store (a Redis Stream in cluster mode, memory
+//! in embedded mode), for devices that resume after a reconnect. A stream chunk is logged
+//! as the text it added (or the whole text when it changed otherwise, as link repair does),
+//! so a log holds each answer about once; [`replay`] rebuilds the cumulative text.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_protocol::{AiMessageUpdate, ChatId, ServerMessage, TaskId};
+use serde::{Deserialize, Serialize};
+
+use super::store::{TurnStore, TurnStoreError};
+use crate::crypto::{Keyring, OpenError, Purpose, SealError, UserHash};
+use crate::delivery::Audience;
+
+/// One logged frame.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub enum LogEntry {
+    /// A frame as delivered, with its audience.
+    Frame {
+        audience: Audience,
+        frame: ServerMessage,
+    },
+    /// An `ai_message_update` before the final one; `update.full_content_so_far` holds
+    /// the text added since the previous chunk (`append`), or the whole text.
+    Chunk {
+        append: bool,
+        update: AiMessageUpdate,
+    },
+}
+
+impl LogEntry {
+    /// The entry for a frame the writer delivered; `previous` is the answer's text so far.
+    pub fn of(audience: &Audience, frame: &ServerMessage, previous: &str) -> LogEntry {
+        match frame {
+            ServerMessage::AiMessageUpdate(u) if !u.is_final_chunk => {
+                let mut update = u.clone();
+                let append = u.full_content_so_far.starts_with(previous);
+                if append {
+                    update.full_content_so_far = u.full_content_so_far[previous.len()..].into();
+                }
+                LogEntry::Chunk { append, update }
+            }
+            _ => LogEntry::Frame {
+                audience: audience.clone(),
+                frame: frame.clone(),
+            },
+        }
+    }
+}
+
+#[derive(Debug, Clone, thiserror::Error)]
+pub enum LogError {
+    #[error(transparent)]
+    Store(#[from] TurnStoreError),
+    #[error("sealing a log entry: {0}")]
+    Seal(#[from] SealError),
+    #[error("log entry unreadable: {0}")]
+    Encode(String),
+}
+
+/// A log as read back: entries in order, opened.
+#[derive(Debug, Clone, Default)]
+pub struct Logged {
+    pub entries: Vec<(u64, LogEntry)>,
+    /// The first index the log still holds.
+    pub first: Option<u64>,
+    /// The turn ended: nothing will follow.
+    pub ended: bool,
+}
+
+/// The logs of turns: sealing over the turn store.
+#[derive(Clone)]
+pub struct TurnLog {
+    store: Arc<dyn TurnStore>,
+    keyring: Arc<Keyring>,
+    /// Entries kept per turn (the oldest go first).
+    pub max_len: usize,
+    /// How long a log is kept after its newest entry (`cluster.resume_window`).
+    pub keep: Duration,
+}
+
+fn scope(chat: &ChatId, task: &TaskId) -> String {
+    format!("{chat}/{task}")
+}
+
+impl TurnLog {
+    pub fn new(store: Arc<dyn TurnStore>, keyring: Arc<Keyring>, keep: Duration) -> Self {
+        Self {
+            store,
+            keyring,
+            max_len: 10_000,
+            keep,
+        }
+    }
+
+    pub fn store(&self) -> &Arc<dyn TurnStore> {
+        &self.store
+    }
+
+    pub async fn append(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        task: &TaskId,
+        generation: u64,
+        entry: &LogEntry,
+    ) -> Result<u64, LogError> {
+        let plain = serde_json::to_vec(entry).map_err(|e| LogError::Encode(e.to_string()))?;
+        let sealed = self
+            .keyring
+            .seal(owner, &scope(chat, task), Purpose::TurnLog, &plain)
+            .await?;
+        Ok(self
+            .store
+            .log_append(chat, task, generation, sealed, self.max_len, self.keep)
+            .await?)
+    }
+
+    /// The whole log, opened with `owner`'s key; `None` when there is no log, or an entry
+    /// does not open (another user's task, a retired key: the same as no log).
+    pub async fn read(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        task: &TaskId,
+    ) -> Result<Option<Logged>, LogError> {
+        let Some(read) = self.store.log_read(chat, task, 0).await? else {
+            return Ok(None);
+        };
+        let mut entries = Vec::with_capacity(read.entries.len());
+        for (index, sealed) in read.entries {
+            let plain = match self
+                .keyring
+                .open(owner, &scope(chat, task), Purpose::TurnLog, &sealed)
+                .await
+            {
+                Ok(p) => p,
+                Err(OpenError::Failed) => return Ok(None),
+                Err(OpenError::Unavailable(e)) => return Err(e.into()),
+            };
+            let Ok(entry) = serde_json::from_slice::<LogEntry>(&plain) else {
+                return Ok(None);
+            };
+            entries.push((index, entry));
+        }
+        Ok(Some(Logged {
+            entries,
+            first: read.first,
+            ended: read.ended,
+        }))
+    }
+
+    pub async fn end(&self, chat: &ChatId, task: &TaskId) -> Result<(), LogError> {
+        Ok(self.store.log_end(chat, task, self.keep).await?)
+    }
+}
+
+/// The frames a device resuming after `last_sequence` gets, with their log indexes: every
+/// frame for all devices or for devices showing the chat, logged after the chunk numbered
+/// `last_sequence` (0: from the start), chunks with their cumulative text. `None` when the
+/// position is not in the log (ahead of it, or trimmed away).
+pub fn replay(log: &Logged, last_sequence: u64) -> Option<Vec<(u64, ServerMessage)>> {
+    if log.first.is_some_and(|f| f > 1) {
+        return None;
+    }
+    let mut text = String::new();
+    let mut found = last_sequence == 0;
+    let mut out = Vec::new();
+    for (index, entry) in &log.entries {
+        let frame = match entry {
+            LogEntry::Chunk { append, update } => {
+                if !append {
+                    text.clear();
+                }
+                text.push_str(&update.full_content_so_far);
+                let mut update = update.clone();
+                update.full_content_so_far = text.clone();
+                (Audience::All, ServerMessage::AiMessageUpdate(update))
+            }
+            LogEntry::Frame { audience, frame } => (audience.clone(), frame.clone()),
+        };
+        let sequence = match &frame.1 {
+            ServerMessage::AiMessageUpdate(u) => Some(u.sequence),
+            _ => None,
+        };
+        if found && matches!(frame.0, Audience::All | Audience::Showing(_)) {
+            out.push((*index, frame.1));
+        } else if sequence == Some(last_sequence) {
+            found = true;
+        }
+    }
+    found.then_some(out)
+}
+
+/// For a device that starts showing a chat while its turn runs: the latest
+/// `ai_typing_started` and the latest `ai_message_update` (cumulative), with the index of
+/// the newest entry (the device's position afterwards).
+pub fn latest(log: &Logged) -> (Vec<(u64, ServerMessage)>, u64) {
+    let mut typing = None;
+    let mut update: Option<(u64, AiMessageUpdate)> = None;
+    let mut text = String::new();
+    for (index, entry) in &log.entries {
+        match entry {
+            LogEntry::Frame {
+                frame: frame @ ServerMessage::AiTypingStarted(_),
+                ..
+            } => typing = Some((*index, frame.clone())),
+            LogEntry::Frame {
+                frame: ServerMessage::AiMessageUpdate(u),
+                ..
+            } => update = Some((*index, u.clone())),
+            LogEntry::Chunk { append, update: u } => {
+                if !append {
+                    text.clear();
+                }
+                text.push_str(&u.full_content_so_far);
+                let mut u = u.clone();
+                u.full_content_so_far = text.clone();
+                update = Some((*index, u));
+            }
+            LogEntry::Frame { .. } => {}
+        }
+    }
+    let last = log.entries.last().map_or(0, |(i, _)| *i);
+    let mut out: Vec<(u64, ServerMessage)> = typing.into_iter().collect();
+    out.extend(update.map(|(i, u)| (i, ServerMessage::AiMessageUpdate(u))));
+    (out, last)
+}
+
+#[cfg(test)]
+mod tests;

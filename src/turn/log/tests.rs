@@ -1,0 +1,157 @@
+use chatd_protocol::{AiMessageUpdate, AiTypingStarted, ChatId, MessageId, ServerMessage, TaskId};
+
+use super::*;
+
+fn chat() -> ChatId {
+    ChatId::parse("c").unwrap()
+}
+
+fn update(text: &str, sequence: u64, is_final_chunk: bool) -> ServerMessage {
+    let task = TaskId::parse("t").unwrap();
+    ServerMessage::AiMessageUpdate(AiMessageUpdate {
+        task_id: task.clone(),
+        chat_id: chat(),
+        message_id: MessageId::from(task),
+        user_message_id: MessageId::parse("m").unwrap(),
+        full_content_so_far: text.into(),
+        sequence,
+        is_final_chunk,
+        model_name: None,
+        category: None,
+        interrupted_by_revocation: false,
+        interrupted_by_shutdown: false,
+        error_code: None,
+        rejection_reason: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
+    })
+}
+
+fn typing() -> ServerMessage {
+    ServerMessage::AiTypingStarted(AiTypingStarted {
+        chat_id: chat(),
+        message_id: MessageId::parse("t").unwrap(),
+        user_message_id: MessageId::parse("m").unwrap(),
+        model_name: "model".into(),
+        category: None,
+        title: None,
+        icon_names: Vec::new(),
+        is_continuation: false,
+    })
+}
+
+/// A turn as the writer logs it: typing, three chunks, a link repair (whole text), the
+/// final frame, the background frame, and a frame for one device only.
+fn log() -> Logged {
+    let showing = Audience::Showing(chat());
+    let frames = [
+        (
+            Audience::Only(vec![7]),
+            ServerMessage::Pong(chatd_protocol::Empty {}),
+        ),
+        (Audience::All, typing()),
+        (showing.clone(), update("A", 1, false)),
+        (showing.clone(), update("A\n\nB", 2, false)),
+        (showing.clone(), update("A\n\nB\n\nC", 3, false)),
+        (showing.clone(), update("A\n\nX\n\nC", 4, false)),
+        (showing.clone(), update("A\n\nX\n\nC", 5, true)),
+        (
+            Audience::NotShowing(chat()),
+            ServerMessage::Pong(chatd_protocol::Empty {}),
+        ),
+    ];
+    let mut text = String::new();
+    let mut entries = Vec::new();
+    for (i, (audience, frame)) in frames.iter().enumerate() {
+        entries.push((i as u64 + 1, LogEntry::of(audience, frame, &text)));
+        if let ServerMessage::AiMessageUpdate(u) = frame {
+            text = u.full_content_so_far.clone();
+        }
+    }
+    Logged {
+        entries,
+        first: Some(1),
+        ended: true,
+    }
+}
+
+fn texts(frames: &[(u64, ServerMessage)]) -> Vec<(u64, String)> {
+    frames
+        .iter()
+        .map(|(i, f)| match f {
+            ServerMessage::AiMessageUpdate(u) => {
+                (*i, format!("{}:{}", u.sequence, u.full_content_so_far))
+            }
+            other => (*i, other.type_name().to_string()),
+        })
+        .collect()
+}
+
+#[test]
+fn chunks_are_logged_as_what_they_add() {
+    let log = log();
+    let chunks: Vec<(bool, String)> = log
+        .entries
+        .iter()
+        .filter_map(|(_, e)| match e {
+            LogEntry::Chunk { append, update } => {
+                Some((*append, update.full_content_so_far.clone()))
+            }
+            _ => None,
+        })
+        .collect();
+    assert_eq!(
+        chunks,
+        [
+            (true, "A".to_string()),
+            (true, "\n\nB".into()),
+            (true, "\n\nC".into()),
+            (false, "A\n\nX\n\nC".into()),
+        ]
+    );
+}
+
+#[test]
+fn replay_table() {
+    let full = log();
+    let mut trimmed = log();
+    trimmed.first = Some(3);
+    trimmed.entries.drain(..2);
+    let all = vec![
+        (2, "ai_typing_started".to_string()),
+        (3, "1:A".into()),
+        (4, "2:A\n\nB".into()),
+        (5, "3:A\n\nB\n\nC".into()),
+        (6, "4:A\n\nX\n\nC".into()),
+        (7, "5:A\n\nX\n\nC".into()),
+    ];
+    type Case<'a> = (&'a str, &'a Logged, u64, Option<Vec<(u64, String)>>);
+    let cases: Vec<Case> = vec![
+        ("from 0", &full, 0, Some(all.clone())),
+        ("from the middle", &full, 2, Some(all[3..].to_vec())),
+        ("from the last chunk", &full, 4, Some(all[5..].to_vec())),
+        ("from the final frame", &full, 5, Some(Vec::new())),
+        ("ahead of the log", &full, 9, None),
+        ("trimmed log", &trimmed, 3, None),
+    ];
+    for (name, log, position, expected) in cases {
+        assert_eq!(replay(log, position).map(|f| texts(&f)), expected, "{name}");
+    }
+}
+
+#[test]
+fn latest_is_typing_and_the_newest_cumulative_update() {
+    let mut log = log();
+    log.entries.truncate(5);
+    let (frames, last) = latest(&log);
+    assert_eq!(
+        texts(&frames),
+        [
+            (2, "ai_typing_started".to_string()),
+            (5, "3:A\n\nB\n\nC".into())
+        ]
+    );
+    assert_eq!(last, 5);
+}
