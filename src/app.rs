@@ -210,6 +210,11 @@ impl App {
     /// final frames go out), close sockets with 1001, wait up to `server.shutdown_grace`.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let App { listener, state } = self;
+        // Turns whose node was lost are ended and their chats handed on (see turn::reaper).
+        state.tasks.turns.spawn(crate::turn::reaper::run(
+            state.turn.clone(),
+            std::time::Duration::from_secs(1),
+        ));
         let router = crate::http::router(state.clone());
         let listener = listener.tap_io(|tcp| {
             if let Err(e) = tcp.set_nodelay(true) {

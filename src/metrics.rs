@@ -31,6 +31,8 @@ pub struct Metrics {
     pub frames_out: Family<TypeLabel, Counter>,
     pub errors: Family<CodeLabel, Counter>,
     pub turns: Family<OutcomeLabel, Counter>,
+    /// Turns this node took over from a node that stopped renewing their lease.
+    pub lost_turns: Counter,
     pub turn_seconds: Histogram,
     pub ttft_seconds: Histogram,
     pub history_requests: Family<ReasonLabel, Counter>,
@@ -104,6 +106,12 @@ impl Metrics {
         registry.register("errors", "Error frames sent, by error code", errors.clone());
         let turns = Family::<OutcomeLabel, Counter>::default();
         registry.register("turns", "AI turns finished, by outcome", turns.clone());
+        let lost_turns = Counter::default();
+        registry.register(
+            "lost_turns",
+            "Turns taken over from a lost node (ended with node_lost)",
+            lost_turns.clone(),
+        );
         let turn_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         registry.register(
             "turn_duration_seconds",
@@ -172,6 +180,7 @@ impl Metrics {
             frames_out,
             errors,
             turns,
+            lost_turns,
             turn_seconds,
             ttft_seconds,
             history_requests,

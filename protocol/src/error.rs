@@ -50,6 +50,8 @@ pub enum ErrorCode {
     StaleVersion,
     /// A chat's first title was sent without its icon or category.
     IncompleteChatMetadata,
+    /// The node that ran the answer stopped; the answer ends with the text it had.
+    NodeLost,
 }
 
 impl ErrorCode {
@@ -73,6 +75,7 @@ impl ErrorCode {
             ErrorCode::ChatKeyMismatch => "chat_key_mismatch",
             ErrorCode::StaleVersion => "stale_version",
             ErrorCode::IncompleteChatMetadata => "incomplete_chat_metadata",
+            ErrorCode::NodeLost => "node_lost",
         }
     }
 
@@ -95,6 +98,7 @@ impl ErrorCode {
         ErrorCode::ChatKeyMismatch,
         ErrorCode::StaleVersion,
         ErrorCode::IncompleteChatMetadata,
+        ErrorCode::NodeLost,
     ];
 }
 

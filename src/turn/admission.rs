@@ -107,6 +107,14 @@ pub enum CancelError {
     Unavailable,
 }
 
+/// A queued message as sealed into the store: the message and whose it is (the node
+/// that takes over a lost turn runs the queue for that user).
+#[derive(serde::Serialize, serde::Deserialize)]
+struct Queued {
+    user: String,
+    inbound: Inbound,
+}
+
 /// A turn running on this node.
 struct Local {
     owner: UserId,
@@ -166,7 +174,7 @@ impl Turns {
     ) -> Result<Admission, TurnsError> {
         let owner = UserHash::of(user);
         let task = TaskId::random();
-        let value = self.seal(&owner, chat, &inbound).await?;
+        let value = self.seal(&owner, chat, user, &inbound).await?;
         let admitted = self
             .store
             .admit(Admit {
@@ -230,7 +238,6 @@ impl Turns {
     /// shutdown the lease is left to expire, so the queue waits for another node.
     pub async fn finish(
         &self,
-        user: &UserId,
         ticket: &TurnTicket,
         parent: &CancellationToken,
     ) -> Option<TurnTicket> {
@@ -246,18 +253,56 @@ impl Turns {
                 return None;
             }
         };
+        self.next_turn(finished, parent).await.map(|(_, t)| t)
+    }
+
+    /// Hands a chat whose node was lost (its lease now this node's, see
+    /// `TurnStore::take_over_expired`) to the turn for its queued messages, if any.
+    pub async fn finish_lost(
+        &self,
+        lease: &Lease,
+        parent: &CancellationToken,
+    ) -> Option<(UserId, TurnTicket)> {
+        let next = TaskId::random();
+        match self.store.finish(lease, &next, self.lease).await {
+            Ok(finished) => self.next_turn(finished, parent).await,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot hand a lost turn's chat over");
+                None
+            }
+        }
+    }
+
+    /// The ticket for the messages a finished turn handed over.
+    async fn next_turn(
+        &self,
+        finished: Finished,
+        parent: &CancellationToken,
+    ) -> Option<(UserId, TurnTicket)> {
         let Finished::Next { lease, queued } = finished else {
             return None;
         };
-        let owner = UserHash::of(user);
+        let mut user = None;
         let mut inbound = Vec::with_capacity(queued.len());
         for value in queued {
-            match self.open(&owner, &lease.chat, &value).await {
-                Some(i) => inbound.push(i),
+            match self.open(&lease.owner, &lease.chat, &value).await {
+                Some(q) => {
+                    user = UserId::parse(q.user).ok();
+                    inbound.push(q.inbound);
+                }
                 None => tracing::warn!("a queued message does not open; it is dropped"),
             }
         }
-        Some(self.start(user, lease, inbound, parent))
+        let Some(user) = user else {
+            // Nothing readable was queued: free the chat again.
+            let _ = self
+                .store
+                .finish(&lease, &TaskId::random(), self.lease)
+                .await;
+            return None;
+        };
+        let ticket = self.start(&user, lease, inbound, parent);
+        Some((user, ticket))
     }
 
     /// Renews a running turn's lease; stops the turn when a cancel was requested from
@@ -361,16 +406,21 @@ impl Turns {
         &self,
         owner: &UserHash,
         chat: &ChatId,
+        user: &UserId,
         inbound: &Inbound,
     ) -> Result<Vec<u8>, TurnsError> {
-        let plain = serde_json::to_vec(inbound).unwrap_or_default();
+        let queued = Queued {
+            user: user.as_str().to_string(),
+            inbound: inbound.clone(),
+        };
+        let plain = serde_json::to_vec(&queued).unwrap_or_default();
         Ok(self
             .keyring
             .seal(owner, chat.as_str(), Purpose::QueuedMessage, &plain)
             .await?)
     }
 
-    async fn open(&self, owner: &UserHash, chat: &ChatId, sealed: &[u8]) -> Option<Inbound> {
+    async fn open(&self, owner: &UserHash, chat: &ChatId, sealed: &[u8]) -> Option<Queued> {
         let plain = self
             .keyring
             .open(owner, chat.as_str(), Purpose::QueuedMessage, sealed)

@@ -47,7 +47,7 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
             () = run_one(&deps, &user, &chat, &ticket) => {}
             () = keep_lease(&deps, &ticket) => {}
         }
-        match deps.turns.finish(&user, &ticket, &deps.shutdown).await {
+        match deps.turns.finish(&ticket, &deps.shutdown).await {
             Some(next) => ticket = next,
             None => break,
         }

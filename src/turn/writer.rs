@@ -57,15 +57,25 @@ pub struct TurnWriter {
 impl TurnWriter {
     /// A writer for `key`'s turn; its flusher runs on the turn tracker.
     pub fn new(deps: Arc<TurnDeps>, key: TurnKey) -> Arc<Self> {
+        Self::continuing(deps, key, 0, 0)
+    }
+
+    /// A writer that goes on with a turn another node began: its frames follow the log's
+    /// newest `index` and `ai_message_update` number `sequence`.
+    pub fn continuing(deps: Arc<TurnDeps>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
         let (tx, rx) = mpsc::unbounded_channel();
-        let (flushed_tx, flushed) = watch::channel(0);
+        let (flushed_tx, flushed) = watch::channel(index);
         let key = Arc::new(key);
         deps.tasks
             .spawn(flush(deps.log.clone(), key.clone(), rx, flushed_tx));
         let writer = Arc::new(Self {
             deps: deps.clone(),
             key,
-            written: Mutex::new(Written::default()),
+            written: Mutex::new(Written {
+                index,
+                sequence,
+                text: String::new(),
+            }),
             log: tx,
             flushed,
         });

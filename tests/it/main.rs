@@ -15,6 +15,7 @@ mod history;
 mod http_surface;
 mod links;
 mod module_graph;
+mod node_loss;
 mod pipeline;
 mod redis_cache;
 mod resume;

@@ -72,14 +72,14 @@ async fn one_turn_per_chat_across_nodes_then_one_merged_follow_up() {
             Ok(Admission::Queued { ref active_task_id }) if active_task_id == &t1.task_id
         ));
     }
-    let t2 = here.finish(&a, &t1, &root).await.unwrap();
+    let t2 = here.finish(&t1, &root).await.unwrap();
     assert_eq!(t2.user_message_id.as_str(), "m3");
     assert_eq!(t2.requesters, vec![2]);
     assert!(t2.lease.generation > t1.lease.generation);
     let merged: Vec<_> = t2.inbound.iter().map(|i| i.message_id().as_str()).collect();
     assert_eq!(merged, ["m2", "m3"]);
     assert_eq!(t2.inbound[0].message.content, "text of m2");
-    assert!(here.finish(&a, &t2, &root).await.is_none());
+    assert!(here.finish(&t2, &root).await.is_none());
     assert!(here.active_task(&a, &chat).await.is_none());
 }
 
@@ -150,7 +150,7 @@ async fn abandoning_a_deleted_chat_drops_its_queue_and_marks_the_turn() {
     assert!(here.renew(&t).await);
     assert!(t.cancel.is_cancelled() && t.abandoned());
     assert!(
-        here.finish(&a, &t, &root).await.is_none(),
+        here.finish(&t, &root).await.is_none(),
         "the queued message is not answered"
     );
 }

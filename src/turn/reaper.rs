@@ -1,0 +1,139 @@
+//! Turns whose node was lost: every node looks, once a second, for leases whose node
+//! stopped renewing them ([`TurnStore::take_over_expired`] gives each to exactly one node,
+//! fencing the old node's writes). The taker ends the lost turn for every device with a
+//! final `ai_message_update` holding the text logged so far and `error_code: node_lost`
+//! (unless its log shows it had ended), then runs the messages queued behind it.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_protocol::{
+    AiBackgroundResponseCompleted, AiMessageUpdate, ErrorCode, ErrorPayload, MessageId,
+    ServerMessage,
+};
+
+use super::deps::TurnDeps;
+use super::log::{self, Logged};
+use super::store::Lease;
+use super::writer::{TurnKey, TurnWriter};
+use crate::delivery::Audience;
+
+/// Leases taken over in one look.
+const BATCH: usize = 16;
+
+/// Looks for lost turns every `every` until shutdown.
+pub async fn run(deps: Arc<TurnDeps>, every: Duration) {
+    loop {
+        tokio::select! {
+            () = deps.shutdown.cancelled() => return,
+            () = tokio::time::sleep(every) => {}
+        }
+        let node = deps.turns.node().clone();
+        let lost = deps
+            .turns
+            .store()
+            .take_over_expired(&node, deps.turns.lease, BATCH)
+            .await;
+        match lost {
+            Ok(leases) => {
+                for lease in leases {
+                    end_lost(&deps, lease).await;
+                }
+            }
+            Err(e) => tracing::debug!(error = %e, "cannot look for lost turns"),
+        }
+    }
+}
+
+/// Ends one lost turn and hands its chat to the queue.
+async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
+    tracing::warn!(chat_id = %lease.chat, task_id = %lease.task, node = %lease.node, "taking over a lost turn");
+    deps.metrics.lost_turns.inc();
+    let logged = deps
+        .log
+        .read(&lease.owner, &lease.chat, &lease.task)
+        .await
+        .ok()
+        .flatten()
+        .unwrap_or_default();
+    if !logged.ended {
+        write_node_lost(deps, &lease, &logged);
+    }
+    if let Some((user, ticket)) = deps.turns.finish_lost(&lease, &deps.shutdown).await {
+        super::spawn(deps.clone(), user, lease.chat.clone(), ticket);
+    }
+}
+
+/// The lost turn's last frames, continuing its log under the taken-over generation.
+fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
+    let (latest, last_index) = log::latest(logged);
+    let mut typing = None;
+    let mut update = None;
+    for (_, frame) in latest {
+        match frame {
+            ServerMessage::AiTypingStarted(t) => typing = Some(t),
+            ServerMessage::AiMessageUpdate(u) => update = Some(u),
+            _ => {}
+        }
+    }
+    let text = update
+        .as_ref()
+        .map(|u| u.full_content_so_far.clone())
+        .unwrap_or_default();
+    let sequence = update.as_ref().map_or(0, |u| u.sequence);
+    let model_name = typing.as_ref().map(|t| t.model_name.clone());
+    let category = typing.as_ref().and_then(|t| t.category.clone());
+    let message_id = MessageId::from(lease.task.clone());
+    let key = TurnKey {
+        owner: lease.owner.clone(),
+        chat: lease.chat.clone(),
+        task: lease.task.clone(),
+        generation: lease.generation,
+    };
+    let writer = TurnWriter::continuing(deps.clone(), key, last_index, sequence);
+    let mut error = ErrorPayload::new(
+        ErrorCode::NodeLost,
+        "The server answering this message stopped; the answer ends here.",
+    );
+    error.chat_id = Some(lease.chat.clone());
+    error.message_id = Some(message_id.clone());
+    writer.frame(Audience::All, ServerMessage::Error(error));
+    let last = AiMessageUpdate {
+        task_id: lease.task.clone(),
+        chat_id: lease.chat.clone(),
+        message_id: message_id.clone(),
+        user_message_id: lease.message.clone(),
+        full_content_so_far: text.clone(),
+        sequence: sequence + 1,
+        is_final_chunk: true,
+        model_name: model_name.clone(),
+        category: category.clone(),
+        interrupted_by_revocation: false,
+        interrupted_by_shutdown: false,
+        error_code: Some(ErrorCode::NodeLost),
+        rejection_reason: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
+    };
+    writer.frame(
+        Audience::Showing(lease.chat.clone()),
+        ServerMessage::AiMessageUpdate(last),
+    );
+    writer.frame(
+        Audience::NotShowing(lease.chat.clone()),
+        ServerMessage::AiBackgroundResponseCompleted(AiBackgroundResponseCompleted {
+            chat_id: lease.chat.clone(),
+            message_id,
+            user_message_id: lease.message.clone(),
+            task_id: lease.task.clone(),
+            full_content: text,
+            model_name,
+            category,
+            interrupted_by_revocation: false,
+            error_code: Some(ErrorCode::NodeLost),
+            rejection_reason: None,
+        }),
+    );
+}

@@ -1,0 +1,157 @@
+//! A turn whose node stops renewing its lease: another node takes it over within the lease
+//! and two seconds, ends it for the user's devices with the text its log holds and
+//! `error_code: node_lost`, and answers the message queued behind it. The lost node here
+//! is a second `Turns` over the app's own turn store that never renews (as a SIGKILLed
+//! process would); the multi-process version is in the cluster tests.
+
+use std::time::Duration;
+
+use chatd::auth::UserId;
+use chatd::crypto::UserHash;
+use chatd::ids::NodeId;
+use chatd::inbound::{Inbound, MessageOptions};
+use chatd::turn::log::LogEntry;
+use chatd::turn::{Admission, Turns};
+use chatd_protocol::{
+    AiMessageUpdate, AiTypingStarted, ChatMessageAdded, ErrorCode, MessageId, ServerMessage,
+};
+use chatd_test_harness::fake_llm::FakeLlm;
+use tokio_util::sync::CancellationToken;
+
+use crate::support::{chat_id, collect_answer, spawn_app, use_llm, user_message};
+
+#[tokio::test]
+async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.cluster.lease = Duration::from_secs(1);
+    })
+    .await;
+    let deps = &app.state.turn;
+    let alice = UserId::parse("alice").unwrap();
+    let owner = UserHash::of(&alice);
+    let chat = chat_id("chat-lost");
+
+    // The lost node started a turn and logged its first paragraph, then went silent.
+    let ghost = Turns::new(
+        deps.turns.store().clone(),
+        deps.ai_cache.keyring().clone(),
+        NodeId::parse("ghost").unwrap(),
+        Duration::from_secs(1),
+        10,
+    );
+    let added = ChatMessageAdded::user(
+        chat.clone(),
+        MessageId::parse("m1").unwrap(),
+        "first".into(),
+        1,
+    );
+    let inbound = Inbound {
+        message: added.message,
+        embeds: Vec::new(),
+        conn: 1,
+        prior_messages: 0,
+        options: MessageOptions::default(),
+    };
+    let Ok(Admission::Start(ticket)) = ghost
+        .admit(&alice, &chat, inbound, &CancellationToken::new())
+        .await
+    else {
+        panic!("the ghost starts the turn")
+    };
+    let task = ticket.task_id.clone();
+    let typing = ServerMessage::AiTypingStarted(AiTypingStarted {
+        chat_id: chat.clone(),
+        message_id: MessageId::from(task.clone()),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        model_name: "ghost-model".into(),
+        category: None,
+        title: None,
+        icon_names: Vec::new(),
+        is_continuation: false,
+    });
+    let chunk = AiMessageUpdate {
+        task_id: task.clone(),
+        chat_id: chat.clone(),
+        message_id: MessageId::from(task.clone()),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        full_content_so_far: "Partial answer.\n\n".into(),
+        sequence: 1,
+        is_final_chunk: false,
+        model_name: Some("ghost-model".into()),
+        category: None,
+        interrupted_by_revocation: false,
+        interrupted_by_shutdown: false,
+        error_code: None,
+        rejection_reason: None,
+        prompt_tokens: None,
+        completion_tokens: None,
+        trimmed_history_messages: 0,
+        replaced_links: Vec::new(),
+    };
+    let showing = chatd::delivery::Audience::Showing(chat.clone());
+    for (audience, frame, previous) in [
+        (chatd::delivery::Audience::All, typing, ""),
+        (showing, ServerMessage::AiMessageUpdate(chunk), ""),
+    ] {
+        let entry = LogEntry::of(&audience, &frame, previous);
+        deps.log
+            .append(&owner, &chat, &task, ticket.lease.generation, &entry)
+            .await
+            .unwrap();
+    }
+
+    // Alice's next message waits behind the ghost's turn.
+    let mut ws = app.connect_showing("alice", "chat-lost").await;
+    ws.send(&user_message("chat-lost", "m2", "second")).await;
+    let queued = ws
+        .recv_until(|m| match m {
+            ServerMessage::MessageQueued(q) => Some(q.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(queued.active_task_id, task);
+
+    // The app's node takes the turn over: an error, then the final frame with the text
+    // the log held, numbered after it.
+    let lost = ws
+        .recv_until(|m| match m {
+            ServerMessage::Error(e) if e.code == ErrorCode::NodeLost => Some(e.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(lost.chat_id, Some(chat.clone()));
+    let last: AiMessageUpdate = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == task => Some(u.clone()),
+            _ => None,
+        })
+        .await;
+    assert!(last.is_final_chunk);
+    assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
+    assert_eq!(last.full_content_so_far, "Partial answer.\n\n");
+    assert_eq!(last.sequence, 2);
+    assert_eq!(last.model_name.as_deref(), Some("ghost-model"));
+
+    // Then the queued message is answered, once.
+    let (_, answer) = collect_answer(&mut ws).await;
+    assert_eq!(answer.user_message_id.as_str(), "m2");
+    assert_ne!(answer.task_id, task);
+    assert_eq!(app.state.metrics.lost_turns.get(), 1);
+
+    // The ghost, were it to wake up, is fenced: its lease and its log belong to another
+    // generation now.
+    assert!(!ghost.renew(&ticket).await);
+    let late = LogEntry::of(
+        &chatd::delivery::Audience::All,
+        &ServerMessage::Pong(chatd_protocol::Empty {}),
+        "",
+    );
+    assert!(
+        deps.log
+            .append(&owner, &chat, &task, ticket.lease.generation, &late)
+            .await
+            .is_err()
+    );
+}
