@@ -17,7 +17,7 @@ use crate::cache::redis::RedisBackend;
 use crate::cache::{AiPolicy, CacheBackend, CacheError, WrappedKeys};
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
-use crate::delivery::Hub;
+use crate::delivery::{Delivery, Hub};
 use crate::history::HistoryRequests;
 use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
@@ -167,7 +167,7 @@ impl App {
             skills,
             links,
             metrics: metrics.clone(),
-            hub,
+            delivery: Arc::new(Delivery::local(hub)),
             turns: Turns::new(
                 turn_store.clone(),
                 keyring.clone(),

@@ -61,12 +61,12 @@ impl Session {
         self.device.send(&msg);
     }
 
-    /// Sends to the user's devices on this node.
+    /// Sends to the user's devices (on every node).
     fn broadcast(&self, audience: Audience, msg: &ServerMessage) {
         self.app
             .turn
-            .hub
-            .send(&self.device.user_hash, &audience, msg);
+            .delivery
+            .send(&self.device.user_hash, audience, msg);
     }
 
     fn error(&self, code: ErrorCode, message: impl Into<String>) {
@@ -344,6 +344,20 @@ impl Session {
                     },
                 ));
             }
+            // Not here: in cluster mode the node running it may be another one.
+            Err(CancelRefused::NotFound) if self.app.turn.delivery.has_peers() => {
+                self.app
+                    .turn
+                    .delivery
+                    .cancel_skill_elsewhere(&self.device.user_hash, &m.skill_task_id);
+                self.reply(ServerMessage::SkillCancelRequested(
+                    chatd_protocol::SkillCancelRequested {
+                        skill_task_id: m.skill_task_id,
+                        embed_id: None,
+                        status: "cancellation_requested".into(),
+                    },
+                ));
+            }
             Err(CancelRefused::NotFound) => {
                 self.error(ErrorCode::NotFound, "no running skill with this id")
             }
@@ -361,12 +375,23 @@ impl Session {
             .cancel(&self.device.user, &m.task_id)
             .await
         {
-            Ok(_) => self.reply(ServerMessage::AiTaskCancelRequested(
-                AiTaskCancelRequested {
-                    task_id: m.task_id,
-                    status: "revocation_sent".into(),
-                },
-            )),
+            Ok(elsewhere) => {
+                // Runs on another node: tell it now (it would also see it on renewal).
+                if let Some(node) = elsewhere {
+                    let control = crate::delivery::NodeControl::CancelTask {
+                        task: m.task_id.clone(),
+                    };
+                    if let Err(e) = self.app.turn.delivery.control(&node, &control).await {
+                        tracing::warn!(error = %e, "cannot reach the task's node; it stops on renewal");
+                    }
+                }
+                self.reply(ServerMessage::AiTaskCancelRequested(
+                    AiTaskCancelRequested {
+                        task_id: m.task_id,
+                        status: "revocation_sent".into(),
+                    },
+                ))
+            }
             Err(CancelError::NotFound) => {
                 self.error(ErrorCode::NotFound, "no running task with this id")
             }

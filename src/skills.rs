@@ -100,6 +100,17 @@ impl SkillCancels {
         self.running.len()
     }
 
+    /// Cancels an invocation on a request sealed with its owner's key (from another node).
+    pub fn cancel_for(&self, owner: &crate::crypto::UserHash, id: &SkillTaskId) -> bool {
+        match self.running.get(id) {
+            Some(entry) if &crate::crypto::UserHash::of(&entry.owner) == owner => {
+                entry.token.cancel();
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// Cancels the owner's running invocation; returns its embed.
     pub fn cancel(&self, user: &UserId, id: &SkillTaskId) -> Result<EmbedId, CancelRefused> {
         let Some(entry) = self.running.get(id) else {

@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod deps;
 pub mod log;
+pub mod node;
 pub mod reaper;
 mod run;
 mod stages;

@@ -13,7 +13,7 @@ use super::log::TurnLog;
 use super::writer::TurnWriter;
 use crate::cache::ai::AiCache;
 use crate::config::PipelineConfig;
-use crate::delivery::Hub;
+use crate::delivery::Delivery;
 use crate::history::HistoryRequests;
 use crate::links::LinkChecker;
 use crate::metrics::Metrics;
@@ -40,8 +40,8 @@ pub struct TurnDeps {
     /// Background link validation of answers; `None` when `links.enabled` is off.
     pub links: Option<Arc<LinkChecker>>,
     pub metrics: Arc<Metrics>,
-    /// This node's devices.
-    pub hub: Arc<Hub>,
+    /// Frames to the user's devices on this node and the others.
+    pub delivery: Arc<Delivery>,
     /// Which turn runs in each chat, and what waits behind it.
     pub turns: Turns,
     /// Every turn's frames, for devices that resume.

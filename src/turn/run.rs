@@ -40,6 +40,9 @@ pub fn spawn(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, ticket: TurnTicket
 }
 
 async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: TurnTicket) {
+    // While a turn of the user runs here, this node hears the user's channel (cancel_skill).
+    let owner = UserHash::of(&user);
+    deps.delivery.hold(&owner).await;
     loop {
         // The lease is renewed while the turn runs; a cancel requested on another node
         // arrives with a renewal.
@@ -52,6 +55,7 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
             None => break,
         }
     }
+    deps.delivery.release(&owner).await;
 }
 
 /// Renews the ticket's lease every third of its length until the turn ends (returns only

@@ -16,7 +16,7 @@ use chatd_protocol::{ChatId, ServerMessage, TaskId};
 use tokio::sync::{mpsc, watch};
 
 use super::deps::TurnDeps;
-use super::log::{LogEntry, TurnLog};
+use super::log::LogEntry;
 use super::store::TurnStoreError;
 use crate::crypto::UserHash;
 use crate::delivery::{Audience, frames};
@@ -35,6 +35,13 @@ struct Written {
     text: String,
 }
 
+/// A frame on its way to the log and to the other nodes.
+struct Logged {
+    index: u64,
+    entry: LogEntry,
+    publish: Option<(Audience, ServerMessage)>,
+}
+
 /// Which turn a writer writes, and where its log goes.
 pub struct TurnKey {
     pub owner: UserHash,
@@ -49,7 +56,7 @@ pub struct TurnWriter {
     key: Arc<TurnKey>,
     written: Mutex<Written>,
     /// To the flusher; unbounded, but a turn's frames are bounded by the turn itself.
-    log: mpsc::UnboundedSender<(u64, LogEntry)>,
+    log: mpsc::UnboundedSender<Logged>,
     /// The newest index the flusher has appended (or given up on).
     flushed: watch::Receiver<u64>,
 }
@@ -67,7 +74,7 @@ impl TurnWriter {
         let (flushed_tx, flushed) = watch::channel(index);
         let key = Arc::new(key);
         deps.tasks
-            .spawn(flush(deps.log.clone(), key.clone(), rx, flushed_tx));
+            .spawn(flush(deps.clone(), key.clone(), rx, flushed_tx));
         let writer = Arc::new(Self {
             deps: deps.clone(),
             key,
@@ -103,14 +110,21 @@ impl TurnWriter {
     fn write(&self, w: &mut Written, audience: Audience, msg: ServerMessage) {
         w.index += 1;
         self.deps
+            .delivery
             .hub
             .send_turn(&self.key.owner, &audience, &self.key.task, w.index, &msg);
         let entry = LogEntry::of(&audience, &msg, &w.text);
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
         }
+        // Other nodes get the frame after the log (kept only when there are other nodes).
+        let publish = self.deps.delivery.has_peers().then_some((audience, msg));
         // The flusher is gone only at shutdown; the frame was delivered here anyway.
-        let _ = self.log.send((w.index, entry));
+        let _ = self.log.send(Logged {
+            index: w.index,
+            entry,
+            publish,
+        });
     }
 
     /// Waits until every frame written so far is in the log (so a resume that reads the
@@ -178,21 +192,23 @@ impl TurnSink for TurnWriter {
     }
 }
 
-/// Seals and appends a turn's frames in order; ends the log when the writer is gone. A
-/// failed append is logged and skipped (the frame reached this node's devices; a device
-/// resuming later finds the log incomplete and syncs); a fenced one stops the logging (the
-/// turn belongs to another generation now).
+/// Seals and appends a turn's frames in order, then publishes each to the other nodes
+/// (so a device there that reads the log and then listens misses nothing); ends the log
+/// when the writer is gone. A failed append is logged and skipped (the frame reached this
+/// node's devices; a device resuming later finds the log incomplete and syncs); a fenced
+/// one stops the turn's output to other nodes (the turn belongs to another generation).
 async fn flush(
-    log: TurnLog,
+    deps: Arc<TurnDeps>,
     key: Arc<TurnKey>,
-    mut rx: mpsc::UnboundedReceiver<(u64, LogEntry)>,
+    mut rx: mpsc::UnboundedReceiver<Logged>,
     flushed: watch::Sender<u64>,
 ) {
+    let log = &deps.log;
     let mut fenced = false;
-    while let Some((index, entry)) = rx.recv().await {
+    while let Some(l) = rx.recv().await {
         if !fenced {
             match log
-                .append(&key.owner, &key.chat, &key.task, key.generation, &entry)
+                .append(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
                 .await
             {
                 Ok(_) => {}
@@ -203,7 +219,14 @@ async fn flush(
                 Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
             }
         }
-        flushed.send_replace(index);
+        if let Some((audience, frame)) = l.publish
+            && !fenced
+        {
+            deps.delivery
+                .publish_turn(&key.owner, audience, &key.task, l.index, frame)
+                .await;
+        }
+        flushed.send_replace(l.index);
     }
     if !fenced && let Err(e) = log.end(&key.chat, &key.task).await {
         tracing::warn!(error = %e, "could not end the turn log");

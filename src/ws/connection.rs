@@ -28,8 +28,8 @@ const WRITE_BATCH: usize = 32;
 pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id: String) {
     let (out, out_rx) = outbox(app.config.server.outbox_capacity, app.metrics.clone());
     let device = Arc::new(Device::new(session_id, user, out.clone()));
-    let hub = &app.turn.hub;
-    hub.register(device.clone());
+    let delivery = &app.turn.delivery;
+    delivery.register(device.clone()).await;
     app.metrics.connections_open.inc();
     let (sink, stream) = socket.split();
     let session = Session::new(app.clone(), device.clone());
@@ -37,7 +37,7 @@ pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id
     let reader = read_loop(stream, &session, &out, &shutdown);
     let writer = write_loop(sink, out_rx);
     tokio::join!(reader, writer);
-    hub.unregister(&device.user_hash, device.conn_id);
+    delivery.unregister(&device.user_hash, device.conn_id).await;
     app.metrics.connections_open.dec();
 }
 
