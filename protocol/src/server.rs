@@ -30,6 +30,9 @@ pub enum ServerMessage {
     AiBackgroundResponseCompleted(AiBackgroundResponseCompleted),
     /// Answer to `cancel_ai_task`.
     AiTaskCancelRequested(AiTaskCancelRequested),
+    /// An answer that finished while no device could store it: sent on every connection
+    /// until a device stores it (`ai_response_completed` for `message_id`).
+    PendingAiResponse(Box<PendingAiResponse>),
     /// The answer to `resume_ai_task`; with `recovered: true` the turn's frames after the
     /// position follow, with `false` the client syncs instead.
     AiTaskResumed(AiTaskResumed),
@@ -101,6 +104,7 @@ impl ServerMessage {
         "ai_background_response_completed",
         "ai_task_cancel_requested",
         "ai_task_resumed",
+        "pending_ai_response",
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
@@ -141,6 +145,7 @@ impl ServerMessage {
             ServerMessage::AiBackgroundResponseCompleted(_) => "ai_background_response_completed",
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",
             ServerMessage::AiTaskResumed(_) => "ai_task_resumed",
+            ServerMessage::PendingAiResponse(_) => "pending_ai_response",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
@@ -360,6 +365,22 @@ pub struct AiBackgroundResponseCompleted {
     pub error_code: Option<ErrorCode>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub rejection_reason: Option<RejectionReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingAiResponse {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// The assistant message to encrypt and store.
+    pub message_id: MessageId,
+    pub user_message_id: MessageId,
+    /// The answer (plaintext, for the client to encrypt).
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    pub created_at: i64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -337,6 +337,45 @@ impl AiCache {
         self.backend.counter_bump(&key, seed, self.policy.ttl).await
     }
 
+    /// Keeps an answer no device has stored yet (sealed; expires with the AI cache).
+    pub async fn keep_pending(
+        &self,
+        user: &UserHash,
+        id: &str,
+        plain: &[u8],
+    ) -> Result<(), CacheFault> {
+        let sealed = self
+            .keyring
+            .seal(user, "pending", Purpose::PendingAnswer, plain)
+            .await?;
+        Ok(self
+            .backend
+            .pending_put(user, id, sealed, self.policy.ttl)
+            .await?)
+    }
+
+    /// The user's pending answers, opened (ones that do not open are skipped).
+    pub async fn pending(&self, user: &UserHash) -> Result<Vec<Vec<u8>>, CacheFault> {
+        let mut out = Vec::new();
+        for (_, sealed) in self.backend.pending_list(user).await? {
+            match self
+                .keyring
+                .open(user, "pending", Purpose::PendingAnswer, &sealed)
+                .await
+            {
+                Ok(plain) => out.push(plain),
+                Err(OpenError::Failed) => {}
+                Err(OpenError::Unavailable(e)) => return Err(e.into()),
+            }
+        }
+        Ok(out)
+    }
+
+    /// A device stored the answer `id`: it is no longer pending.
+    pub async fn drop_pending(&self, user: &UserHash, id: &str) -> Result<(), CacheFault> {
+        Ok(self.backend.pending_delete(user, id).await?)
+    }
+
     /// The chat's `messages_v` as the cache counts it.
     pub async fn messages_v(
         &self,

@@ -9,6 +9,9 @@ use futures_util::future::BoxFuture;
 
 use crate::crypto::UserHash;
 
+/// A pending answer: its id and sealed value.
+pub type Pending = (String, Vec<u8>);
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CacheError {
     #[error("cache backend unavailable: {0}")]
@@ -153,6 +156,29 @@ pub trait CacheBackend: Send + Sync {
     /// A counter's value (`None` when absent).
     fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>>;
 
+    /// Keeps a sealed answer no device has stored yet, under its message id, in the
+    /// user's pending set (whose TTL this write refreshes).
+    fn pending_put<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    /// The user's pending answers as (id, sealed value), in no particular order.
+    fn pending_list<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>>;
+
+    /// Drops one pending answer (a device stored it).
+    fn pending_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
     /// Reachability for `/readyz`.
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>>;
 }
@@ -217,6 +243,10 @@ pub mod keys {
     /// permanent store when absent.
     pub fn chat_versions(user: &UserHash, chat: &str) -> String {
         format!("user:{}:chat:{chat}:messages_v", user.as_str())
+    }
+    /// Answers waiting for a device to store them.
+    pub fn pending(user: &UserHash) -> String {
+        format!("user:{}:pending_answers", user.as_str())
     }
     pub fn sync_index(user: &UserHash) -> String {
         format!("user:{}:sync_chats", user.as_str())

@@ -12,7 +12,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
+use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
 
 #[derive(Clone)]
@@ -22,6 +22,8 @@ enum Value {
     Set(HashSet<String>),
     /// member → score
     ZSet(HashMap<String, u64>),
+    /// field → value
+    Hash(HashMap<String, Vec<u8>>),
 }
 
 struct Entry {
@@ -427,6 +429,49 @@ impl CacheBackend for MemoryBackend {
             Some(Value::Bytes(b)) => counter_value(&b),
             _ => None,
         }))
+    }
+
+    fn pending_put<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        let key = keys::pending(user);
+        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
+        let mut hash = match self.get(&key) {
+            Some(Value::Hash(h)) => h,
+            _ => HashMap::new(),
+        };
+        hash.insert(id.to_string(), value);
+        self.set(key, Value::Hash(hash), Some(ttl));
+        ready(Ok(()))
+    }
+
+    fn pending_list<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>> {
+        ready(Ok(match self.get(&keys::pending(user)) {
+            Some(Value::Hash(h)) => h.into_iter().collect(),
+            _ => Vec::new(),
+        }))
+    }
+
+    fn pending_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        let key = keys::pending(user);
+        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(mut e) = self.map.get_mut(&key)
+            && let Value::Hash(h) = &mut e.value
+        {
+            h.remove(id);
+        }
+        ready(Ok(()))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>> {

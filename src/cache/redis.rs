@@ -11,7 +11,7 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
+use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
 
 mod scripts;
@@ -387,6 +387,56 @@ impl CacheBackend for RedisBackend {
                 .run(redis::cmd("GET").arg(key).query_async(&mut conn))
                 .await?;
             Ok(v)
+        })
+    }
+
+    fn pending_put<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let key = keys::pending(user);
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .hset(&key, id, value)
+                .ignore()
+                .pexpire(&key, ttl.as_millis() as i64)
+                .ignore();
+            self.run(pipe.query_async::<()>(&mut conn)).await
+        })
+    }
+
+    fn pending_list<'a>(
+        &'a self,
+        user: &'a UserHash,
+    ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let all: Vec<Pending> = self
+                .run(
+                    redis::cmd("HGETALL")
+                        .arg(keys::pending(user))
+                        .query_async(&mut conn),
+                )
+                .await?;
+            Ok(all)
+        })
+    }
+
+    fn pending_delete<'a>(
+        &'a self,
+        user: &'a UserHash,
+        id: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(keys::pending(user)).arg(id);
+            self.run(cmd.query_async::<()>(&mut conn)).await
         })
     }
 

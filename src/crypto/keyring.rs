@@ -58,6 +58,8 @@ pub enum Purpose {
     QueuedMessage,
     /// A frame on its way to another node.
     BusFrame,
+    /// An answer no device has stored yet.
+    PendingAnswer,
 }
 
 impl Purpose {
@@ -69,6 +71,7 @@ impl Purpose {
             Purpose::TurnLog => "turn_log",
             Purpose::QueuedMessage => "queued_message",
             Purpose::BusFrame => "bus_frame",
+            Purpose::PendingAnswer => "pending_answer",
         }
     }
 }

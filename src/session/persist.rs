@@ -224,6 +224,16 @@ impl Session {
                     self.refresh_sync_cache(chat, &message, added.versions.messages_v)
                         .await;
                 }
+                // Stored: no longer pending for the user's next connections.
+                if let Err(e) = self
+                    .app
+                    .turn
+                    .ai_cache
+                    .drop_pending(&self.device.user_hash, message.message_id.as_str())
+                    .await
+                {
+                    tracing::warn!(error = %e, "cannot clear a pending answer");
+                }
                 self.reply(ServerMessage::AiResponseStorageConfirmed(
                     AiResponseStorageConfirmed {
                         chat_id: chat.clone(),

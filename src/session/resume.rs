@@ -1,6 +1,7 @@
-//! A device catching up with a turn: `resume_ai_task` (every frame after the position the
-//! device names, then the live ones) and the catch-up of `set_active_chat` for a chat whose
-//! turn runs (the typing frame and the latest answer at once). Both hold the turn's live
+//! A device catching up: the answers no device stored (`pending_ai_response`, on every
+//! connection), `resume_ai_task` (every frame after the position the device names, then the
+//! live ones) and the catch-up of `set_active_chat` for a chat whose turn runs (the typing
+//! frame and the latest answer at once). Both hold the turn's live
 //! frames for this device while they read the log, so nothing is missed or sent twice.
 
 use chatd_protocol::{AiTaskResumed, ChatId, ResumeAiTask, ServerMessage, TaskId};
@@ -26,6 +27,25 @@ impl Session {
             self.device.replay(&m.task_id, index, &frame);
         }
         self.device.end_resume(&m.task_id);
+    }
+
+    /// Sends the new connection every answer no device has stored yet.
+    pub async fn send_pending(&self) {
+        let pending = match self.app.turn.ai_cache.pending(&self.device.user_hash).await {
+            Ok(p) => p,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read pending answers");
+                return;
+            }
+        };
+        let mut answers: Vec<chatd_protocol::PendingAiResponse> = pending
+            .iter()
+            .filter_map(|p| serde_json::from_slice(p).ok())
+            .collect();
+        answers.sort_by_key(|a| a.created_at);
+        for answer in answers {
+            self.reply(ServerMessage::PendingAiResponse(Box::new(answer)));
+        }
     }
 
     /// The device now shows `chat`: if a turn of it runs on this node, the typing frame

@@ -158,7 +158,8 @@ pub(super) async fn repair_links(
 }
 
 /// Seals the answer (also a partial one) into the AI cache before the final frame, so the
-/// next message in the chat is a cache hit.
+/// next message in the chat is a cache hit, and keeps it as pending until a device stores
+/// it (`pending_ai_response` on later connections: the user may have left meanwhile).
 pub(super) async fn remember_answer(
     app: &TurnDeps,
     owner: &UserHash,
@@ -167,6 +168,24 @@ pub(super) async fn remember_answer(
 ) {
     let message_id = ctx.assistant_message_id();
     let created_at = clock::unix_now();
+    let pending = chatd_protocol::PendingAiResponse {
+        chat_id: ctx.chat_id.clone(),
+        task_id: ctx.task_id.clone(),
+        message_id: message_id.clone(),
+        user_message_id: ctx.user_message_id.clone(),
+        content: text.to_string(),
+        model_name: Some(ctx.model_name.clone()),
+        category: ctx.category.clone(),
+        created_at,
+    };
+    let plain = serde_json::to_vec(&pending).unwrap_or_default();
+    if let Err(e) = app
+        .ai_cache
+        .keep_pending(owner, message_id.as_str(), &plain)
+        .await
+    {
+        tracing::warn!(error = %e, "could not keep the answer for devices that left");
+    }
     let entry = CachedMessage {
         message_id,
         role: Role::Assistant,

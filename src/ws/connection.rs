@@ -33,6 +33,7 @@ pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id
     app.metrics.connections_open.inc();
     let (sink, stream) = socket.split();
     let session = Session::new(app.clone(), device.clone());
+    session.send_pending().await;
     let shutdown = app.tasks.connections_shutdown.clone();
     let reader = read_loop(stream, &session, &out, &shutdown);
     let writer = write_loop(sink, out_rx);

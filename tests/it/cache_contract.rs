@@ -404,6 +404,40 @@ async fn counters_count_atomically_and_start_only_from_a_seed(b: Arc<dyn CacheBa
     assert_eq!(b.counter_get(key).await.unwrap(), None);
 }
 
+async fn pending_answers_are_kept_per_user_until_dropped(b: Arc<dyn CacheBackend>) {
+    let (a, z) = (user("alice"), user("zed"));
+    let ttl = Duration::from_secs(3600);
+    assert!(b.pending_list(&a).await.unwrap().is_empty());
+    b.pending_put(&a, "m1", b"one".to_vec(), ttl).await.unwrap();
+    b.pending_put(&a, "m2", b"two".to_vec(), ttl).await.unwrap();
+    b.pending_put(&a, "m1", b"one again".to_vec(), ttl)
+        .await
+        .unwrap();
+    b.pending_put(&z, "m9", b"zed's".to_vec(), ttl)
+        .await
+        .unwrap();
+    let mut got = b.pending_list(&a).await.unwrap();
+    got.sort();
+    assert_eq!(
+        got,
+        [
+            ("m1".to_string(), b"one again".to_vec()),
+            ("m2".to_string(), b"two".to_vec())
+        ]
+    );
+    b.pending_delete(&a, "m1").await.unwrap();
+    b.pending_delete(&a, "unknown").await.unwrap();
+    assert_eq!(
+        b.pending_list(&a).await.unwrap(),
+        [("m2".to_string(), b"two".to_vec())]
+    );
+    assert_eq!(
+        b.pending_list(&z).await.unwrap().len(),
+        1,
+        "other users keep theirs"
+    );
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -435,6 +469,7 @@ contract!(
     read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write,
     sync_cache_and_small_values,
     counters_count_atomically_and_start_only_from_a_seed,
+    pending_answers_are_kept_per_user_until_dropped,
 );
 
 /// Memory backend: expiry on tokio's clock, so paused time drives it.

@@ -16,6 +16,7 @@ mod http_surface;
 mod links;
 mod module_graph;
 mod node_loss;
+mod offline;
 mod pipeline;
 mod redis_cache;
 mod resume;
