@@ -38,18 +38,26 @@ pub struct AppState {
 }
 
 impl AppState {
-    /// Each dependency's reachability, for `/readyz`.
+    /// Each dependency's reachability, for `/readyz` (in cluster mode also the turn
+    /// store and the bus subscription).
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        let (cache, keys, store) = tokio::join!(
-            self.turn.ai_cache.backend().ping(),
-            self.turn.ai_cache.keyring().provider().check(),
-            self.store.ping()
+        let turn = &self.turn;
+        let (cache, keys, store, turns) = tokio::join!(
+            turn.ai_cache.backend().ping(),
+            turn.ai_cache.keyring().provider().check(),
+            self.store.ping(),
+            turn.turns.store().ping(),
         );
-        vec![
+        let mut out = vec![
             ("llm", Ok(())),
             ("cache", cache.map_err(|e| e.to_string())),
             ("keys", keys.map_err(|e| e.to_string())),
             ("store", store.map_err(|e| e.to_string())),
-        ]
+        ];
+        if let Some(bus) = turn.delivery.bus() {
+            out.push(("turns", turns.map_err(|e| e.to_string())));
+            out.push(("bus", bus.ping().await.map_err(|e| e.to_string())));
+        }
+        out
     }
 }

@@ -88,3 +88,33 @@ fn store_url_defaults_to_sqlite_in_the_data_dir_and_is_validated() {
     let err = c.validate().unwrap_err().to_string();
     assert!(err.contains("store.url"), "{err}");
 }
+
+#[test]
+fn cluster_mode_refuses_what_nodes_would_not_share_naming_the_key() {
+    let mut c = Config::defaults().unwrap();
+    assert!(!c.cluster.enabled);
+    assert_eq!(c.cluster.lease, Duration::from_secs(10));
+    assert_eq!(c.cluster.resume_window, Duration::from_secs(600));
+    c.cluster.enabled = true;
+    let key_of = |c: &Config| match c.validate() {
+        Err(ConfigError::Invalid { key, .. }) => key,
+        other => panic!("expected a refusal, got {other:?}"),
+    };
+    assert_eq!(key_of(&c), "cache.backend");
+    c.cache.backend = CacheBackendKind::Redis;
+    assert_eq!(key_of(&c), "store.url");
+    c.store.url = "postgres://chatd@db/chatd".into();
+    assert_eq!(key_of(&c), "auth.secret");
+    c.auth.secret = Some("shared".to_string().into());
+    // Keys: a generated local master key differs per node. (CHATD_MASTER_KEY is not set
+    // in tests.)
+    assert_eq!(key_of(&c), "keys.provider");
+    c.keys.local_master_key_file = Some("/etc/chatd/master_key".into());
+    c.validate().unwrap();
+    c.cluster.node_id = "bad node".into();
+    assert_eq!(key_of(&c), "cluster.node_id");
+    c.cluster.node_id = "node-1".into();
+    assert_eq!(c.cluster.node().as_str(), "node-1");
+    c.cluster.lease = Duration::from_millis(10);
+    assert_eq!(key_of(&c), "cluster.lease");
+}
