@@ -32,8 +32,15 @@ struct RawEnvelope {
     payload: Option<serde_json::Value>,
 }
 
-/// Parses one text frame. A missing or null `payload` counts as `{}`.
+/// Parses one text frame. A missing or null `payload` counts as `{}`. The frame and its
+/// payload must be JSON objects: serde would otherwise read an array positionally into a
+/// struct (`["ping"]`, `"payload": ["task-id"]`).
 pub fn parse_client_message(text: &str) -> Result<ClientMessage, ParseError> {
+    if !text.trim_start().starts_with('{') {
+        return Err(ParseError::Malformed(
+            "a frame must be a JSON object".into(),
+        ));
+    }
     let raw: RawEnvelope =
         serde_json::from_str(text).map_err(|e| ParseError::Malformed(e.to_string()))?;
     if !ClientMessage::TYPES.contains(&raw.kind.as_str()) {
@@ -43,7 +50,13 @@ pub fn parse_client_message(text: &str) -> Result<ClientMessage, ParseError> {
     }
     let payload = match raw.payload {
         None | Some(serde_json::Value::Null) => serde_json::Value::Object(Default::default()),
-        Some(p) => p,
+        Some(p @ serde_json::Value::Object(_)) => p,
+        Some(_) => {
+            return Err(ParseError::InvalidPayload {
+                kind: raw.kind,
+                reason: "payload must be a JSON object".into(),
+            });
+        }
     };
     let envelope = serde_json::json!({ "type": raw.kind, "payload": payload });
     serde_json::from_value(envelope).map_err(|e| ParseError::InvalidPayload {
@@ -55,6 +68,26 @@ pub fn parse_client_message(text: &str) -> Result<ClientMessage, ParseError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn arrays_are_not_read_positionally() {
+        assert_eq!(
+            parse_client_message(r#"["ping"]"#).unwrap_err().code(),
+            ErrorCode::MalformedJson
+        );
+        let err = parse_client_message(
+            r#"{"type":"cancel_ai_task","payload":["e2a94c17-6b3d-4f8e-a1c5-7d9b0e2f4a68"]}"#,
+        )
+        .unwrap_err();
+        assert_eq!(err.code(), ErrorCode::InvalidPayload);
+        assert!(err.to_string().contains("must be a JSON object"), "{err}");
+        assert_eq!(
+            parse_client_message(r#"{"type":"ping","payload":"x"}"#)
+                .unwrap_err()
+                .code(),
+            ErrorCode::InvalidPayload
+        );
+    }
 
     #[test]
     fn parses_ping_without_payload() {

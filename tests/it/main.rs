@@ -18,6 +18,7 @@ mod module_graph;
 mod node_loss;
 mod offline;
 mod pipeline;
+mod private_logs;
 mod redis_cache;
 mod resume;
 mod shutdown;
