@@ -35,6 +35,11 @@ impl UserHash {
     pub fn as_str(&self) -> &str {
         &self.0
     }
+    /// A hash as [`UserHash::as_str`] gave it (32 lowercase hex characters).
+    pub fn from_hex(s: &str) -> Option<Self> {
+        (s.len() == 32 && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f')))
+            .then(|| Self(s.to_string()))
+    }
     /// The name of the user's key in the key service (never the raw user id).
     pub fn key_name(&self) -> String {
         format!("user_{}", self.0)

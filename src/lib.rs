@@ -25,6 +25,7 @@ pub mod llm;
 pub mod metrics;
 pub mod net_guard;
 pub mod pipeline;
+pub mod redis;
 pub mod session;
 pub mod skills;
 pub mod state;

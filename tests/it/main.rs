@@ -27,6 +27,7 @@ mod speculation;
 mod store;
 mod store_contract;
 mod sync;
+mod turn_store_contract;
 mod turns;
 mod vault;
 mod ws_basics;

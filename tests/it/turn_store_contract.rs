@@ -1,0 +1,322 @@
+//! One behaviour suite for the turn store, run against the memory store and a real
+//! redis-server: admission, queue, hand-over, leases and their fence, cancel requests,
+//! take-over of expired leases (one winner), and the per-turn log.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd::auth::UserId;
+use chatd::crypto::UserHash;
+use chatd::ids::NodeId;
+use chatd::turn::store::memory::MemoryTurnStore;
+use chatd::turn::store::redis::RedisTurnStore;
+use chatd::turn::store::{
+    Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError,
+};
+use chatd_protocol::{ChatId, MessageId, TaskId};
+use chatd_test_harness::redis::RedisServer;
+
+const LONG: Duration = Duration::from_secs(60);
+/// Short enough to expire within a test, polled with a deadline.
+const SHORT: Duration = Duration::from_millis(300);
+
+fn owner() -> UserHash {
+    UserHash::of(&UserId::parse("alice").unwrap())
+}
+fn node(n: &str) -> NodeId {
+    NodeId::parse(n).unwrap()
+}
+fn chat(c: &str) -> ChatId {
+    ChatId::parse(c).unwrap()
+}
+fn msg(m: &str) -> MessageId {
+    MessageId::parse(m).unwrap()
+}
+
+async fn admit(
+    s: &dyn TurnStore,
+    c: &ChatId,
+    m: &str,
+    on: &str,
+    lease: Duration,
+    max_queue: usize,
+) -> Admitted {
+    s.admit(Admit {
+        chat: c,
+        owner: &owner(),
+        task: &TaskId::random(),
+        node: &node(on),
+        message: &msg(m),
+        value: format!("value of {m}").into_bytes(),
+        lease,
+        max_queue,
+    })
+    .await
+    .unwrap()
+}
+
+fn started(a: Admitted) -> Lease {
+    match a {
+        Admitted::Started(l) => l,
+        other => panic!("expected a start, got {other:?}"),
+    }
+}
+
+/// Polls until `lease` has expired (the store's own view).
+async fn until_expired(s: &dyn TurnStore, c: &ChatId) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.active(c).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the lease never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn admission_queue_and_hand_over(s: Arc<dyn TurnStore>) {
+    let c = chat("c-queue");
+    let first = started(admit(s.as_ref(), &c, "m1", "a", LONG, 2).await);
+    assert_eq!(first.owner, owner());
+    assert_eq!(s.active(&c).await.unwrap(), Some(first.clone()));
+    assert_eq!(s.find_task(&first.task).await.unwrap(), Some(first.clone()));
+    for m in ["m2", "m3"] {
+        assert!(matches!(
+            admit(s.as_ref(), &c, m, "b", LONG, 2).await,
+            Admitted::Queued { active } if active == first
+        ));
+    }
+    assert!(matches!(
+        admit(s.as_ref(), &c, "m4", "b", LONG, 2).await,
+        Admitted::QueueFull { .. }
+    ));
+    // A re-send replaces its queued copy in place.
+    let again = Admit {
+        chat: &c,
+        owner: &owner(),
+        task: &TaskId::random(),
+        node: &node("b"),
+        message: &msg("m2"),
+        value: b"m2 with history".to_vec(),
+        lease: LONG,
+        max_queue: 2,
+    };
+    assert!(matches!(
+        s.admit(again).await.unwrap(),
+        Admitted::Queued { .. }
+    ));
+
+    let next_task = TaskId::random();
+    let Finished::Next { lease, queued } = s.finish(&first, &next_task, LONG).await.unwrap() else {
+        panic!("the queue goes to the next turn")
+    };
+    assert_eq!(lease.task, next_task);
+    assert_eq!(lease.node, first.node, "same node");
+    assert_eq!(lease.message, msg("m3"));
+    assert!(lease.generation > first.generation);
+    assert_eq!(
+        queued,
+        [b"m2 with history".to_vec(), b"value of m3".to_vec()]
+    );
+    assert!(matches!(
+        s.finish(&first, &TaskId::random(), LONG).await,
+        Err(TurnStoreError::Fenced)
+    ));
+    assert_eq!(
+        s.finish(&lease, &TaskId::random(), LONG).await.unwrap(),
+        Finished::Free
+    );
+    assert_eq!(s.active(&c).await.unwrap(), None);
+    assert_eq!(s.find_task(&lease.task).await.unwrap(), None);
+}
+
+async fn leases_renew_expire_and_fence(s: Arc<dyn TurnStore>) {
+    let c = chat("c-lease");
+    let lease = started(admit(s.as_ref(), &c, "m1", "a", SHORT, 10).await);
+    assert_eq!(s.renew(&lease, SHORT).await.unwrap().cancel, None);
+    let stale = Lease {
+        generation: lease.generation + 7,
+        ..lease.clone()
+    };
+    assert!(matches!(
+        s.renew(&stale, SHORT).await,
+        Err(TurnStoreError::Fenced)
+    ));
+    until_expired(s.as_ref(), &c).await;
+    assert!(matches!(
+        s.renew(&lease, SHORT).await,
+        Err(TurnStoreError::Fenced)
+    ));
+    // An expired lease lets the next message start.
+    let next = started(admit(s.as_ref(), &c, "m2", "b", LONG, 10).await);
+    assert!(next.generation > lease.generation);
+}
+
+async fn cancel_requests_reach_the_renewal(s: Arc<dyn TurnStore>) {
+    let c = chat("c-cancel");
+    let lease = started(admit(s.as_ref(), &c, "m1", "a", LONG, 10).await);
+    let _ = admit(s.as_ref(), &c, "m2", "a", LONG, 10).await;
+    s.request_cancel(&lease, CancelReason::Revoked, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.renew(&lease, LONG).await.unwrap().cancel,
+        Some(CancelReason::Revoked)
+    );
+    s.request_cancel(&lease, CancelReason::ChatDeleted, LONG)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.renew(&lease, LONG).await.unwrap().cancel,
+        Some(CancelReason::ChatDeleted)
+    );
+    assert_eq!(
+        s.finish(&lease, &TaskId::random(), LONG).await.unwrap(),
+        Finished::Free,
+        "a deleted chat's queue is dropped"
+    );
+}
+
+async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
+    let c = chat("c-lost");
+    let lost = started(admit(s.as_ref(), &c, "m1", "dead", SHORT, 10).await);
+    let live = started(admit(s.as_ref(), &chat("c-live"), "m1", "a", LONG, 10).await);
+    let _ = admit(s.as_ref(), &c, "m2", "a", LONG, 10).await;
+    assert_eq!(
+        s.log_append(
+            &c,
+            &lost.task,
+            lost.generation,
+            b"before".to_vec(),
+            100,
+            LONG
+        )
+        .await
+        .unwrap(),
+        1
+    );
+    until_expired(s.as_ref(), &c).await;
+    let (na, nb) = (node("a"), node("b"));
+    let (a, b) = tokio::join!(
+        s.take_over_expired(&na, LONG, 10),
+        s.take_over_expired(&nb, LONG, 10)
+    );
+    let mut taken: Vec<Lease> = a.unwrap().into_iter().chain(b.unwrap()).collect();
+    assert_eq!(taken.len(), 1, "exactly one node wins: {taken:?}");
+    let won = taken.remove(0);
+    assert_eq!(
+        (won.chat.clone(), won.task.clone()),
+        (c.clone(), lost.task.clone())
+    );
+    assert!(won.generation > lost.generation);
+    assert!(matches!(
+        s.renew(&lost, LONG).await,
+        Err(TurnStoreError::Fenced)
+    ));
+    assert!(matches!(
+        s.log_append(&c, &lost.task, lost.generation, b"late".to_vec(), 100, LONG)
+            .await,
+        Err(TurnStoreError::Fenced)
+    ));
+    assert_eq!(
+        s.log_append(
+            &c,
+            &lost.task,
+            won.generation,
+            b"node_lost".to_vec(),
+            100,
+            LONG
+        )
+        .await
+        .unwrap(),
+        2
+    );
+    let Finished::Next { queued, .. } = s.finish(&won, &TaskId::random(), LONG).await.unwrap()
+    else {
+        panic!("the lost turn's queue goes on")
+    };
+    assert_eq!(queued, [b"value of m2".to_vec()]);
+    // The live lease was not touched.
+    assert!(s.renew(&live, LONG).await.is_ok());
+}
+
+async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
+    let (c, t) = (chat("c-log"), TaskId::random());
+    assert_eq!(s.log_read(&c, &t, 0).await.unwrap(), None);
+    for i in 1..=5u64 {
+        let index = s
+            .log_append(&c, &t, 1, format!("e{i}").into_bytes(), 3, LONG)
+            .await
+            .unwrap();
+        assert_eq!(index, i);
+    }
+    let all = s.log_read(&c, &t, 0).await.unwrap().unwrap();
+    assert_eq!(all.first, Some(3), "trimmed to the newest 3");
+    assert_eq!(all.last, 5);
+    assert!(!all.ended);
+    let indexes: Vec<u64> = all.entries.iter().map(|(i, _)| *i).collect();
+    assert_eq!(indexes, [3, 4, 5]);
+    assert_eq!(all.entries[0].1, b"e3");
+    let after = s.log_read(&c, &t, 4).await.unwrap().unwrap();
+    assert_eq!(after.entries, [(5, b"e5".to_vec())]);
+    assert!(
+        s.log_read(&c, &t, 9)
+            .await
+            .unwrap()
+            .unwrap()
+            .entries
+            .is_empty()
+    );
+    s.log_end(&c, &t, SHORT).await.unwrap();
+    assert!(s.log_read(&c, &t, 0).await.unwrap().unwrap().ended);
+    assert!(matches!(
+        s.log_append(&c, &t, 1, b"after the end".to_vec(), 3, LONG)
+            .await,
+        Err(TurnStoreError::Fenced)
+    ));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while s.log_read(&c, &t, 0).await.unwrap().is_some() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the log never expired"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    s.ping().await.unwrap();
+}
+
+async fn redis_store() -> (RedisServer, Arc<dyn TurnStore>) {
+    let server = RedisServer::start().await.unwrap();
+    let store = RedisTurnStore::new(&server.url(), false, Duration::from_secs(2)).unwrap();
+    (server, Arc::new(store))
+}
+
+macro_rules! contract {
+    ($($name:ident),* $(,)?) => {
+        mod memory {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    super::$name(std::sync::Arc::new(super::MemoryTurnStore::default())).await;
+                }
+            )*
+        }
+        mod redis {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (_server, store) = super::redis_store().await;
+                    super::$name(store).await;
+                }
+            )*
+        }
+    };
+}
+
+contract!(
+    admission_queue_and_hand_over,
+    leases_renew_expire_and_fence,
+    cancel_requests_reach_the_renewal,
+    expired_leases_are_taken_over_once,
+    logs_number_trim_end_and_expire,
+);
