@@ -7,6 +7,7 @@ use std::sync::Arc;
 
 use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
+use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -17,8 +18,11 @@ use crate::cache::redis::RedisBackend;
 use crate::cache::{AiPolicy, CacheBackend, CacheError, WrappedKeys};
 use crate::config::{CacheBackendKind, Config, KeyProviderKind};
 use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
+use crate::delivery::bus::redis::RedisBus;
+use crate::delivery::bus::{Bus, Received};
 use crate::delivery::{Delivery, Hub};
 use crate::history::HistoryRequests;
+use crate::ids::NodeId;
 use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
@@ -32,6 +36,7 @@ use crate::store::StoreError;
 use crate::turn::log::TurnLog;
 use crate::turn::store::TurnStore;
 use crate::turn::store::memory::MemoryTurnStore;
+use crate::turn::store::redis::RedisTurnStore;
 use crate::turn::{TurnDeps, Turns};
 
 #[derive(Debug, thiserror::Error)]
@@ -59,6 +64,10 @@ pub enum BuildError {
     Store(#[from] StoreError),
     #[error(transparent)]
     Links(#[from] LinkError),
+    #[error("turn store: {0}")]
+    Turns(#[from] crate::turn::store::TurnStoreError),
+    #[error("bus: {0}")]
+    Bus(#[from] crate::delivery::bus::BusError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -97,7 +106,56 @@ pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
 pub struct App {
     listener: TcpListener,
     state: Arc<AppState>,
+    /// What the bus receives (cluster mode), handled once the app runs.
+    bus_received: Option<mpsc::Receiver<Received>>,
 }
+
+/// What the nodes of a cluster share besides the cache and the store: the turn store and
+/// the bus (in embedded mode, a turn store in process and no bus).
+struct Shared {
+    turns: Arc<dyn TurnStore>,
+    bus: Option<Arc<dyn Bus>>,
+    received: Option<mpsc::Receiver<Received>>,
+}
+
+impl Shared {
+    async fn open(
+        config: &Config,
+        node: &NodeId,
+        tracker: &TaskTracker,
+        stop: &CancellationToken,
+    ) -> Result<Shared, BuildError> {
+        if !config.cluster.enabled {
+            return Ok(Shared {
+                turns: Arc::new(MemoryTurnStore::default()),
+                bus: None,
+                received: None,
+            });
+        }
+        let c = &config.cache;
+        let turns = RedisTurnStore::new(&c.redis_url, false, c.timeout)?;
+        let (tx, rx) = mpsc::channel(BUS_QUEUE);
+        let bus = RedisBus::connect(
+            &c.redis_url,
+            false,
+            node,
+            tx,
+            c.timeout,
+            tracker,
+            stop.clone(),
+        )
+        .await?;
+        tracing::info!(node = %node, "cluster mode: turns and frames shared through Redis");
+        Ok(Shared {
+            turns: Arc::new(turns),
+            bus: Some(bus),
+            received: Some(rx),
+        })
+    }
+}
+
+/// Received publications waiting for the node loop.
+const BUS_QUEUE: usize = 4096;
 
 impl App {
     pub async fn build(mut config: Config) -> Result<App, BuildError> {
@@ -135,8 +193,26 @@ impl App {
             },
         );
         let hub = Arc::new(Hub::default());
-        let turn_store: Arc<dyn TurnStore> = Arc::new(MemoryTurnStore::default());
         let turn_tasks = TaskTracker::new();
+        let connections = TaskTracker::new();
+        let connections_shutdown = CancellationToken::new();
+        let node = config.cluster.node();
+        let shared = Shared::open(&config, &node, &connections, &connections_shutdown).await?;
+        let delivery = match shared.bus.clone() {
+            Some(bus) => {
+                let (delivery, publisher) = Delivery::clustered(
+                    hub,
+                    bus,
+                    node.clone(),
+                    keyring.clone(),
+                    connections_shutdown.clone(),
+                );
+                connections.spawn(publisher);
+                delivery
+            }
+            None => Delivery::local(hub),
+        };
+        let turn_store = shared.turns.clone();
         let skills = Arc::new(Skills::load(
             &config.skills,
             ai_cache.clone(),
@@ -167,11 +243,11 @@ impl App {
             skills,
             links,
             metrics: metrics.clone(),
-            delivery: Arc::new(Delivery::local(hub)),
+            delivery: Arc::new(delivery),
             turns: Turns::new(
                 turn_store.clone(),
                 keyring.clone(),
-                config.cluster.node(),
+                node,
                 config.cluster.lease,
                 config.limits.max_queued_per_chat,
             ),
@@ -189,13 +265,17 @@ impl App {
             tasks: Tasks {
                 turns: turn_tasks,
                 turns_shutdown,
-                connections: TaskTracker::new(),
-                connections_shutdown: CancellationToken::new(),
+                connections,
+                connections_shutdown,
             },
             store,
             config,
         });
-        Ok(App { listener, state })
+        Ok(App {
+            listener,
+            state,
+            bus_received: shared.received,
+        })
     }
 
     pub fn local_addr(&self) -> std::io::Result<SocketAddr> {
@@ -209,7 +289,17 @@ impl App {
     /// Serves until `shutdown` fires, then drains: stop accepting, cancel turns (their
     /// final frames go out), close sockets with 1001, wait up to `server.shutdown_grace`.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
-        let App { listener, state } = self;
+        let App {
+            listener,
+            state,
+            bus_received,
+        } = self;
+        if let Some(rx) = bus_received {
+            state
+                .tasks
+                .turns
+                .spawn(crate::turn::node::run(state.turn.clone(), rx));
+        }
         // Turns whose node was lost are ended and their chats handed on (see turn::reaper).
         state.tasks.turns.spawn(crate::turn::reaper::run(
             state.turn.clone(),

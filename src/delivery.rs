@@ -89,9 +89,10 @@ impl Delivery {
         bus: Arc<dyn Bus>,
         node: NodeId,
         keyring: Arc<Keyring>,
+        stop: tokio_util::sync::CancellationToken,
     ) -> (Self, impl std::future::Future<Output = ()> + Send + 'static) {
         let (queue, rx) = mpsc::channel(PUBLISH_QUEUE);
-        let publisher = publish_loop(bus.clone(), keyring.clone(), rx);
+        let publisher = publish_loop(bus.clone(), keyring.clone(), rx, stop);
         let link = Link {
             bus,
             node,
@@ -285,13 +286,21 @@ async fn publish(
     bus.publish(user, sealed).await
 }
 
-/// Publishes queued envelopes in order until the queue's senders are gone.
+/// Publishes queued envelopes in order until `stop` (or until the queue's senders are gone).
 async fn publish_loop(
     bus: Arc<dyn Bus>,
     keyring: Arc<Keyring>,
     mut rx: mpsc::Receiver<(UserHash, Envelope)>,
+    stop: tokio_util::sync::CancellationToken,
 ) {
-    while let Some((user, envelope)) = rx.recv().await {
+    loop {
+        let next = tokio::select! {
+            () = stop.cancelled() => return,
+            next = rx.recv() => next,
+        };
+        let Some((user, envelope)) = next else {
+            return;
+        };
         if let Err(e) = publish(&bus, &keyring, &user, &envelope).await {
             tracing::debug!(error = %e, "a frame did not reach the bus");
         }

@@ -12,6 +12,7 @@ mod support;
 mod bus_contract;
 mod cache_contract;
 mod cli;
+mod cluster;
 mod history;
 mod http_surface;
 mod links;

@@ -6,6 +6,7 @@
 //! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
 //! - [`fake_skill::FakeSkill`]: remote skills, web pages and a search API, scripted
 //! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
+//! - [`chatd_proc::ChatdProcess`]: the chatd binary on a free port with a test's config
 //!
 //! A missing binary is an error with an install hint, never a skipped test.
 //!
@@ -14,6 +15,7 @@
 #![allow(clippy::disallowed_methods)]
 
 pub mod blackhole;
+pub mod chatd_proc;
 pub mod fake_llm;
 pub mod fake_skill;
 pub mod openbao;

@@ -98,6 +98,7 @@ impl RedisServer {
                 "set" => vec!["--no-raw", "SMEMBERS", key],
                 "zset" => vec!["--no-raw", "ZRANGE", key, "0", "-1"],
                 "hash" => vec!["--no-raw", "HGETALL", key],
+                "stream" => vec!["--no-raw", "XRANGE", key, "-", "+"],
                 _ => continue,
             };
             let value = Command::new(find_binary(

@@ -1,0 +1,93 @@
+//! A chatd process (the built binary) on a free port with a config file the test writes:
+//! its log captured to a file, ready once `/readyz` answers 200, SIGKILLed on `kill()` and
+//! on drop. For the multi-node tests: several of these share one Redis and one PostgreSQL.
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+
+use anyhow::Context;
+use tokio::process::{Child, Command};
+
+use crate::process::wait_until;
+
+pub struct ChatdProcess {
+    port: u16,
+    child: Option<Child>,
+    dir: tempfile::TempDir,
+}
+
+impl ChatdProcess {
+    /// Starts `bin serve --config FILE`; `config` is TOML without `[server] listen` and
+    /// `data_dir` (the harness sets them). `env` is added to the process environment.
+    pub async fn start(bin: &Path, config: &str, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        let dir = tempfile::tempdir()?;
+        let port = crate::free_port();
+        let file = dir.path().join("chatd.toml");
+        let data = dir.path().join("data");
+        let server = format!(
+            "[server]\nlisten = \"127.0.0.1:{port}\"\ndata_dir = \"{}\"\n\n",
+            data.display()
+        );
+        std::fs::write(&file, format!("{server}{config}"))?;
+        let log = std::fs::File::create(dir.path().join("chatd.log"))?;
+        let mut cmd = Command::new(bin);
+        cmd.arg("serve")
+            .arg("--config")
+            .arg(&file)
+            .current_dir(dir.path())
+            .env_remove("CHATD_LOG")
+            .env_remove("RUST_LOG")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .kill_on_drop(true);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        let child = cmd.spawn().context("starting chatd")?;
+        let node = ChatdProcess {
+            port,
+            child: Some(child),
+            dir,
+        };
+        let url = node.http_url("/readyz");
+        wait_until("chatd /readyz", || {
+            let url = url.clone();
+            async move {
+                reqwest::get(&url)
+                    .await
+                    .is_ok_and(|r| r.status().is_success())
+            }
+        })
+        .await
+        .with_context(|| format!("chatd log:\n{}", node.log_text()))?;
+        Ok(node)
+    }
+
+    pub fn port(&self) -> u16 {
+        self.port
+    }
+
+    pub fn http_url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{path}", self.port)
+    }
+
+    pub fn ws_url(&self, token: &str) -> String {
+        format!("ws://127.0.0.1:{}/v1/ws?token={token}", self.port)
+    }
+
+    pub fn log_path(&self) -> PathBuf {
+        self.dir.path().join("chatd.log")
+    }
+
+    /// Everything the process logged so far.
+    pub fn log_text(&self) -> String {
+        std::fs::read_to_string(self.log_path()).unwrap_or_default()
+    }
+
+    /// SIGKILL, and waits for the process to be gone.
+    pub async fn kill(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+    }
+}

@@ -1,0 +1,305 @@
+//! Cluster mode with real processes: three chatd nodes on one redis-server and one
+//! PostgreSQL, a user's devices spread over them. Frames reach every device in the same
+//! order; a message for a busy chat waits in Redis and is answered once, after the running
+//! turn; a cancel sent to another node stops the turn; a device resumes on a third node;
+//! the running node SIGKILLed ends the turn with `node_lost` within the lease; and Redis
+//! holds no plaintext afterwards.
+
+use std::time::Duration;
+
+use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage, TaskId};
+use chatd_test_harness::chatd_proc::ChatdProcess;
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
+use chatd_test_harness::postgres::Postgres;
+use chatd_test_harness::redis::RedisServer;
+use chatd_test_harness::ws_client::WsClient;
+
+use crate::support::{chat_id, collect_answer, set_active_chat, user_message};
+
+const BIN: &str = env!("CARGO_BIN_EXE_chatd");
+const SECRET: &str = "cluster-test-secret";
+const MASTER_KEY: &str = "7f3a9c2e5b1d8f4a6c0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a";
+
+struct Cluster {
+    nodes: Vec<ChatdProcess>,
+    redis: RedisServer,
+    fake: FakeLlm,
+    _pg: Postgres,
+}
+
+impl Cluster {
+    async fn start(n: usize) -> Cluster {
+        let redis = RedisServer::start().await.unwrap();
+        let pg = Postgres::start().await.unwrap();
+        pg.create_database("cluster").await.unwrap();
+        let fake = FakeLlm::start().await.unwrap();
+        let mut nodes = Vec::new();
+        for i in 1..=n {
+            let config = format!(
+                r#"
+[auth]
+secret = "{SECRET}"
+
+[llm]
+provider = "openai_compatible"
+base_url = "{llm}"
+api_key = "unused"
+model = "fake-model"
+
+[cache]
+backend = "redis"
+redis_url = "{redis}"
+
+[store]
+url = "{pg}"
+
+[links]
+enabled = false
+
+[pipeline]
+speculative_main_call = false
+
+[cluster]
+enabled = true
+node_id = "node-{i}"
+lease = "2s"
+"#,
+                llm = fake.base_url(),
+                redis = redis.url(),
+                pg = pg.url("cluster"),
+            );
+            let env = [("CHATD_MASTER_KEY", MASTER_KEY.to_string())];
+            nodes.push(
+                ChatdProcess::start(std::path::Path::new(BIN), &config, &env)
+                    .await
+                    .unwrap(),
+            );
+        }
+        Cluster {
+            nodes,
+            redis,
+            fake,
+            _pg: pg,
+        }
+    }
+
+    fn token(user: &str) -> String {
+        chatd::auth::TokenKeys::from_secret(SECRET.as_bytes())
+            .mint(
+                &chatd::auth::UserId::parse(user).unwrap(),
+                Duration::from_secs(600),
+            )
+            .unwrap()
+    }
+
+    async fn connect(&self, node: usize, user: &str) -> WsClient {
+        WsClient::connect(&self.nodes[node].ws_url(&Self::token(user)))
+            .await
+            .unwrap()
+    }
+
+    async fn connect_showing(&self, node: usize, user: &str, chat: &str) -> WsClient {
+        let mut ws = self.connect(node, user).await;
+        ws.send(&set_active_chat(Some(chat))).await;
+        ws.recv_until(|m| matches!(m, ServerMessage::ActiveChatSetAck(_)).then_some(()))
+            .await;
+        ws
+    }
+}
+
+fn stall(gate: &Gate) -> Reply {
+    Reply::Stall {
+        chunks: vec!["First part.\n\n".into(), "Second part.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(Reply::Text {
+            chunks: vec!["Third part.\n\n".into(), "The end.".into()],
+            delay: Duration::ZERO,
+            usage: None,
+        }),
+    }
+}
+
+/// The answer updates a device gets for `task` up to `sequence` (or the final one):
+/// (sequence, text).
+async fn updates_until(ws: &mut WsClient, task: &TaskId, sequence: u64) -> Vec<(u64, String)> {
+    let mut out = Vec::new();
+    loop {
+        let u = ws
+            .recv_until(|m| match m {
+                ServerMessage::AiMessageUpdate(u) if &u.task_id == task => Some(u.clone()),
+                _ => None,
+            })
+            .await;
+        out.push((u.sequence, u.full_content_so_far.clone()));
+        if u.is_final_chunk || u.sequence == sequence {
+            return out;
+        }
+    }
+}
+
+async fn updates_until_final(ws: &mut WsClient, task: &TaskId) -> Vec<(u64, String)> {
+    updates_until(ws, task, u64::MAX).await
+}
+
+async fn task_of(ws: &mut WsClient) -> TaskId {
+    ws.recv_until(|m| match m {
+        ServerMessage::AiTaskInitiated(t) => Some(t.ai_task_id.clone()),
+        _ => None,
+    })
+    .await
+}
+
+#[tokio::test]
+async fn devices_on_three_nodes_share_turns_queue_cancel_resume_and_survive_node_loss() {
+    let mut c = Cluster::start(3).await;
+    let chat = "chat-cluster";
+
+    // 1. Fan-out: the same frames, in the same order, on every node.
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut d1 = c.connect_showing(0, "alice", chat).await;
+    let mut d2 = c.connect_showing(1, "alice", chat).await;
+    let mut d3 = c.connect(2, "alice").await;
+    d1.send(&user_message(chat, "m1", "tell me a story")).await;
+    let t1 = task_of(&mut d1).await;
+    gate.reached().await;
+
+    // The device on node 2 has the two paragraphs streamed before the stall.
+    let mut on_d2 = updates_until(&mut d2, &t1, 2).await;
+
+    // 2. A message to another node waits behind the running turn (in Redis).
+    d2.send(&user_message(chat, "m2", "and then?")).await;
+    let queued = d2
+        .recv_until(|m| match m {
+            ServerMessage::MessageQueued(q) => Some(q.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(queued.active_task_id, t1);
+
+    // 3. A device on the third node resumes the running turn from the start.
+    let mut d4 = c.connect(2, "alice").await;
+    d4.send(&ClientMessage::ResumeAiTask(ResumeAiTask {
+        chat_id: chat_id(chat),
+        task_id: t1.clone(),
+        last_sequence: 0,
+    }))
+    .await;
+    let resumed = d4
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+            _ => None,
+        })
+        .await;
+    assert!(resumed, "the log is in Redis, readable from any node");
+
+    gate.release();
+    let on_d1 = updates_until_final(&mut d1, &t1).await;
+    on_d2.extend(updates_until_final(&mut d2, &t1).await);
+    let on_d4 = updates_until_final(&mut d4, &t1).await;
+    assert_eq!(
+        on_d1, on_d2,
+        "the same frames in the same order on another node"
+    );
+    assert_eq!(on_d1, on_d4, "the resumed device: no gap, no duplicate");
+    let seqs: Vec<u64> = on_d1.iter().map(|u| u.0).collect();
+    assert_eq!(seqs, (1..=seqs.len() as u64).collect::<Vec<_>>());
+    assert_eq!(
+        on_d1.last().unwrap().1,
+        "First part.\n\nSecond part.\n\nThird part.\n\nThe end."
+    );
+    let background = d3
+        .recv_until(|m| match m {
+            ServerMessage::AiBackgroundResponseCompleted(b) if b.task_id == t1 => Some(b.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(background.full_content, on_d1.last().unwrap().1);
+
+    // The queued message is answered after it, once (it runs where the first one ran).
+    let (frames, answer) = collect_answer(&mut d2).await;
+    assert_eq!(answer.user_message_id.as_str(), "m2");
+    let started: Vec<_> = frames
+        .iter()
+        .filter(|m| matches!(m, ServerMessage::AiTaskInitiated(_)))
+        .collect();
+    assert_eq!(started.len(), 1, "answered once: {started:?}");
+
+    // 4. Cancel from another node: the turn runs on node 1, the cancel goes to node 2.
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    d1.send(&user_message(chat, "m3", "a long one")).await;
+    let t3 = task_of(&mut d1).await;
+    gate.reached().await;
+    d2.send(&ClientMessage::CancelAiTask(chatd_protocol::CancelAiTask {
+        task_id: t3.clone(),
+        chat_id: None,
+    }))
+    .await;
+    d2.recv_until(|m| matches!(m, ServerMessage::AiTaskCancelRequested(_)).then_some(()))
+        .await;
+    let last = d1
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == t3 && u.is_final_chunk => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert!(last.interrupted_by_revocation);
+    c.fake.wait_for_disconnect().await;
+
+    // 5. The running node dies mid-answer: another node ends the turn with node_lost.
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    d1.send(&user_message(chat, "m4", "once more")).await;
+    let t4 = task_of(&mut d1).await;
+    gate.reached().await;
+    let before = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == t4 && u.sequence == 2 => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    c.nodes[0].kill().await;
+    let lost_at = tokio::time::Instant::now();
+    let last = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == t4 && u.is_final_chunk => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
+    assert_eq!(last.full_content_so_far, before.full_content_so_far);
+    assert_eq!(last.sequence, 3);
+    assert!(
+        lost_at.elapsed() < Duration::from_secs(2 + 2 + 1),
+        "noticed within lease + 2 s (+1 s of test slack)"
+    );
+    // The chat goes on.
+    d2.send(&user_message(chat, "m5", "still there?")).await;
+    let (_, answer) = collect_answer(&mut d2).await;
+    assert_eq!(answer.user_message_id.as_str(), "m5");
+    gate.release();
+
+    // 6. Nothing in Redis is plaintext: no message, no answer.
+    let dump = c.redis.dump().await.unwrap();
+    assert!(!dump.is_empty());
+    for (key, value) in &dump {
+        let text = String::from_utf8_lossy(value);
+        for secret in [
+            "tell me a story",
+            "and then?",
+            "First part",
+            "The end",
+            "once more",
+        ] {
+            assert!(!text.contains(secret), "plaintext {secret:?} in {key}");
+            assert!(!key.contains(secret), "plaintext {secret:?} in a key name");
+        }
+    }
+}
