@@ -213,6 +213,8 @@ impl App {
             None => Delivery::local(hub),
         };
         let turn_store = shared.turns.clone();
+        // What leaves the process is sealed; an in-process turn store is not.
+        let seal = config.cluster.enabled.then(|| keyring.clone());
         let skills = Arc::new(Skills::load(
             &config.skills,
             ai_cache.clone(),
@@ -246,12 +248,12 @@ impl App {
             delivery: Arc::new(delivery),
             turns: Turns::new(
                 turn_store.clone(),
-                keyring.clone(),
+                seal.clone(),
                 node,
                 config.cluster.lease,
                 config.limits.max_queued_per_chat,
             ),
-            log: TurnLog::new(turn_store, keyring, config.cluster.resume_window),
+            log: TurnLog::new(turn_store, seal, config.cluster.resume_window),
             writers: Default::default(),
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),

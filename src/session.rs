@@ -20,6 +20,7 @@ use crate::delivery::{Audience, Device};
 use crate::metrics::TypeLabel;
 use crate::skills::CancelRefused;
 use crate::state::AppState;
+use crate::store::StoreError;
 use crate::turn::{self, Admission, CancelError, Inbound, MessageOptions};
 
 /// Longest user message accepted, in bytes.
@@ -271,10 +272,10 @@ impl Session {
         }
     }
 
-    /// Claims the chat in the permanent store when this node does not know its owner (the
-    /// store decides: insert-if-absent), and counts the message in the chat's shared
-    /// `messages_v` (a re-send with history is not counted again). `None` after answering
-    /// the error.
+    /// Checks the chat's owner in the permanent store when this node does not know it (a
+    /// chat no one stored yet is free: it becomes the user's when the client stores it),
+    /// and counts the message in the chat's shared `messages_v` (a re-send with history
+    /// is not counted again). `None` after answering the error.
     async fn count_message(
         &self,
         chat: &chatd_protocol::ChatId,
@@ -283,18 +284,38 @@ impl Session {
         let user = &self.device.user;
         let app = &self.app;
         let mut stored = None;
+        let cache = &app.turn.ai_cache;
+        let owner = &self.device.user_hash;
         if !app.owners.known(user, chat) {
-            match app.store.claim_chat(user, chat).await {
-                Ok(v) => stored = Some(v),
+            let versions = match app.store.chat_versions(user, chat).await {
+                Ok(v) => v,
                 Err(e) => {
                     self.store_failed(e, Some(chat), Some(&msg.message_id));
                     return None;
                 }
+            };
+            // A chat no client stored yet belongs to its first writer (claimed in the
+            // shared cache until the client stores it).
+            if versions.is_none() {
+                match cache.claim_chat(owner, chat).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.store_failed(StoreError::Forbidden, Some(chat), Some(&msg.message_id));
+                        return None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot claim a new chat");
+                        self.error(
+                            ErrorCode::CacheUnavailable,
+                            "the cache is unavailable; try again shortly",
+                        );
+                        return None;
+                    }
+                }
             }
+            stored = Some(versions.unwrap_or_default());
             app.owners.remember(user, chat);
         }
-        let cache = &app.turn.ai_cache;
-        let owner = &self.device.user_hash;
         let counted = match msg.message_history {
             Some(_) => cache.messages_v(owner, chat).await,
             None => cache.bump_messages_v(owner, chat, None).await,
@@ -309,8 +330,8 @@ impl Session {
         // The cache has no count (new, expired or down): the store's is the seed.
         let stored = match stored {
             Some(v) => v,
-            None => match app.store.claim_chat(user, chat).await {
-                Ok(v) => v,
+            None => match app.store.chat_versions(user, chat).await {
+                Ok(v) => v.unwrap_or_default(),
                 Err(e) => {
                     self.store_failed(e, Some(chat), Some(&msg.message_id));
                     return None;

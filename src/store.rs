@@ -154,14 +154,14 @@ pub trait Store: Send + Sync {
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<(), StoreError>>;
 
-    /// Claims `chat` for `owner` if no one has it (insert-if-absent) and returns its
-    /// versions; `Forbidden` when another owner has it. The one record of who owns a chat
-    /// and how many messages it has.
-    fn claim_chat<'a>(
+    /// The versions of `owner`'s chat (`None`: no one stored it yet); `Forbidden` when
+    /// another owner has it. One read: the record of who owns a chat and how many
+    /// messages it has.
+    fn chat_versions<'a>(
         &'a self,
         owner: &'a UserId,
         chat: &'a ChatId,
-    ) -> BoxFuture<'a, Result<ChatVersions, StoreError>>;
+    ) -> BoxFuture<'a, Result<Option<ChatVersions>, StoreError>>;
 
     /// Applies a metadata patch, creating the chat for `owner` if it does not exist.
     fn update_chat<'a>(

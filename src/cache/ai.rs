@@ -233,7 +233,11 @@ impl AiCache {
     pub async fn delete(&self, user: &UserHash, chat: &ChatId) -> Result<(), CacheFault> {
         self.backend.ai_delete(user, chat).await?;
         let versions = keys::chat_versions(user, chat.as_str());
-        Ok(self.backend.kv_delete(&versions).await?)
+        self.backend.kv_delete(&versions).await?;
+        Ok(self
+            .backend
+            .kv_delete(&keys::chat_claim(chat.as_str()))
+            .await?)
     }
 
     /// Caches a client-sent embed under the chat: skipped when the cached version is the
@@ -374,6 +378,28 @@ impl AiCache {
     /// A device stored the answer `id`: it is no longer pending.
     pub async fn drop_pending(&self, user: &UserHash, id: &str) -> Result<(), CacheFault> {
         Ok(self.backend.pending_delete(user, id).await?)
+    }
+
+    /// Claims a chat no client has stored yet for `user` (its first writer, for as long as
+    /// the AI cache keeps chats); false when another user holds it.
+    pub async fn claim_chat(&self, user: &UserHash, chat: &ChatId) -> Result<bool, CacheError> {
+        let key = keys::chat_claim(chat.as_str());
+        let held = self
+            .backend
+            .kv_claim(&key, user.as_str().as_bytes().to_vec(), self.policy.ttl)
+            .await?;
+        Ok(held == user.as_str().as_bytes())
+    }
+
+    /// True when another user claimed this not-yet-stored chat.
+    pub async fn claimed_by_another(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+    ) -> Result<bool, CacheError> {
+        let key = keys::chat_claim(chat.as_str());
+        let held = self.backend.kv_get(&key).await?;
+        Ok(held.is_some_and(|h| h != user.as_str().as_bytes()))
     }
 
     /// The chat's `messages_v` as the cache counts it.

@@ -9,6 +9,9 @@ use futures_util::future::BoxFuture;
 
 use crate::crypto::UserHash;
 
+/// Pending answers kept per user.
+pub const PENDING_MAX: usize = 16;
+
 /// A pending answer: its id and sealed value.
 pub type Pending = (String, Vec<u8>);
 
@@ -143,6 +146,15 @@ pub trait CacheBackend: Send + Sync {
     fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>>;
 
+    /// Sets `key` to `value` unless it is set, atomically; returns the value it holds
+    /// afterwards (`value` when this call set it).
+    fn kv_claim<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>>;
+
     /// A counter, atomically: adds one when `key` exists (and refreshes its TTL), else sets
     /// it to `seed + 1` when a seed is given. Returns the new value, or `None` when the key
     /// is absent and no seed was given.
@@ -157,7 +169,8 @@ pub trait CacheBackend: Send + Sync {
     fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>>;
 
     /// Keeps a sealed answer no device has stored yet, under its message id, in the
-    /// user's pending set (whose TTL this write refreshes).
+    /// user's pending set (whose TTL this write refreshes); the set keeps the newest
+    /// [`PENDING_MAX`] (a client that never stores answers costs no more).
     fn pending_put<'a>(
         &'a self,
         user: &'a UserHash,
@@ -244,9 +257,17 @@ pub mod keys {
     pub fn chat_versions(user: &UserHash, chat: &str) -> String {
         format!("user:{}:chat:{chat}:messages_v", user.as_str())
     }
+    /// Who claimed a chat no client has stored yet (its first writer).
+    pub fn chat_claim(chat: &str) -> String {
+        format!("chat:{chat}:claimed_by")
+    }
     /// Answers waiting for a device to store them.
     pub fn pending(user: &UserHash) -> String {
         format!("user:{}:pending_answers", user.as_str())
+    }
+    /// The pending answers' ids by age.
+    pub fn pending_order(user: &UserHash) -> String {
+        format!("user:{}:pending_order", user.as_str())
     }
     pub fn sync_index(user: &UserHash) -> String {
         format!("user:{}:sync_chats", user.as_str())

@@ -12,7 +12,7 @@ use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 use tokio::time::Instant;
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
+use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
 
 #[derive(Clone)]
@@ -22,8 +22,8 @@ enum Value {
     Set(HashSet<String>),
     /// member → score
     ZSet(HashMap<String, u64>),
-    /// field → value
-    Hash(HashMap<String, Vec<u8>>),
+    /// (id, value), oldest first.
+    Pending(std::collections::VecDeque<(String, Vec<u8>)>),
 }
 
 struct Entry {
@@ -393,6 +393,20 @@ impl CacheBackend for MemoryBackend {
         ready(Ok(()))
     }
 
+    fn kv_claim<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
+        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(Value::Bytes(held)) = self.get(key) {
+            return ready(Ok(held));
+        }
+        self.set(key.to_string(), Value::Bytes(value.clone()), Some(ttl));
+        ready(Ok(value))
+    }
+
     fn counter_bump<'a>(
         &'a self,
         key: &'a str,
@@ -440,12 +454,21 @@ impl CacheBackend for MemoryBackend {
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         let key = keys::pending(user);
         let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
-        let mut hash = match self.get(&key) {
-            Some(Value::Hash(h)) => h,
-            _ => HashMap::new(),
-        };
-        hash.insert(id.to_string(), value);
-        self.set(key, Value::Hash(hash), Some(ttl));
+        let now = Instant::now();
+        if let Some(mut e) = self.map.get_mut(&key)
+            && e.expires.is_none_or(|t| t > now)
+            && let Value::Pending(list) = &mut e.value
+        {
+            list.retain(|(i, _)| i != id);
+            list.push_back((id.to_string(), value));
+            while list.len() > PENDING_MAX {
+                list.pop_front();
+            }
+            e.expires = Some(now + ttl);
+            return ready(Ok(()));
+        }
+        let list = std::collections::VecDeque::from([(id.to_string(), value)]);
+        self.set(key, Value::Pending(list), Some(ttl));
         ready(Ok(()))
     }
 
@@ -454,7 +477,7 @@ impl CacheBackend for MemoryBackend {
         user: &'a UserHash,
     ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>> {
         ready(Ok(match self.get(&keys::pending(user)) {
-            Some(Value::Hash(h)) => h.into_iter().collect(),
+            Some(Value::Pending(list)) => list.into_iter().collect(),
             _ => Vec::new(),
         }))
     }
@@ -467,9 +490,9 @@ impl CacheBackend for MemoryBackend {
         let key = keys::pending(user);
         let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(mut e) = self.map.get_mut(&key)
-            && let Value::Hash(h) = &mut e.value
+            && let Value::Pending(list) = &mut e.value
         {
-            h.remove(id);
+            list.retain(|(i, _)| i != id);
         }
         ready(Ok(()))
     }

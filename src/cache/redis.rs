@@ -11,11 +11,13 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{Script, ScriptInvocation, Value};
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
+use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
 
 mod scripts;
-use scripts::{AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, SYNC_CLEAR};
+use scripts::{
+    AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, PENDING_PUT, SYNC_CLEAR,
+};
 
 pub struct RedisBackend {
     conn: ConnectionManager,
@@ -26,6 +28,7 @@ pub struct RedisBackend {
     ai_delete: Script,
     sync_clear: Script,
     counter_bump: Script,
+    pending_put: Script,
 }
 
 impl RedisBackend {
@@ -49,6 +52,7 @@ impl RedisBackend {
             ai_delete: Script::new(AI_DELETE),
             sync_clear: Script::new(SYNC_CLEAR),
             counter_bump: Script::new(COUNTER_BUMP),
+            pending_put: Script::new(PENDING_PUT),
         })
     }
 
@@ -364,6 +368,26 @@ impl CacheBackend for RedisBackend {
         Box::pin(self.kv_get_owned(key.to_string()))
     }
 
+    fn kv_claim<'a>(
+        &'a self,
+        key: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
+        Box::pin(async move {
+            let mut conn = self.conn();
+            let mut cmd = redis::cmd("SET");
+            cmd.arg(key)
+                .arg(&value)
+                .arg("NX")
+                .arg("GET")
+                .arg("PX")
+                .arg(ttl.as_millis() as u64);
+            let held: Option<Vec<u8>> = self.run(cmd.query_async(&mut conn)).await?;
+            Ok(held.unwrap_or(value))
+        })
+    }
+
     fn counter_bump<'a>(
         &'a self,
         key: &'a str,
@@ -399,14 +423,14 @@ impl CacheBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
             let mut conn = self.conn();
-            let key = keys::pending(user);
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .hset(&key, id, value)
-                .ignore()
-                .pexpire(&key, ttl.as_millis() as i64)
-                .ignore();
-            self.run(pipe.query_async::<()>(&mut conn)).await
+            let mut call = self.pending_put.key(keys::pending(user));
+            call.key(keys::pending_order(user))
+                .arg(id)
+                .arg(value)
+                .arg(score())
+                .arg(PENDING_MAX)
+                .arg(ttl.as_millis() as u64);
+            self.run(call.invoke_async::<()>(&mut conn)).await
         })
     }
 
@@ -434,9 +458,13 @@ impl CacheBackend for RedisBackend {
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
             let mut conn = self.conn();
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(keys::pending(user)).arg(id);
-            self.run(cmd.query_async::<()>(&mut conn)).await
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .hdel(keys::pending(user), id)
+                .ignore()
+                .zrem(keys::pending_order(user), id)
+                .ignore();
+            self.run(pipe.query_async::<()>(&mut conn)).await
         })
     }
 

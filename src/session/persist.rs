@@ -91,9 +91,46 @@ impl Session {
             return true;
         }
         match self.app.store.authorize(&self.device.user, chat).await {
-            Ok(()) => true,
+            // Not stored by anyone: the first writer's claim decides.
+            Ok(()) => match self
+                .app
+                .turn
+                .ai_cache
+                .claimed_by_another(&self.device.user_hash, chat)
+                .await
+            {
+                Ok(false) => true,
+                Ok(true) => {
+                    self.store_failed(StoreError::Forbidden, Some(chat), message);
+                    false
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot read a chat's claim");
+                    self.store_failed(StoreError::Unavailable(e.to_string()), Some(chat), message);
+                    false
+                }
+            },
             Err(e) => {
                 self.store_failed(e, Some(chat), message);
+                false
+            }
+        }
+    }
+
+    /// True when another user claimed this chat before any client stored it (its first
+    /// writer owns it). With the cache down the store alone decides (a stored chat's owner
+    /// is checked there), so the user's ciphertext is not refused for an outage.
+    async fn claimed_by_another(&self, chat: &ChatId) -> bool {
+        match self
+            .app
+            .turn
+            .ai_cache
+            .claimed_by_another(&self.device.user_hash, chat)
+            .await
+        {
+            Ok(claimed) => claimed,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot read a chat's claim; the store decides");
                 false
             }
         }
@@ -111,6 +148,9 @@ impl Session {
                 "message_id and encrypted_content must be sent together",
                 Some(chat),
             );
+        }
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
         }
         if m.encrypted_title.is_some()
             && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
@@ -217,6 +257,9 @@ impl Session {
         if message.encrypted_content.is_empty() {
             return self.invalid("message.encrypted_content must not be empty", Some(chat));
         }
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&message.message_id));
+        }
         match self.app.store.add_message(user, chat, &message).await {
             Ok(added) => {
                 // The cache is current before the sender hears "stored".
@@ -258,6 +301,9 @@ impl Session {
     pub(super) async fn update_post_processing_metadata(&self, m: UpdatePostProcessingMetadata) {
         let user = &self.device.user;
         let chat = &m.chat_id;
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
         let patch = ChatPatch {
             encrypted_title: m.encrypted_title,
             encrypted_chat_key: m.encrypted_chat_key,
@@ -315,6 +361,9 @@ impl Session {
         if m.encrypted_title.is_empty() {
             return self.invalid("encrypted_title must not be empty", Some(chat));
         }
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
         if let Err(e) = self.existing_chat(chat).await {
             return self.store_failed(e, Some(chat), None);
         }
@@ -341,6 +390,9 @@ impl Session {
     pub(super) async fn delete_chat(&self, m: DeleteChat) {
         let user = &self.device.user;
         let chat = &m.chat_id;
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), None);
+        }
         // A running answer (or one queued behind it) would write the chat back into the AI
         // cache: stop it, drop the queue, and tell the turn to write nothing.
         self.app.turn.turns.abandon(user, chat).await;
@@ -398,6 +450,9 @@ impl Session {
                 format!("at most {MAX_EMBEDS_TO_DELETE} embedIdsToDelete"),
                 Some(chat),
             );
+        }
+        if self.claimed_by_another(chat).await {
+            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&m.message_id));
         }
         match self
             .app

@@ -648,23 +648,31 @@ macro_rules! impl_store {
                 })
             }
 
-            fn claim_chat<'a>(
+            fn chat_versions<'a>(
                 &'a self,
                 owner: &'a UserId,
                 chat: &'a ChatId,
-            ) -> BoxFuture<'a, Result<ChatVersions, StoreError>> {
+            ) -> BoxFuture<'a, Result<Option<ChatVersions>, StoreError>> {
                 Box::pin(async move {
-                    let mut conn = self.pool.acquire().await?;
-                    claim(&mut conn, owner, chat).await?;
                     let row = sqlx::query(
-                        "SELECT messages_v, title_v, last_edited_overall_timestamp \
-                         FROM chats WHERE chat_id = $1 AND owner = $2",
+                        "SELECT owner, messages_v, title_v, last_edited_overall_timestamp \
+                         FROM chats WHERE chat_id = $1",
                     )
                     .bind(chat.as_str())
-                    .bind(owner.as_str())
-                    .fetch_one(&mut *conn)
+                    .fetch_optional(&self.pool)
                     .await?;
-                    versions_from_row(&row)
+                    let Some(row) = row else {
+                        return Ok(None);
+                    };
+                    let stored_owner: String = row.try_get(0)?;
+                    if stored_owner != owner.as_str() {
+                        return Err(StoreError::Forbidden);
+                    }
+                    Ok(Some(ChatVersions {
+                        messages_v: to_u64(row.try_get(1)?),
+                        title_v: to_u64(row.try_get(2)?),
+                        last_edited_overall_timestamp: row.try_get(3)?,
+                    }))
                 })
             }
 

@@ -74,7 +74,9 @@ pub struct Logged {
 #[derive(Clone)]
 pub struct TurnLog {
     store: Arc<dyn TurnStore>,
-    keyring: Arc<Keyring>,
+    /// Seals entries with the owner's key; `None` for a store inside this process (embedded
+    /// mode: nothing leaves the process, so nothing is sealed for it).
+    keyring: Option<Arc<Keyring>>,
     /// Entries kept per turn (the oldest go first).
     pub max_len: usize,
     /// How long a log is kept after its newest entry (`cluster.resume_window`).
@@ -86,7 +88,7 @@ fn scope(chat: &ChatId, task: &TaskId) -> String {
 }
 
 impl TurnLog {
-    pub fn new(store: Arc<dyn TurnStore>, keyring: Arc<Keyring>, keep: Duration) -> Self {
+    pub fn new(store: Arc<dyn TurnStore>, keyring: Option<Arc<Keyring>>, keep: Duration) -> Self {
         Self {
             store,
             keyring,
@@ -99,6 +101,12 @@ impl TurnLog {
         &self.store
     }
 
+    /// True when the log lives in this process (embedded mode): its appends never wait,
+    /// so writers append as they write instead of through a flusher task.
+    pub fn in_process(&self) -> bool {
+        self.keyring.is_none()
+    }
+
     pub async fn append(
         &self,
         owner: &UserHash,
@@ -108,10 +116,14 @@ impl TurnLog {
         entry: &LogEntry,
     ) -> Result<u64, LogError> {
         let plain = serde_json::to_vec(entry).map_err(|e| LogError::Encode(e.to_string()))?;
-        let sealed = self
-            .keyring
-            .seal(owner, &scope(chat, task), Purpose::TurnLog, &plain)
-            .await?;
+        let sealed = match &self.keyring {
+            Some(k) => {
+                k.seal(owner, &scope(chat, task), Purpose::TurnLog, &plain)
+                    .await?
+            }
+            // Unsealed, the entry still names its owner: a reader must be that user.
+            None => [owner.as_str().as_bytes(), &plain].concat(),
+        };
         Ok(self
             .store
             .log_append(chat, task, generation, sealed, self.max_len, self.keep)
@@ -131,14 +143,19 @@ impl TurnLog {
         };
         let mut entries = Vec::with_capacity(read.entries.len());
         for (index, sealed) in read.entries {
-            let plain = match self
-                .keyring
-                .open(owner, &scope(chat, task), Purpose::TurnLog, &sealed)
-                .await
-            {
-                Ok(p) => p,
-                Err(OpenError::Failed) => return Ok(None),
-                Err(OpenError::Unavailable(e)) => return Err(e.into()),
+            let plain = match &self.keyring {
+                Some(k) => match k
+                    .open(owner, &scope(chat, task), Purpose::TurnLog, &sealed)
+                    .await
+                {
+                    Ok(p) => p,
+                    Err(OpenError::Failed) => return Ok(None),
+                    Err(OpenError::Unavailable(e)) => return Err(e.into()),
+                },
+                None => match sealed.strip_prefix(owner.as_str().as_bytes()) {
+                    Some(plain) => plain.to_vec(),
+                    None => return Ok(None),
+                },
             };
             let Ok(entry) = serde_json::from_slice::<LogEntry>(&plain) else {
                 return Ok(None);

@@ -13,6 +13,7 @@
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chatd_protocol::{ChatId, ServerMessage, TaskId};
+use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 
 use super::deps::TurnDeps;
@@ -55,8 +56,10 @@ pub struct TurnWriter {
     deps: Arc<TurnDeps>,
     key: Arc<TurnKey>,
     written: Mutex<Written>,
-    /// To the flusher; unbounded, but a turn's frames are bounded by the turn itself.
-    log: mpsc::UnboundedSender<Logged>,
+    /// To the flusher (a log outside this process); `None` when the log is in process
+    /// and appends happen as frames are written. Unbounded, but a turn's frames are
+    /// bounded by the turn itself.
+    log: Option<mpsc::UnboundedSender<Logged>>,
     /// The newest index the flusher has appended (or given up on).
     flushed: watch::Receiver<u64>,
 }
@@ -70,11 +73,16 @@ impl TurnWriter {
     /// A writer that goes on with a turn another node began: its frames follow the log's
     /// newest `index` and `ai_message_update` number `sequence`.
     pub fn continuing(deps: Arc<TurnDeps>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
-        let (tx, rx) = mpsc::unbounded_channel();
         let (flushed_tx, flushed) = watch::channel(index);
         let key = Arc::new(key);
-        deps.tasks
-            .spawn(flush(deps.clone(), key.clone(), rx, flushed_tx));
+        let log = if deps.log.in_process() {
+            None
+        } else {
+            let (tx, rx) = mpsc::unbounded_channel();
+            deps.tasks
+                .spawn(flush(deps.clone(), key.clone(), rx, flushed_tx));
+            Some(tx)
+        };
         let writer = Arc::new(Self {
             deps: deps.clone(),
             key,
@@ -83,7 +91,7 @@ impl TurnWriter {
                 sequence,
                 text: String::new(),
             }),
-            log: tx,
+            log,
             flushed,
         });
         deps.writers
@@ -117,10 +125,23 @@ impl TurnWriter {
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
         }
+        let Some(flusher) = &self.log else {
+            // An in-process log appends at once (its store never waits).
+            let k = &self.key;
+            let appended = self
+                .deps
+                .log
+                .append(&k.owner, &k.chat, &k.task, k.generation, &entry)
+                .now_or_never();
+            if let Some(Err(e)) = appended {
+                tracing::warn!(error = %e, "could not log a turn frame");
+            }
+            return;
+        };
         // Other nodes get the frame after the log (kept only when there are other nodes).
         let publish = self.deps.delivery.has_peers().then_some((audience, msg));
         // The flusher is gone only at shutdown; the frame was delivered here anyway.
-        let _ = self.log.send(Logged {
+        let _ = flusher.send(Logged {
             index: w.index,
             entry,
             publish,
@@ -130,6 +151,9 @@ impl TurnWriter {
     /// Waits until every frame written so far is in the log (so a resume that reads the
     /// log misses nothing this node delivered before it).
     pub async fn flushed(&self) {
+        if self.log.is_none() {
+            return;
+        }
         let target = self.written().index;
         let mut flushed = self.flushed.clone();
         let _ = flushed.wait_for(|&f| f >= target).await;
@@ -170,6 +194,14 @@ impl TurnWriter {
 impl Drop for TurnWriter {
     fn drop(&mut self) {
         self.deps.writers.remove(&self.key.task);
+        if self.log.is_none() {
+            // The flusher ends a log outside this process; an in-process one ends here.
+            let _ = self
+                .deps
+                .log
+                .end(&self.key.chat, &self.key.task)
+                .now_or_never();
+        }
     }
 }
 
@@ -205,30 +237,41 @@ async fn flush(
 ) {
     let log = &deps.log;
     let mut fenced = false;
-    while let Some(l) = rx.recv().await {
-        if !fenced {
-            match log
-                .append(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
-                .await
-            {
-                Ok(_) => {}
-                Err(super::log::LogError::Store(TurnStoreError::Fenced)) => {
-                    tracing::warn!("turn log fenced: another node took the turn over");
-                    fenced = true;
-                }
-                Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
-            }
+    let mut batch = Vec::new();
+    // Frames queued meanwhile are taken together (one wake-up for a burst).
+    while rx.recv_many(&mut batch, 64).await > 0 {
+        for l in batch.drain(..) {
+            let index = l.index;
+            flush_one(&deps, &key, l, &mut fenced).await;
+            flushed.send_replace(index);
         }
-        if let Some((audience, frame)) = l.publish
-            && !fenced
-        {
-            deps.delivery
-                .publish_turn(&key.owner, audience, &key.task, l.index, frame)
-                .await;
-        }
-        flushed.send_replace(l.index);
     }
     if !fenced && let Err(e) = log.end(&key.chat, &key.task).await {
         tracing::warn!(error = %e, "could not end the turn log");
+    }
+}
+
+/// One frame: into the log, then to the other nodes.
+async fn flush_one(deps: &TurnDeps, key: &TurnKey, l: Logged, fenced: &mut bool) {
+    if *fenced {
+        return;
+    }
+    match deps
+        .log
+        .append(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
+        .await
+    {
+        Ok(_) => {}
+        Err(super::log::LogError::Store(TurnStoreError::Fenced)) => {
+            tracing::warn!("turn log fenced: another node took the turn over");
+            *fenced = true;
+            return;
+        }
+        Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
+    }
+    if let Some((audience, frame)) = l.publish {
+        deps.delivery
+            .publish_turn(&key.owner, audience, &key.task, l.index, frame)
+            .await;
     }
 }

@@ -36,7 +36,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
     // The lost node started a turn and logged its first paragraph, then went silent.
     let ghost = Turns::new(
         deps.turns.store().clone(),
-        deps.ai_cache.keyring().clone(),
+        None,
         NodeId::parse("ghost").unwrap(),
         Duration::from_secs(1),
         10,

@@ -121,3 +121,17 @@ if seed < 0 then return nil end
 redis.call('SET', KEYS[1], seed + 1, 'PX', ARGV[2])
 return seed + 1
 "#;
+
+/// KEYS[1] pending hash, KEYS[2] its order (zset); ARGV: id, value, score, max, TTL ms.
+/// Keeps the newest `max` pending answers of a user.
+pub const PENDING_PUT: &str = r#"
+redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+redis.call('ZADD', KEYS[2], ARGV[3], ARGV[1])
+while redis.call('ZCARD', KEYS[2]) > tonumber(ARGV[4]) do
+  local oldest = redis.call('ZPOPMIN', KEYS[2])
+  redis.call('HDEL', KEYS[1], oldest[1])
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[5])
+redis.call('PEXPIRE', KEYS[2], ARGV[5])
+return 1
+"#;

@@ -39,7 +39,7 @@ fn nodes(max_queue: usize) -> (Turns, Turns) {
     let node = |n: &str| {
         Turns::new(
             store.clone(),
-            keyring.clone(),
+            Some(keyring.clone()),
             NodeId::parse(n).unwrap(),
             Duration::from_secs(10),
             max_queue,

@@ -14,8 +14,10 @@ use super::{
 };
 use crate::ids::NodeId;
 
-/// Operations between two sweeps of expired logs.
-const SWEEP_EVERY: u32 = 256;
+/// Operations between two sweeps of idle chats.
+const SWEEP_EVERY: u32 = 1024;
+/// Logs kept at most (the oldest go first): a busy node's resume window stays bounded.
+const MAX_LOGS: usize = 20_000;
 
 #[derive(Default)]
 struct Chat {
@@ -40,6 +42,8 @@ struct Log {
 struct State {
     chats: HashMap<ChatId, Chat>,
     logs: HashMap<(ChatId, TaskId), Log>,
+    /// Logs in the order they were created, to expire and cap them without a scan.
+    log_order: VecDeque<(ChatId, TaskId)>,
     ops: u32,
 }
 
@@ -50,14 +54,23 @@ impl State {
         (*until > now).then_some(lease)
     }
 
-    /// Drops expired logs and idle chats now and then (bounded memory).
+    /// Drops expired logs from the front of the creation order (and the oldest beyond
+    /// the cap), and now and then idle chats (bounded memory).
     fn sweep(&mut self, now: Instant) {
+        while let Some(key) = self.log_order.front() {
+            let expired = self.logs.get(key).is_none_or(|l| l.expires <= now);
+            if !expired && self.logs.len() <= MAX_LOGS {
+                break;
+            }
+            if let Some(key) = self.log_order.pop_front() {
+                self.logs.remove(&key);
+            }
+        }
         self.ops += 1;
         if self.ops < SWEEP_EVERY {
             return;
         }
         self.ops = 0;
-        self.logs.retain(|_, l| l.expires > now);
         self.chats.retain(|_, c| {
             c.cancels.retain(|_, (_, until)| *until > now);
             c.lease.is_some() || !c.queue.is_empty() || !c.cancels.is_empty()
@@ -247,16 +260,17 @@ impl TurnStore for MemoryTurnStore {
         let now = Instant::now();
         let mut s = self.lock();
         s.sweep(now);
-        let log = s
-            .logs
-            .entry((chat.clone(), task.clone()))
-            .or_insert_with(|| Log {
-                entries: VecDeque::new(),
-                last: 0,
-                fence: generation,
-                ended: false,
-                expires: now + keep,
-            });
+        let key = (chat.clone(), task.clone());
+        if !s.logs.contains_key(&key) {
+            s.log_order.push_back(key.clone());
+        }
+        let log = s.logs.entry(key).or_insert_with(|| Log {
+            entries: VecDeque::new(),
+            last: 0,
+            fence: generation,
+            ended: false,
+            expires: now + keep,
+        });
         if log.expires <= now {
             *log = Log {
                 entries: VecDeque::new(),
