@@ -283,7 +283,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         .await;
     }
     if !outcome.text.trim().is_empty() && !ticket.abandoned() {
-        remember_answer(app, &owner, &ctx, &outcome.text).await;
+        remember_answer(app, &owner, &ctx, &outcome.text, &ticket.requesters).await;
     }
     let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
         (Some(Interruption::Cancelled), _, _) => "cancelled",

@@ -158,13 +158,15 @@ pub(super) async fn repair_links(
 }
 
 /// Seals the answer (also a partial one) into the AI cache before the final frame, so the
-/// next message in the chat is a cache hit, and keeps it as pending until a device stores
-/// it (`pending_ai_response` on later connections: the user may have left meanwhile).
+/// next message in the chat is a cache hit, and, unless a device that asked for it is still
+/// here to store it, keeps it as pending until a device does (`pending_ai_response` on
+/// later connections: the user left meanwhile).
 pub(super) async fn remember_answer(
     app: &TurnDeps,
     owner: &UserHash,
     ctx: &TurnContext,
     text: &str,
+    requesters: &[crate::delivery::ConnectionId],
 ) {
     let message_id = ctx.assistant_message_id();
     let created_at = clock::unix_now();
@@ -178,13 +180,21 @@ pub(super) async fn remember_answer(
         category: ctx.category.clone(),
         created_at,
     };
-    let plain = serde_json::to_vec(&pending).unwrap_or_default();
-    if let Err(e) = app
-        .ai_cache
-        .keep_pending(owner, message_id.as_str(), &plain)
-        .await
-    {
-        tracing::warn!(error = %e, "could not keep the answer for devices that left");
+    let requester_here = app
+        .delivery
+        .hub
+        .devices(owner)
+        .iter()
+        .any(|d| requesters.contains(&d.conn_id) && !d.outbox.is_closed());
+    if !requester_here {
+        let plain = serde_json::to_vec(&pending).unwrap_or_default();
+        if let Err(e) = app
+            .ai_cache
+            .keep_pending(owner, message_id.as_str(), &plain)
+            .await
+        {
+            tracing::warn!(error = %e, "could not keep the answer for devices that left");
+        }
     }
     let entry = CachedMessage {
         message_id,

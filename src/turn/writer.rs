@@ -179,7 +179,7 @@ impl TurnWriter {
             let writer = TurnWriter::new(deps.clone(), key);
             writer.emit(&ctx, TurnEvent::Typing(Typing::default()));
             writer.emit(&ctx, TurnEvent::Chunk { text: text.clone() });
-            super::stages::remember_answer(&deps, &owner, &ctx, &text).await;
+            super::stages::remember_answer(&deps, &owner, &ctx, &text, &[]).await;
             writer.emit(
                 &ctx,
                 TurnEvent::Finished(TurnOutcome {
