@@ -17,7 +17,7 @@ use crate::ids::NodeId;
 /// Operations between two sweeps of idle chats.
 const SWEEP_EVERY: u32 = 1024;
 /// Logs kept at most (the oldest go first): a busy node's resume window stays bounded.
-const MAX_LOGS: usize = 20_000;
+const MAX_LOGS: usize = 5_000;
 
 #[derive(Default)]
 struct Chat {
