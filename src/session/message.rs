@@ -1,0 +1,221 @@
+//! A user message (`chat_message_added`): its shape, the chat's owner (the store, or the
+//! first writer's claim for a chat no client stored yet), its place in the chat's
+//! `messages_v`, the confirmation to every device and the relay to the others, then the
+//! turn that answers it (started here, or queued behind the running one on any node).
+
+use chatd_protocol::{
+    ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload, MessageQueued, NewChatMessage,
+    Role, ServerMessage,
+};
+
+use super::{MAX_CONTENT_BYTES, Session};
+use crate::delivery::Audience;
+use crate::store::StoreError;
+use crate::turn::{self, Admission, Inbound, MessageOptions};
+
+impl Session {
+    /// A user message: claimed in the store (which owns the chat and its `messages_v`),
+    /// confirmed to every device, relayed to the others, then answered or queued.
+    pub(super) async fn chat_message_added(&self, m: ChatMessageAdded) {
+        let user = &self.device.user;
+        let options = MessageOptions::from_message(&m);
+        let msg = m.message;
+        if msg.role != Role::User {
+            self.error(ErrorCode::InvalidPayload, "message.role must be \"user\"");
+            return;
+        }
+        if msg.content.trim().is_empty() || msg.content.len() > MAX_CONTENT_BYTES {
+            self.error(
+                ErrorCode::InvalidPayload,
+                format!("message.content must be 1 to {MAX_CONTENT_BYTES} bytes"),
+            );
+            return;
+        }
+        if let Some(history) = &msg.message_history
+            && let Err(reason) = check_history(history)
+        {
+            let mut p = ErrorPayload::new(ErrorCode::InvalidChatHistory, reason);
+            p.chat_id = Some(m.chat_id.clone());
+            p.message_id = Some(msg.message_id.clone());
+            self.reply(ServerMessage::Error(p));
+            return;
+        }
+        let Some(count) = self.count_message(&m.chat_id, &msg).await else {
+            return;
+        };
+        let messages_v = count.messages_v;
+        let last_edited = count.last_edited.max(msg.created_at);
+        self.device.set_active_chat(Some(m.chat_id.clone()));
+        let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+            chat_id: m.chat_id.clone(),
+            message_id: msg.message_id.clone(),
+            temp_id: msg.temp_id.clone(),
+            new_messages_v: messages_v,
+            new_last_edited_overall_timestamp: last_edited,
+        });
+        self.broadcast(Audience::All, &confirmed);
+        // A message that carries its chat's history is a re-send (the answer to
+        // `request_chat_history`): the other devices have it already.
+        if msg.message_history.is_none() {
+            let new = ServerMessage::NewChatMessage(NewChatMessage {
+                chat_id: m.chat_id.clone(),
+                message_id: msg.message_id.clone(),
+                role: Role::User,
+                sender_name: msg.sender_name.clone(),
+                content: msg.content.clone(),
+                created_at: msg.created_at,
+                messages_v,
+                last_edited_overall_timestamp: last_edited,
+            });
+            self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
+        }
+        let message_id = msg.message_id.clone();
+        let inbound = Inbound {
+            message: msg,
+            embeds: m.embeds,
+            conn: self.device.conn_id,
+            prior_messages: messages_v - 1,
+            options,
+        };
+        let turns = &self.app.turn.turns;
+        let admission = match turns
+            .admit(user, &m.chat_id, inbound, &self.app.tasks.turns_shutdown)
+            .await
+        {
+            Ok(a) => a,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot admit the message");
+                let (code, text) = e.user_error();
+                let mut p = ErrorPayload::new(code, text);
+                p.chat_id = Some(m.chat_id);
+                p.message_id = Some(message_id);
+                return self.reply(ServerMessage::Error(p));
+            }
+        };
+        match admission {
+            Admission::Start(ticket) => {
+                turn::spawn(self.app.turn.clone(), user.clone(), m.chat_id, *ticket)
+            }
+            Admission::Queued { active_task_id } => {
+                self.reply(ServerMessage::MessageQueued(MessageQueued {
+                    chat_id: m.chat_id,
+                    user_message_id: message_id,
+                    active_task_id,
+                    message: "A response is in progress; this message will be answered next."
+                        .into(),
+                }))
+            }
+            Admission::QueueFull => {
+                let mut p = ErrorPayload::new(
+                    ErrorCode::Overloaded,
+                    "too many messages are waiting in this chat",
+                );
+                p.chat_id = Some(m.chat_id);
+                p.message_id = Some(message_id);
+                self.reply(ServerMessage::Error(p));
+            }
+        }
+    }
+
+    /// Checks the chat's owner in the permanent store when this node does not know it (a
+    /// chat no one stored yet is free: it becomes the user's when the client stores it),
+    /// and counts the message in the chat's shared `messages_v` (a re-send with history
+    /// is not counted again). `None` after answering the error.
+    async fn count_message(
+        &self,
+        chat: &chatd_protocol::ChatId,
+        msg: &chatd_protocol::UserMessage,
+    ) -> Option<Counted> {
+        let user = &self.device.user;
+        let app = &self.app;
+        let mut stored = None;
+        let cache = &app.turn.ai_cache;
+        let owner = &self.device.user_hash;
+        if !app.owners.known(user, chat) {
+            let versions = match app.store.chat_versions(user, chat).await {
+                Ok(v) => v,
+                Err(e) => {
+                    self.store_failed(e, Some(chat), Some(&msg.message_id));
+                    return None;
+                }
+            };
+            // A chat no client stored yet belongs to its first writer (claimed in the
+            // shared cache until the client stores it).
+            if versions.is_none() {
+                match cache.claim_chat(owner, chat).await {
+                    Ok(true) => {}
+                    Ok(false) => {
+                        self.store_failed(StoreError::Forbidden, Some(chat), Some(&msg.message_id));
+                        return None;
+                    }
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot claim a new chat");
+                        self.error(
+                            ErrorCode::CacheUnavailable,
+                            "the cache is unavailable; try again shortly",
+                        );
+                        return None;
+                    }
+                }
+            }
+            stored = Some(versions.unwrap_or_default());
+            app.owners.remember(user, chat);
+        }
+        let counted = match msg.message_history {
+            Some(_) => cache.messages_v(owner, chat).await,
+            None => cache.bump_messages_v(owner, chat, None).await,
+        };
+        if let Ok(Some(messages_v)) = counted {
+            let last_edited = stored.map_or(0, |v| v.last_edited_overall_timestamp);
+            return Some(Counted {
+                messages_v,
+                last_edited,
+            });
+        }
+        // The cache has no count (new, expired or down): the store's is the seed.
+        let stored = match stored {
+            Some(v) => v,
+            None => match app.store.chat_versions(user, chat).await {
+                Ok(v) => v.unwrap_or_default(),
+                Err(e) => {
+                    self.store_failed(e, Some(chat), Some(&msg.message_id));
+                    return None;
+                }
+            },
+        };
+        let seeded = cache
+            .bump_messages_v(owner, chat, Some(stored.messages_v))
+            .await;
+        Some(Counted {
+            messages_v: seeded.ok().flatten().unwrap_or(stored.messages_v + 1),
+            last_edited: stored.last_edited_overall_timestamp,
+        })
+    }
+}
+
+/// A user message's place in its chat.
+struct Counted {
+    /// The chat's `messages_v` with this message.
+    messages_v: u64,
+    /// The newest edit the store knows of (0 when it was not asked).
+    last_edited: i64,
+}
+
+/// Shape checks of a re-sent history that need no state: roles and sizes.
+fn check_history(history: &[chatd_protocol::HistoryMessage]) -> Result<(), String> {
+    for h in history {
+        if h.role == Role::System {
+            return Err(format!(
+                "message_history entry {} has role \"system\"; only user and assistant messages are accepted",
+                h.message_id
+            ));
+        }
+        if h.content.trim().is_empty() || h.content.len() > MAX_CONTENT_BYTES {
+            return Err(format!(
+                "message_history entry {} must have 1 to {MAX_CONTENT_BYTES} bytes of content",
+                h.message_id
+            ));
+        }
+    }
+    Ok(())
+}
