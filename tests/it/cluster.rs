@@ -303,3 +303,80 @@ async fn devices_on_three_nodes_share_turns_queue_cancel_resume_and_survive_node
         }
     }
 }
+
+#[tokio::test]
+async fn a_redis_restart_during_a_turn_is_survived_without_restarting_a_node() {
+    let mut c = Cluster::start(2).await;
+    let chat = "chat-redis-restart";
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut d1 = c.connect_showing(0, "bob", chat).await;
+    let mut d2 = c.connect_showing(1, "bob", chat).await;
+    d1.send(&user_message(chat, "m1", "keep going")).await;
+    let t1 = task_of(&mut d1).await;
+    gate.reached().await;
+
+    // Redis comes back empty while the answer is held at the gate.
+    c.redis.restart().await.unwrap();
+    gate.release();
+    // The running turn ends for the device on its node: the whole answer, no crash.
+    let last = d1
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == t1 && u.is_final_chunk => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        last.full_content_so_far,
+        "First part.\n\nSecond part.\n\nThird part.\n\nThe end."
+    );
+    assert_eq!(last.error_code, None);
+
+    // Both nodes are ready again by themselves (Redis, the bus subscription)...
+    for node in &c.nodes {
+        let url = node.http_url("/readyz");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !reqwest::get(&url)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a node stayed unready"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // ...and a new turn reaches the device on the other node (its channel was restored).
+    let mut sent = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !sent {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no turn after the restart"
+        );
+        d1.send(&user_message(chat, "m2", "are you back?")).await;
+        sent = d1
+            .recv_until(|m| match m {
+                ServerMessage::AiTaskInitiated(_) => Some(true),
+                // The first call after the restart may meet a connection that is reconnecting.
+                ServerMessage::Error(e) if e.code == ErrorCode::CacheUnavailable => Some(false),
+                _ => None,
+            })
+            .await;
+    }
+    let (_, on_d1) = collect_answer(&mut d1).await;
+    let on_d2 = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u)
+                if u.user_message_id.as_str() == "m2" && u.is_final_chunk =>
+            {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(on_d1.full_content_so_far, on_d2.full_content_so_far);
+}
