@@ -10,6 +10,7 @@
 
 mod charts;
 mod client;
+mod cluster_bench;
 mod fake_llm;
 mod floor;
 mod history_bench;
@@ -72,6 +73,16 @@ fn kinds(r: &[Relay]) -> Vec<Kind> {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Two chatd nodes in cluster mode on a harness Redis and PostgreSQL: frame delivery
+    /// to another node vs the same node, and cancel latency across nodes.
+    Cluster {
+        #[arg(long, default_value_t = 80)]
+        chats: usize,
+        #[arg(long, default_value_t = 8)]
+        seconds: u64,
+        #[arg(long, default_value_t = 40)]
+        cancels: usize,
+    },
     /// Cache-hit and fallback history paths (issue: encrypted AI cache).
     History {
         #[arg(long, value_enum, default_value = "memory")]
@@ -206,6 +217,11 @@ fn main() -> anyhow::Result<()> {
     let out = cli.out;
     runtime.block_on(async move {
         match cli.command {
+            Command::Cluster {
+                chats,
+                seconds,
+                cancels,
+            } => cluster_bench::run(chats, seconds, cancels).await,
             Command::History {
                 backend,
                 keys,

@@ -26,10 +26,15 @@ pub struct Server {
 
 impl Server {
     fn spawn(args: &[String]) -> anyhow::Result<Server> {
+        Self::spawn_with(args, &[])
+    }
+
+    fn spawn_with(args: &[String], env: &[(String, String)]) -> anyhow::Result<Server> {
         let exe = std::env::current_exe()?;
         let mut child = Command::new(exe)
             .arg("serve")
             .args(args)
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -69,6 +74,11 @@ impl Server {
 
     pub fn chatd(llm: &Server) -> anyhow::Result<Server> {
         Self::spawn(&["chatd".into(), "--llm".into(), llm.llm_base()])
+    }
+
+    /// A chatd child with extra `CHATD__*` settings (cluster mode).
+    pub fn chatd_with(llm: &Server, env: &[(String, String)]) -> anyhow::Result<Server> {
+        Self::spawn_with(&["chatd".into(), "--llm".into(), llm.llm_base()], env)
     }
 
     pub fn llm_base(&self) -> String {

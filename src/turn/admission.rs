@@ -316,19 +316,17 @@ impl Turns {
                 }
                 true
             }
-            Err(TurnStoreError::Fenced) => match self.store.active(&ticket.lease.chat).await {
-                // Nobody holds the chat (Redis lost its data): the turn runs on; the chat
-                // is free again when it ends.
-                Ok(None) => {
-                    tracing::warn!("the turn's lease is gone; finishing the turn anyway");
-                    true
-                }
-                _ => {
-                    tracing::warn!("the turn's lease moved to another node; stopping it");
-                    ticket.stop(CancelReason::Revoked);
-                    false
-                }
-            },
+            // Nobody holds the chat (Redis lost its data): the turn runs on; the chat is
+            // free again when it ends.
+            Err(TurnStoreError::Gone) => {
+                tracing::warn!("the turn's lease is gone; finishing the turn anyway");
+                true
+            }
+            Err(TurnStoreError::Fenced) => {
+                tracing::warn!("the turn's lease moved to another node; stopping it");
+                ticket.stop(CancelReason::Revoked);
+                false
+            }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot renew the turn's lease");
                 true

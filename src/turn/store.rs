@@ -107,6 +107,10 @@ pub enum TurnStoreError {
     /// The lease (or the log) belongs to a newer generation: the caller lost its turn.
     #[error("the turn belongs to a newer generation")]
     Fenced,
+    /// The chat has no lease and no newer generation: the store lost it (Redis restarted
+    /// empty). Nobody else runs the chat.
+    #[error("the turn's lease is gone")]
+    Gone,
     #[error("turn store unavailable: {0}")]
     Unavailable(String),
     #[error("turn store did not answer within {0:?}")]
@@ -121,7 +125,8 @@ pub trait TurnStore: Send + Sync {
     fn admit<'a>(&'a self, req: Admit<'a>) -> BoxFuture<'a, Result<Admitted, TurnStoreError>>;
 
     /// Extends a running turn's lease by `ttl`; `Fenced` when the lease expired or moved
-    /// to another generation. Reports a recorded cancel request.
+    /// to another generation, `Gone` when there is no lease and no newer generation at all.
+    /// Reports a recorded cancel request.
     fn renew<'a>(
         &'a self,
         lease: &'a Lease,

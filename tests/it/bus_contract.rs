@@ -181,3 +181,52 @@ async fn redis_restarted_is_survived_without_subscribing_again() {
     assert_eq!(next_user(&mut b_rx).await.1, b"after");
     cancel.cancel();
 }
+
+/// A node whose users' channels are busy from the start still subscribes its own channel:
+/// frames arriving all the time must not keep the subscriber from restoring its channels.
+#[tokio::test]
+async fn redis_a_busy_node_still_comes_up_with_every_channel() {
+    let server = RedisServer::start().await.unwrap();
+    let cancel = CancellationToken::new();
+    let (a, _a_rx) = redis_node(&server.url(), "a", &cancel).await;
+    let alice = user("alice");
+    let (tx, mut b_rx) = mpsc::channel(1024);
+    let b = RedisBus::connect(
+        &server.url(),
+        false,
+        &NodeId::parse("b").unwrap(),
+        tx,
+        Duration::from_secs(2),
+        &TaskTracker::new(),
+        cancel.clone(),
+    )
+    .await
+    .unwrap();
+    b.subscribe(&alice).await.unwrap();
+    // Alice's channel is busy from now on (every 20 ms, faster than the retry period).
+    let flood = {
+        let a = a.clone();
+        let alice = alice.clone();
+        let stop = cancel.clone();
+        tokio::spawn(async move {
+            while !stop.is_cancelled() {
+                let _ = a.publish(&alice, b"busy".to_vec()).await;
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        })
+    };
+    let drain = tokio::spawn(async move { while b_rx.recv().await.is_some() {} });
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while b.ping().await.is_err() {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "the busy node never came up"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let channels = server.cli(&["PUBSUB", "CHANNELS", "{n:*"]).await.unwrap();
+    assert!(channels.contains("{n:b}:control"), "{channels}");
+    cancel.cancel();
+    let _ = flood.await;
+    drain.abort();
+}

@@ -75,6 +75,20 @@ lease = "2s"
                     .unwrap(),
             );
         }
+        // Every node listens on its own control channel (cancels from other nodes arrive
+        // there at once, not only with the next lease renewal).
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        loop {
+            let channels = redis.cli(&["PUBSUB", "CHANNELS", "{n:*"]).await.unwrap();
+            if (1..=n).all(|i| channels.contains(&format!("{{n:node-{i}}}:control"))) {
+                break;
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "control channels not subscribed: {channels}"
+            );
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
         Cluster {
             nodes,
             redis,

@@ -147,6 +147,15 @@ async fn leases_renew_expire_and_fence(s: Arc<dyn TurnStore>) {
         s.renew(&lease, SHORT).await,
         Err(TurnStoreError::Fenced)
     ));
+    // A lease the store has no trace of (it lost its data): gone, not taken.
+    let lost = Lease {
+        chat: chat("c-never-seen"),
+        ..lease.clone()
+    };
+    assert!(matches!(
+        s.renew(&lost, SHORT).await,
+        Err(TurnStoreError::Gone)
+    ));
     // An expired lease lets the next message start.
     let next = started(admit(s.as_ref(), &c, "m2", "b", LONG, 10).await);
     assert!(next.generation > lease.generation);

@@ -145,22 +145,9 @@ impl RedisBus {
         }
     }
 
-    async fn ping_subscriber(&self) -> Result<(), BusError> {
-        let call = async {
-            match self.subscriber.clone() {
-                Subscriber::Single(mut c) => ::redis::cmd("PING").query_async::<()>(&mut c).await,
-                Subscriber::Cluster(mut c) => ::redis::cmd("PING").query_async::<()>(&mut c).await,
-            }
-        };
-        match tokio::time::timeout(self.timeout, call).await {
-            Err(_) => Err(BusError::Timeout(self.timeout)),
-            Ok(r) => r.map_err(unavailable),
-        }
-    }
-
-    /// Subscribes to every held channel (after a connect or a reconnect).
+    /// Subscribes to every held channel (after a connect or a reconnect); the first
+    /// SUBSCRIBE is the check that Redis answers again.
     async fn restore(&self) -> Result<(), BusError> {
-        self.ping_subscriber().await?;
         let channels: Vec<String> = self.channels().iter().cloned().collect();
         for channel in channels {
             self.command("subscribe", &channel).await?;
@@ -219,6 +206,9 @@ async fn receive(
     cancel: CancellationToken,
 ) {
     let mut connected_once = false;
+    // One timer for the whole loop: pushes arriving in between do not postpone a retry.
+    let mut retry = tokio::time::interval(RETRY);
+    retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let down = !bus.up.load(Ordering::Acquire);
         tokio::select! {
@@ -235,7 +225,7 @@ async fn receive(
                     return;
                 }
             }
-            () = tokio::time::sleep(RETRY), if down => {
+            _ = retry.tick(), if down => {
                 match bus.restore().await {
                     Ok(()) => {
                         bus.up.store(true, Ordering::Release);
@@ -267,10 +257,8 @@ impl Bus for RedisBus {
         Box::pin(async move {
             let channel = user_channel(user);
             self.channels().insert(channel.clone());
-            if !self.up.load(Ordering::Acquire) {
-                // Restored with the others once the subscriber is back.
-                return Ok(());
-            }
+            // Subscribed now even while the receive loop has not (re)connected yet, so no
+            // frame published after this returns is missed; the loop's restore repeats it.
             let done = self.command("subscribe", &channel).await;
             if done.is_err() {
                 self.up.store(false, Ordering::Release);
@@ -290,6 +278,8 @@ impl Bus for RedisBus {
         })
     }
 
+    /// Up while the subscriber holds every channel (a dropped connection is reported by
+    /// the connection itself and clears it).
     fn ping(&self) -> Res<'_> {
         Box::pin(async move {
             if !self.up.load(Ordering::Acquire) {
@@ -297,7 +287,7 @@ impl Bus for RedisBus {
                     "the bus subscriber is not connected".into(),
                 ));
             }
-            self.ping_subscriber().await
+            Ok(())
         })
     }
 }

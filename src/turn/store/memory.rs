@@ -129,10 +129,13 @@ impl TurnStore for MemoryTurnStore {
         let now = Instant::now();
         let mut s = self.lock();
         let Some(chat) = s.chats.get_mut(&lease.chat) else {
-            return Box::pin(ready(Err(TurnStoreError::Fenced)));
+            return Box::pin(ready(Err(TurnStoreError::Gone)));
         };
         match &mut chat.lease {
             Some((held, until)) if held == lease && *until > now => *until = now + ttl,
+            None if chat.generation <= lease.generation => {
+                return Box::pin(ready(Err(TurnStoreError::Gone)));
+            }
             _ => return Box::pin(ready(Err(TurnStoreError::Fenced))),
         }
         let cancel = chat

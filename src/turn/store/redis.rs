@@ -194,10 +194,14 @@ impl TurnStore for RedisTurnStore {
             let mut conn = self.redis.conn().await?;
             let mut call = self.renew.key(chat_key(&lease.chat, "lease"));
             call.key(chat_key(&lease.chat, &format!("cancel:{}", lease.task)))
+                .key(chat_key(&lease.chat, "gen"))
                 .arg(lease.task.as_str())
                 .arg(lease.generation)
                 .arg(ttl.as_millis() as u64);
             let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
+            if r.first().map(Vec::as_slice) == Some(b"gone") {
+                return Err(TurnStoreError::Gone);
+            }
             if r.first().map(Vec::as_slice) != Some(b"ok") || r.len() < 3 {
                 return Err(TurnStoreError::Fenced);
             }

@@ -46,10 +46,15 @@ redis.call('PEXPIRE', KEYS[1], ARGV[8])
 return reply('started', n)
 "#;
 
-/// KEYS: lease, cancel flag. ARGV: task, gen, lease ms. Extends a live lease.
+/// KEYS: lease, cancel flag, gen. ARGV: task, gen, lease ms. Extends a live lease; 'gone'
+/// when there is no lease and no newer generation (the data was lost).
 pub const RENEW: &str = r#"
 local l = lease_of(KEYS[1])
-if not l or l.task ~= ARGV[1] or l.gen ~= ARGV[2] or l.untl <= now then
+if not l then
+  if tonumber(redis.call('GET', KEYS[3]) or '0') <= tonumber(ARGV[2]) then return {'gone'} end
+  return {'fenced'}
+end
+if l.task ~= ARGV[1] or l.gen ~= ARGV[2] or l.untl <= now then
   return {'fenced'}
 end
 local untl = now + tonumber(ARGV[3])
