@@ -114,6 +114,9 @@ impl Session {
                 p.message_id = Some(message_id);
                 self.reply(ServerMessage::Error(p));
             }
+            Admission::Foreign => {
+                self.store_failed(StoreError::Forbidden, Some(&m.chat_id), Some(&message_id))
+            }
         }
     }
 

@@ -72,8 +72,12 @@ impl TurnTicket {
 
 pub enum Admission {
     Start(Box<TurnTicket>),
-    Queued { active_task_id: TaskId },
+    Queued {
+        active_task_id: TaskId,
+    },
     QueueFull,
+    /// Another user's turn runs in this chat.
+    Foreign,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -197,6 +201,7 @@ impl Turns {
                 active_task_id: active.task,
             },
             Admitted::QueueFull { .. } => Admission::QueueFull,
+            Admitted::Foreign => Admission::Foreign,
         })
     }
 

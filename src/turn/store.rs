@@ -62,6 +62,8 @@ pub enum Admitted {
     Queued { active: Lease },
     /// A turn runs and its queue is full; nothing was stored.
     QueueFull { active: Lease },
+    /// A turn of another owner runs in this chat; nothing was stored.
+    Foreign,
 }
 
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -90,6 +90,19 @@ async fn admission_queue_and_hand_over(s: Arc<dyn TurnStore>) {
         admit(s.as_ref(), &c, "m4", "b", LONG, 2).await,
         Admitted::QueueFull { .. }
     ));
+    // Another owner's message never joins this chat's queue.
+    let mallory = UserHash::of(&UserId::parse("mallory").unwrap());
+    let foreign = Admit {
+        chat: &c,
+        owner: &mallory,
+        task: &TaskId::random(),
+        node: &node("b"),
+        message: &msg("x1"),
+        value: b"not yours".to_vec(),
+        lease: LONG,
+        max_queue: 2,
+    };
+    assert_eq!(s.admit(foreign).await.unwrap(), Admitted::Foreign);
     // A re-send replaces its queued copy in place.
     let again = Admit {
         chat: &c,

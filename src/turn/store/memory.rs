@@ -100,6 +100,9 @@ impl TurnStore for MemoryTurnStore {
         let mut s = self.lock();
         s.sweep(now);
         if let Some(active) = s.live(req.chat, now).cloned() {
+            if &active.owner != req.owner {
+                return Box::pin(ready(Ok(Admitted::Foreign)));
+            }
             let chat = s.chats.entry(req.chat.clone()).or_default();
             if let Some(q) = chat.queue.iter_mut().find(|(m, _)| m == req.message) {
                 q.1 = req.value;

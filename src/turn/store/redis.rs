@@ -176,6 +176,9 @@ impl TurnStore for RedisTurnStore {
                 .arg(req.max_queue)
                 .arg(KEEP.as_millis() as u64);
             let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
+            if r.first().map(Vec::as_slice) == Some(b"foreign") {
+                return Ok(Admitted::Foreign);
+            }
             let (lease, until) = lease_at(req.chat, &r)?;
             Ok(match text(&r[0])? {
                 "started" => {

@@ -23,6 +23,7 @@ end
 pub const ADMIT: &str = r#"
 local l = lease_of(KEYS[1])
 if l and l.untl > now then
+  if l.owner ~= ARGV[4] then return {'foreign'} end
   if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then
     redis.call('HSET', KEYS[4], ARGV[2], ARGV[6])
     return reply('queued', l)
