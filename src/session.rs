@@ -2,6 +2,7 @@
 //! [`ClientMessage`] with ownership checks. Bad input becomes a typed `error` frame and the
 //! connection stays usable.
 
+mod embeds;
 mod message;
 mod persist;
 mod resume;

@@ -1,40 +1,32 @@
-//! The client's persistence messages: ciphertexts go to the permanent store unread, the
-//! sender gets an acknowledgement, the user's other devices learn of the change. Every id is
-//! checked against the owner (in the store's queries and in the in-memory chat registry);
-//! a foreign id is `forbidden` with nothing changed.
+//! The client's persistence messages for chats and messages: ciphertexts go to the
+//! permanent store unread, the sender gets an acknowledgement, the user's other devices
+//! learn of the change. Every id is checked against the owner (in the store's queries, and
+//! for a chat no client stored yet, against its first writer's claim); a foreign id is
+//! `forbidden` with nothing changed. Embeds are in `embeds.rs`.
 
 use chatd_protocol::{
     AiResponseCompleted, AiResponseStorageConfirmed, ChatDeleted, ChatId, ChatMessageConfirmed,
-    ChatMetadataStored, ChatTitleUpdated, DeleteChat, DeleteMessage, EmbedKeysStored, EmbedUpdate,
-    EncryptedChatMetadata, EncryptedChatMetadataUpdate, EncryptedMessage, EncryptedMetadataStored,
-    ErrorCode, ErrorPayload, MessageDeleted, MessageId, NewEncryptedMessage, RequestEmbed, Role,
-    SendEmbedData, ServerMessage, StoreEmbed, StoreEmbedKeys, UpdatePostProcessingMetadata,
-    UpdateTitle,
+    ChatMetadataStored, ChatTitleUpdated, DeleteChat, DeleteMessage, EncryptedChatMetadata,
+    EncryptedChatMetadataUpdate, EncryptedMessage, EncryptedMetadataStored, ErrorCode,
+    ErrorPayload, MessageDeleted, MessageId, NewEncryptedMessage, Role, ServerMessage,
+    UpdatePostProcessingMetadata, UpdateTitle,
 };
 
 use super::Session;
+use crate::clock::unix_now;
 use crate::crypto::UserHash;
 use crate::delivery::Audience;
-use crate::store::{ChatPatch, StoreError, hash_id};
+use crate::store::{ChatPatch, StoreError};
 
-/// Most wrapped keys accepted in one `store_embed_keys`.
-const MAX_EMBED_KEYS: usize = 1000;
 /// Most embeds one `delete_message` may remove.
 const MAX_EMBEDS_TO_DELETE: usize = 1000;
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
-}
 
 impl Session {
     pub(super) fn user_hash(&self) -> UserHash {
         UserHash::of(&self.device.user)
     }
 
-    fn invalid(&self, reason: impl Into<String>, chat: Option<&ChatId>) {
+    pub(super) fn invalid(&self, reason: impl Into<String>, chat: Option<&ChatId>) {
         let mut p = ErrorPayload::new(ErrorCode::InvalidPayload, reason);
         p.chat_id = chat.cloned();
         self.reply(ServerMessage::Error(p));
@@ -136,7 +128,7 @@ impl Session {
         }
     }
 
-    fn others(&self) -> Audience {
+    pub(super) fn others(&self) -> Audience {
         Audience::AllExcept(self.device.conn_id)
     }
 
@@ -170,7 +162,7 @@ impl Session {
                 Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
             }
         }
-        let created_at = m.created_at.unwrap_or_else(now);
+        let created_at = m.created_at.unwrap_or_else(unix_now);
         let patch = ChatPatch {
             encrypted_title: m.encrypted_title.clone(),
             encrypted_icon: m.encrypted_icon.clone(),
@@ -477,103 +469,5 @@ impl Session {
             }
             Err(e) => self.store_failed(e, Some(chat), Some(&m.message_id)),
         }
-    }
-
-    pub(super) async fn store_embed(&self, m: StoreEmbed) {
-        let user = &self.device.user;
-        if m.encrypted_content.as_deref().is_none_or(str::is_empty) {
-            return self.invalid("encrypted_content is required", None);
-        }
-        match self.app.store.put_embed(user, &m).await {
-            Ok(()) => {
-                let update = EmbedUpdate {
-                    embed_id: m.embed_id,
-                    chat_id: m.hashed_chat_id,
-                    status: m.status,
-                    child_embed_ids: m.embed_ids,
-                    version_number: m.version_number,
-                };
-                self.reply(ServerMessage::EmbedStored(update.clone()));
-                self.broadcast(self.others(), &ServerMessage::EmbedUpdate(update));
-            }
-            Err(e) => self.store_failed(e, None, None),
-        }
-    }
-
-    pub(super) async fn store_embed_keys(&self, m: StoreEmbedKeys) {
-        if m.keys.is_empty() || m.keys.len() > MAX_EMBED_KEYS {
-            return self.invalid(
-                format!("keys must hold 1 to {MAX_EMBED_KEYS} entries"),
-                None,
-            );
-        }
-        for k in &m.keys {
-            if !matches!(k.key_type.as_str(), "master" | "chat") {
-                return self.invalid("key_type must be \"master\" or \"chat\"", None);
-            }
-            if k.hashed_embed_id.is_empty() || k.hashed_embed_id.len() > 128 {
-                return self.invalid("hashed_embed_id must be 1 to 128 characters", None);
-            }
-            if k.encrypted_embed_key.is_empty() {
-                return self.invalid("encrypted_embed_key must not be empty", None);
-            }
-        }
-        match self
-            .app
-            .store
-            .put_embed_keys(&self.device.user, &m.keys)
-            .await
-        {
-            Ok(count) => self.reply(ServerMessage::EmbedKeysStored(EmbedKeysStored { count })),
-            Err(e) => self.store_failed(e, None, None),
-        }
-    }
-
-    /// Serves an embed from the server cache (plaintext for the client to encrypt) or else
-    /// the stored client-encrypted copy with its wrapped keys. Another user's embed is
-    /// `not_found` (its existence is not revealed).
-    pub(super) async fn request_embed(&self, m: RequestEmbed) {
-        let user = &self.device.user;
-        match self
-            .app
-            .turn
-            .ai_cache
-            .get_embed(&self.user_hash(), &m.embed_id)
-            .await
-        {
-            Ok(Some(cached)) => {
-                return self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
-                    embed_type: Some(cached.embed_type),
-                    content: Some(cached.content),
-                    status: cached.status,
-                    version_number: Some(cached.version_number),
-                    encryption_mode: Some("client".into()),
-                    ..SendEmbedData::new(m.embed_id)
-                })));
-            }
-            Ok(None) => {}
-            Err(e) => tracing::debug!(error = %e, "embed cache unavailable; trying the store"),
-        }
-        let stored = match self.app.store.embed(user, &m.embed_id).await {
-            Ok(Some(e)) => e,
-            Ok(None) => return self.store_failed(StoreError::NotFound, None, None),
-            Err(e) => return self.store_failed(e, None, None),
-        };
-        let keys = match self
-            .app
-            .store
-            .embed_keys(user, &[hash_id(m.embed_id.as_str())])
-            .await
-        {
-            Ok(k) => k,
-            Err(e) => return self.store_failed(e, None, None),
-        };
-        self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
-            already_encrypted: true,
-            status: stored.status.clone(),
-            embed: Some(stored),
-            embed_keys: keys,
-            ..SendEmbedData::new(m.embed_id)
-        })));
     }
 }

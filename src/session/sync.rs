@@ -22,6 +22,7 @@ use chatd_protocol::{
 use serde::{Deserialize, Serialize};
 
 use super::Session;
+use crate::clock::unix_now as now;
 use crate::store::{ChatCursor, StoreError, hash_id};
 
 /// Chats whose content phase 1 sends (and phase 3 sends per batch).
@@ -49,13 +50,6 @@ impl Delta {
                 && v.title_v.unwrap_or(0) >= chat.versions.title_v
         })
     }
-}
-
-fn now() -> i64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map(|d| i64::try_from(d.as_secs()).unwrap_or(i64::MAX))
-        .unwrap_or(0)
 }
 
 impl Session {

@@ -1,0 +1,114 @@
+//! The client's embed messages: encrypted embeds and their wrapped keys go to the permanent
+//! store unread (the sender gets an acknowledgement, the other devices the update), and an
+//! embed is served back to its owner. A foreign id is `forbidden` with nothing changed.
+
+use chatd_protocol::{
+    EmbedKeysStored, EmbedUpdate, RequestEmbed, SendEmbedData, ServerMessage, StoreEmbed,
+    StoreEmbedKeys,
+};
+
+use super::Session;
+use crate::store::{StoreError, hash_id};
+
+/// Most wrapped keys accepted in one `store_embed_keys`.
+const MAX_EMBED_KEYS: usize = 1000;
+
+impl Session {
+    pub(super) async fn store_embed(&self, m: StoreEmbed) {
+        let user = &self.device.user;
+        if m.encrypted_content.as_deref().is_none_or(str::is_empty) {
+            return self.invalid("encrypted_content is required", None);
+        }
+        match self.app.store.put_embed(user, &m).await {
+            Ok(()) => {
+                let update = EmbedUpdate {
+                    embed_id: m.embed_id,
+                    chat_id: m.hashed_chat_id,
+                    status: m.status,
+                    child_embed_ids: m.embed_ids,
+                    version_number: m.version_number,
+                };
+                self.reply(ServerMessage::EmbedStored(update.clone()));
+                self.broadcast(self.others(), &ServerMessage::EmbedUpdate(update));
+            }
+            Err(e) => self.store_failed(e, None, None),
+        }
+    }
+
+    pub(super) async fn store_embed_keys(&self, m: StoreEmbedKeys) {
+        if m.keys.is_empty() || m.keys.len() > MAX_EMBED_KEYS {
+            return self.invalid(
+                format!("keys must hold 1 to {MAX_EMBED_KEYS} entries"),
+                None,
+            );
+        }
+        for k in &m.keys {
+            if !matches!(k.key_type.as_str(), "master" | "chat") {
+                return self.invalid("key_type must be \"master\" or \"chat\"", None);
+            }
+            if k.hashed_embed_id.is_empty() || k.hashed_embed_id.len() > 128 {
+                return self.invalid("hashed_embed_id must be 1 to 128 characters", None);
+            }
+            if k.encrypted_embed_key.is_empty() {
+                return self.invalid("encrypted_embed_key must not be empty", None);
+            }
+        }
+        match self
+            .app
+            .store
+            .put_embed_keys(&self.device.user, &m.keys)
+            .await
+        {
+            Ok(count) => self.reply(ServerMessage::EmbedKeysStored(EmbedKeysStored { count })),
+            Err(e) => self.store_failed(e, None, None),
+        }
+    }
+
+    /// Serves an embed from the server cache (plaintext for the client to encrypt) or else
+    /// the stored client-encrypted copy with its wrapped keys. Another user's embed is
+    /// `not_found` (its existence is not revealed).
+    pub(super) async fn request_embed(&self, m: RequestEmbed) {
+        let user = &self.device.user;
+        match self
+            .app
+            .turn
+            .ai_cache
+            .get_embed(&self.user_hash(), &m.embed_id)
+            .await
+        {
+            Ok(Some(cached)) => {
+                return self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+                    embed_type: Some(cached.embed_type),
+                    content: Some(cached.content),
+                    status: cached.status,
+                    version_number: Some(cached.version_number),
+                    encryption_mode: Some("client".into()),
+                    ..SendEmbedData::new(m.embed_id)
+                })));
+            }
+            Ok(None) => {}
+            Err(e) => tracing::debug!(error = %e, "embed cache unavailable; trying the store"),
+        }
+        let stored = match self.app.store.embed(user, &m.embed_id).await {
+            Ok(Some(e)) => e,
+            Ok(None) => return self.store_failed(StoreError::NotFound, None, None),
+            Err(e) => return self.store_failed(e, None, None),
+        };
+        let keys = match self
+            .app
+            .store
+            .embed_keys(user, &[hash_id(m.embed_id.as_str())])
+            .await
+        {
+            Ok(k) => k,
+            Err(e) => return self.store_failed(e, None, None),
+        };
+        self.reply(ServerMessage::SendEmbedData(Box::new(SendEmbedData {
+            already_encrypted: true,
+            status: stored.status.clone(),
+            embed: Some(stored),
+            embed_keys: keys,
+            ..SendEmbedData::new(m.embed_id)
+        })));
+    }
+}
