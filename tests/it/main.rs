@@ -13,6 +13,7 @@ mod bus_contract;
 mod cache_contract;
 mod cli;
 mod cluster;
+mod cluster_harness;
 mod history;
 mod http_surface;
 mod links;

@@ -1,5 +1,6 @@
 //! chatd's test harness: real services on free ports, stopped on drop, and test clients.
 //! - [`redis::RedisServer`]: `redis-server` without persistence
+//! - [`redis_cluster::RedisCluster`]: a Redis Cluster of N masters on loopback
 //! - [`openbao::OpenBao`]: `bao server -dev` with transit enabled
 //! - [`postgres::Postgres`]: a throwaway PostgreSQL cluster (`initdb` + `postgres`)
 //! - [`blackhole::Blackhole`]: accepts TCP and never answers
@@ -22,6 +23,7 @@ pub mod openbao;
 pub mod postgres;
 pub mod process;
 pub mod redis;
+pub mod redis_cluster;
 pub mod ws_client;
 
 /// A port that was free a moment ago on 127.0.0.1.

@@ -1,9 +1,11 @@
-//! Finding binaries (with an install hint) and waiting for a service to become ready.
+//! Finding binaries (with an install hint), waiting for a service to become ready, and
+//! signalling a child process.
 
 use std::path::PathBuf;
 use std::time::Duration;
 
-use anyhow::bail;
+use anyhow::{Context, bail};
+use tokio::process::{Child, Command};
 
 /// How long a service may take to start.
 pub const START_DEADLINE: Duration = Duration::from_secs(30);
@@ -43,4 +45,19 @@ pub async fn port_open(port: u16) -> bool {
     tokio::net::TcpStream::connect(("127.0.0.1", port))
         .await
         .is_ok()
+}
+
+/// Sends `SIG<name>` (`STOP`, `CONT`, `TERM`, ...) to a running child with the `kill` command.
+pub async fn signal(child: Option<&Child>, name: &str) -> anyhow::Result<()> {
+    let pid = child
+        .and_then(|c| c.id())
+        .context("the process is not running")?;
+    let status = Command::new("kill")
+        .arg(format!("-{name}"))
+        .arg(pid.to_string())
+        .status()
+        .await
+        .context("running kill")?;
+    anyhow::ensure!(status.success(), "kill -{name} {pid} failed: {status}");
+    Ok(())
 }

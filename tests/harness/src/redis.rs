@@ -5,7 +5,7 @@ use std::process::Stdio;
 use anyhow::Context;
 use tokio::process::{Child, Command};
 
-use crate::process::{find_binary, port_open, wait_until};
+use crate::process::{find_binary, port_open, signal, wait_until};
 
 pub struct RedisServer {
     port: u16,
@@ -57,6 +57,11 @@ impl RedisServer {
         format!("redis://127.0.0.1:{}", self.port)
     }
 
+    /// The server's process id while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().and_then(|c| c.id())
+    }
+
     /// SIGKILLs the server and waits for it to exit.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
@@ -72,50 +77,81 @@ impl RedisServer {
 
     /// Runs `redis-cli -p PORT args...` and returns its stdout.
     pub async fn cli(&self, args: &[&str]) -> anyhow::Result<String> {
-        let bin = find_binary("redis-cli", &[], "apt-get install redis-tools")?;
-        let out = Command::new(bin)
-            .args(["-p", &self.port.to_string()])
-            .args(args)
-            .output()
-            .await?;
-        anyhow::ensure!(
-            out.status.success(),
-            "redis-cli failed: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
-        Ok(String::from_utf8_lossy(&out.stdout).into_owned())
+        cli(self.port, args).await
     }
 
-    /// Every key and its raw value bytes (strings, list items, set and zset members).
+    /// Every key and its raw value bytes (strings, list items, set and zset members, hash
+    /// fields and values, stream entry ids, fields and values).
     pub async fn dump(&self) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
-        let keys = self.cli(&["--scan"]).await?;
-        let mut out = Vec::new();
-        for key in keys.lines().filter(|k| !k.is_empty()) {
-            let kind = self.cli(&["TYPE", key]).await?;
-            let args: Vec<&str> = match kind.trim() {
-                "string" => vec!["--no-raw", "GET", key],
-                "list" => vec!["--no-raw", "LRANGE", key, "0", "-1"],
-                "set" => vec!["--no-raw", "SMEMBERS", key],
-                "zset" => vec!["--no-raw", "ZRANGE", key, "0", "-1"],
-                "hash" => vec!["--no-raw", "HGETALL", key],
-                "stream" => vec!["--no-raw", "XRANGE", key, "-", "+"],
-                _ => continue,
-            };
-            let value = Command::new(find_binary(
-                "redis-cli",
-                &[],
-                "apt-get install redis-tools",
-            )?)
-            .args(["-p", &self.port.to_string()])
-            .args(["--raw"])
-            .args(&args[1..])
-            .output()
-            .await?
-            .stdout;
-            out.push((key.to_string(), value));
-        }
-        Ok(out)
+        dump(self.port).await
     }
+
+    /// Freezes the server (SIGSTOP): it keeps its connections but answers nothing.
+    pub async fn pause(&self) -> anyhow::Result<()> {
+        signal(self.child.as_ref(), "STOP").await
+    }
+
+    /// Thaws a paused server (SIGCONT).
+    pub async fn resume(&self) -> anyhow::Result<()> {
+        signal(self.child.as_ref(), "CONT").await
+    }
+}
+
+/// Runs `redis-cli -p PORT [prefix...] args...` and returns its raw stdout.
+async fn cli_bytes(port: u16, prefix: &[&str], args: &[&str]) -> anyhow::Result<Vec<u8>> {
+    let bin = find_binary("redis-cli", &[], "apt-get install redis-tools")?;
+    let out = Command::new(bin)
+        .args(["-p", &port.to_string()])
+        .args(prefix)
+        .args(args)
+        .output()
+        .await
+        .context("running redis-cli")?;
+    anyhow::ensure!(
+        out.status.success(),
+        "redis-cli -p {port} {args:?} failed: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    Ok(out.stdout)
+}
+
+/// Runs `redis-cli -p PORT args...` and returns its stdout as text.
+pub(crate) async fn cli(port: u16, args: &[&str]) -> anyhow::Result<String> {
+    let out = cli_bytes(port, &[], args).await?;
+    Ok(String::from_utf8_lossy(&out).into_owned())
+}
+
+/// The keys one server holds (`--scan`; on a cluster node, the keys of its own slots).
+pub(crate) async fn keys(port: u16) -> anyhow::Result<Vec<String>> {
+    let keys = cli(port, &["--scan"]).await?;
+    Ok(keys
+        .lines()
+        .filter(|k| !k.is_empty())
+        .map(str::to_string)
+        .collect())
+}
+
+/// Every key of one server and its raw value bytes, read by type.
+pub(crate) async fn dump(port: u16) -> anyhow::Result<Vec<(String, Vec<u8>)>> {
+    let mut out = Vec::new();
+    for key in keys(port).await? {
+        let key = key.as_str();
+        let kind = cli(port, &["TYPE", key]).await?;
+        let args: &[&str] = match kind.trim() {
+            "string" => &["GET", key],
+            "list" => &["LRANGE", key, "0", "-1"],
+            "set" => &["SMEMBERS", key],
+            "zset" => &["ZRANGE", key, "0", "-1"],
+            "hash" => &["HGETALL", key],
+            "stream" => &["XRANGE", key, "-", "+"],
+            // Expired between the scan and the read.
+            "none" => continue,
+            other => anyhow::bail!("dump: key {key} has a type it cannot read: {other}"),
+        };
+        let value = cli_bytes(port, &["--raw"], args).await?;
+        out.push((key.to_string(), value));
+    }
+    Ok(out)
 }
 
 async fn ping(port: u16) -> bool {
