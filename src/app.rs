@@ -76,7 +76,9 @@ pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheErro
     let c = &config.cache;
     Ok(match c.backend {
         CacheBackendKind::Memory => Arc::new(MemoryBackend::new(c.memory_max_entries)),
-        CacheBackendKind::Redis => Arc::new(RedisBackend::new(&c.redis_url, c.timeout)?),
+        CacheBackendKind::Redis => {
+            Arc::new(RedisBackend::new(&c.redis_url, c.redis_cluster, c.timeout)?)
+        }
     })
 }
 

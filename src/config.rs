@@ -199,6 +199,8 @@ pub enum CacheBackendKind {
 pub struct CacheConfig {
     pub backend: CacheBackendKind,
     pub redis_url: String,
+    /// `redis_url` is a seed node of a Redis Cluster (the cluster client follows the slots).
+    pub redis_cluster: bool,
     /// Deadline of every cache call.
     #[serde(with = "humantime_serde")]
     pub timeout: Duration,
@@ -353,6 +355,15 @@ impl Config {
             return invalid(
                 "cache.redis_url",
                 "must start with redis://, rediss:// or unix://",
+            );
+        }
+        if c.backend == CacheBackendKind::Redis
+            && c.redis_cluster
+            && c.redis_url.starts_with("unix://")
+        {
+            return invalid(
+                "cache.redis_cluster",
+                "a Redis Cluster is reached over TCP: cache.redis_url must be redis:// or rediss://",
             );
         }
         if c.timeout.is_zero() {

@@ -89,7 +89,8 @@ pub enum EmbedWrite {
     Stored,
     /// The cached copy has the same or a newer version.
     Unchanged,
-    /// The embed id belongs to another user.
+    /// The cached entry under the user's embed id names another owner (embed ids are per
+    /// user in the cache, so only a misplaced or tampered entry does).
     Foreign,
 }
 
@@ -248,7 +249,7 @@ impl AiCache {
         chat: &ChatId,
         embed: &ClientEmbed,
     ) -> Result<EmbedWrite, CacheFault> {
-        if let Some(existing) = self.envelope(&embed.embed_id).await? {
+        if let Some(existing) = self.envelope(user, &embed.embed_id).await? {
             if existing.owner != user.as_str() {
                 return Ok(EmbedWrite::Foreign);
             }
@@ -279,7 +280,7 @@ impl AiCache {
         let bytes =
             serde_json::to_vec(&envelope).map_err(|e| CacheError::Protocol(e.to_string()))?;
         self.backend
-            .embed_put(chat, &embed.embed_id, bytes, self.policy.ttl)
+            .embed_put(user, chat, &embed.embed_id, bytes, self.policy.ttl)
             .await?;
         Ok(EmbedWrite::Stored)
     }
@@ -290,14 +291,18 @@ impl AiCache {
         user: &UserHash,
         embed: &EmbedId,
     ) -> Result<Option<CachedEmbed>, CacheFault> {
-        match self.envelope(embed).await? {
+        match self.envelope(user, embed).await? {
             Some(env) if env.owner == user.as_str() => self.open_envelope(user, embed, &env).await,
             _ => Ok(None),
         }
     }
 
-    async fn envelope(&self, embed: &EmbedId) -> Result<Option<EmbedEnvelope>, CacheFault> {
-        let Some(bytes) = self.backend.embed_get(embed).await? else {
+    async fn envelope(
+        &self,
+        user: &UserHash,
+        embed: &EmbedId,
+    ) -> Result<Option<EmbedEnvelope>, CacheFault> {
+        let Some(bytes) = self.backend.embed_get(user, embed).await? else {
             return Ok(None);
         };
         Ok(serde_json::from_slice(&bytes).ok())
@@ -507,12 +512,29 @@ mod tests {
             cache.put_embed(&a, &chat, &e).await.unwrap(),
             EmbedWrite::Stored
         );
+        // Embed ids are per user: Bob's embed of the same id is his own entry.
+        assert!(cache.get_embed(&b, &e.embed_id).await.unwrap().is_none());
+        let mut bobs = e.clone();
+        bobs.content = "title: Bob's".into();
         assert_eq!(
-            cache.put_embed(&b, &chat, &e).await.unwrap(),
-            EmbedWrite::Foreign
+            cache.put_embed(&b, &chat, &bobs).await.unwrap(),
+            EmbedWrite::Stored
         );
         let got = cache.get_embed(&a, &e.embed_id).await.unwrap().unwrap();
         assert_eq!(got.content, "title: Newer");
+        let got = cache.get_embed(&b, &e.embed_id).await.unwrap().unwrap();
+        assert_eq!(got.content, "title: Bob's");
+        // Alice's entry copied under Bob's key is refused and does not open for him.
+        let backend = cache.backend();
+        let alices = backend.embed_get(&a, &e.embed_id).await.unwrap().unwrap();
+        backend
+            .embed_put(&b, &chat, &e.embed_id, alices, Duration::from_secs(60))
+            .await
+            .unwrap();
+        assert_eq!(
+            cache.put_embed(&b, &chat, &bobs).await.unwrap(),
+            EmbedWrite::Foreign
+        );
         assert!(cache.get_embed(&b, &e.embed_id).await.unwrap().is_none());
     }
 }

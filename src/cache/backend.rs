@@ -89,23 +89,27 @@ pub trait CacheBackend: Send + Sync {
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<(), CacheError>>;
 
-    /// Stores an embed and indexes it under the chat.
+    /// Stores an embed of `user` and indexes it under the user's chat.
     fn embed_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         embed: &'a EmbedId,
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>>;
 
+    /// An embed of `user` (embed ids are per user in the cache).
     fn embed_get<'a>(
         &'a self,
+        user: &'a UserHash,
         embed: &'a EmbedId,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
 
-    /// Stores one app settings/memories entry of a chat and indexes it.
+    /// Stores one app settings/memories entry of a user's chat and indexes it.
     fn settings_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
         value: Vec<u8>,
@@ -114,6 +118,7 @@ pub trait CacheBackend: Send + Sync {
 
     fn settings_get<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>>;
@@ -227,35 +232,42 @@ impl crate::crypto::WrappedKeyStore for WrappedKeys {
     }
 }
 
-/// The key names, shared by every backend.
+/// The key names, shared by every backend. Every key of one user's AI cache, embeds,
+/// settings/memories and sync cache starts with the user's hash tag `{u:<user hash>}`, so on
+/// a Redis Cluster they all live in one slot and one script may touch them together. The
+/// Lua scripts in `redis/scripts.rs` build the same names from [`tag`].
 pub mod keys {
     use super::*;
 
+    /// `{u:<user hash>}`: the hash tag (and prefix) of every key of the user.
+    pub fn tag(user: &UserHash) -> String {
+        format!("{{u:{}}}", user.as_str())
+    }
     pub fn ai_messages(user: &UserHash, chat: &str) -> String {
-        format!("user:{}:chat:{chat}:messages:ai", user.as_str())
+        format!("{}:chat:{chat}:messages:ai", tag(user))
     }
     pub fn ai_lru(user: &UserHash) -> String {
-        format!("user:{}:ai_cache_lru", user.as_str())
+        format!("{}:ai_cache_lru", tag(user))
     }
-    pub fn embed(embed: &str) -> String {
-        format!("embed:{embed}")
+    pub fn embed(user: &UserHash, embed: &str) -> String {
+        format!("{}:embed:{embed}", tag(user))
     }
-    pub fn embed_index(chat: &str) -> String {
-        format!("chat:{chat}:embed_ids")
+    pub fn embed_index(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:embed_ids", tag(user))
     }
-    pub fn settings(chat: &str, app_key: &str) -> String {
-        format!("chat:{chat}:app_settings_memories:{app_key}")
+    pub fn settings(user: &UserHash, chat: &str, app_key: &str) -> String {
+        format!("{}:chat:{chat}:app_settings_memories:{app_key}", tag(user))
     }
-    pub fn settings_index(chat: &str) -> String {
-        format!("chat:{chat}:app_settings_memories_keys")
+    pub fn settings_index(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:app_settings_memories_keys", tag(user))
     }
     pub fn sync(user: &UserHash, chat: &str) -> String {
-        format!("user:{}:chat:{chat}:messages:sync", user.as_str())
+        format!("{}:chat:{chat}:messages:sync", tag(user))
     }
     /// A chat's `messages_v`: every user message and answer bumps it; seeded from the
     /// permanent store when absent.
     pub fn chat_versions(user: &UserHash, chat: &str) -> String {
-        format!("user:{}:chat:{chat}:messages_v", user.as_str())
+        format!("{}:chat:{chat}:messages_v", tag(user))
     }
     /// Who claimed a chat no client has stored yet (its first writer).
     pub fn chat_claim(chat: &str) -> String {
@@ -263,13 +275,13 @@ pub mod keys {
     }
     /// Answers waiting for a device to store them.
     pub fn pending(user: &UserHash) -> String {
-        format!("user:{}:pending_answers", user.as_str())
+        format!("{}:pending_answers", tag(user))
     }
     /// The pending answers' ids by age.
     pub fn pending_order(user: &UserHash) -> String {
-        format!("user:{}:pending_order", user.as_str())
+        format!("{}:pending_order", tag(user))
     }
     pub fn sync_index(user: &UserHash) -> String {
-        format!("user:{}:sync_chats", user.as_str())
+        format!("{}:sync_chats", tag(user))
     }
 }

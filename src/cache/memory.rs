@@ -131,20 +131,20 @@ impl MemoryBackend {
     /// Removes a chat's messages, exclusive embeds, embed index and settings (lock held).
     fn evict_chat(&self, user: &UserHash, chat: &str, keep: &[String]) {
         self.del(&keys::ai_messages(user, chat));
-        let index = keys::embed_index(chat);
+        let index = keys::embed_index(user, chat);
         let kept: Vec<HashSet<String>> = keep
             .iter()
-            .map(|k| self.set_members(&keys::embed_index(k)))
+            .map(|k| self.set_members(&keys::embed_index(user, k)))
             .collect();
         for embed in self.set_members(&index) {
             if !kept.iter().any(|s| s.contains(&embed)) {
-                self.del(&keys::embed(&embed));
+                self.del(&keys::embed(user, &embed));
             }
         }
         self.del(&index);
-        let settings_index = keys::settings_index(chat);
+        let settings_index = keys::settings_index(user, chat);
         for app_key in self.set_members(&settings_index) {
-            self.del(&keys::settings(chat, &app_key));
+            self.del(&keys::settings(user, chat, &app_key));
         }
         self.del(&settings_index);
     }
@@ -282,22 +282,28 @@ impl CacheBackend for MemoryBackend {
 
     fn embed_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         embed: &'a EmbedId,
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         let _guard = self.lock();
-        self.set(keys::embed(embed.as_str()), Value::Bytes(value), Some(ttl));
-        self.set_add(&keys::embed_index(chat.as_str()), embed.as_str(), ttl);
+        self.set(
+            keys::embed(user, embed.as_str()),
+            Value::Bytes(value),
+            Some(ttl),
+        );
+        self.set_add(&keys::embed_index(user, chat.as_str()), embed.as_str(), ttl);
         ready(Ok(()))
     }
 
     fn embed_get<'a>(
         &'a self,
+        user: &'a UserHash,
         embed: &'a EmbedId,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        ready(Ok(match self.get(&keys::embed(embed.as_str())) {
+        ready(Ok(match self.get(&keys::embed(user, embed.as_str())) {
             Some(Value::Bytes(b)) => Some(b),
             _ => None,
         }))
@@ -305,6 +311,7 @@ impl CacheBackend for MemoryBackend {
 
     fn settings_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
         value: Vec<u8>,
@@ -312,21 +319,22 @@ impl CacheBackend for MemoryBackend {
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         let _guard = self.lock();
         self.set(
-            keys::settings(chat.as_str(), app_key),
+            keys::settings(user, chat.as_str(), app_key),
             Value::Bytes(value),
             Some(ttl),
         );
-        self.set_add(&keys::settings_index(chat.as_str()), app_key, ttl);
+        self.set_add(&keys::settings_index(user, chat.as_str()), app_key, ttl);
         ready(Ok(()))
     }
 
     fn settings_get<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
         ready(Ok(
-            match self.get(&keys::settings(chat.as_str(), app_key)) {
+            match self.get(&keys::settings(user, chat.as_str(), app_key)) {
                 Some(Value::Bytes(b)) => Some(b),
                 _ => None,
             },

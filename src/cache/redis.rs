@@ -1,15 +1,19 @@
-//! The Redis cache backend (the only module that imports `redis`): one multiplexed
-//! connection manager that reconnects on its own, our own deadline around every call, and
-//! Lua scripts for the compound operations so each is atomic on the server.
-//! The scripts build some key names from arguments, so they need a single Redis (or keys
-//! that hash to one slot); Redis Cluster deployments would tag keys by user.
+//! The Redis cache backend (the only module that imports `redis`): one Redis server (a
+//! multiplexed connection manager that reconnects on its own) or a Redis Cluster (the
+//! crate's cluster client, which follows the slots), our own deadline around every call,
+//! and Lua scripts for the compound operations so each is atomic on the server.
+//! Every key a script or an atomic pipeline touches is a key of one user, tagged
+//! `{u:<hash>}` (see `backend::keys`), so on a Cluster they share a slot.
 
 use std::time::Duration;
 
 use chatd_protocol::{ChatId, EmbedId};
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{Script, ScriptInvocation, Value};
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster::ClusterClient;
+use redis::cluster_async::ClusterConnection;
+use redis::{Cmd, Pipeline, RedisFuture, Script, ScriptInvocation, Value};
+use tokio::sync::OnceCell;
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
@@ -20,7 +24,7 @@ use scripts::{
 };
 
 pub struct RedisBackend {
-    conn: ConnectionManager,
+    target: Target,
     timeout: Duration,
     ai_write: Script,
     ai_read_append: Script,
@@ -31,20 +35,81 @@ pub struct RedisBackend {
     pending_put: Script,
 }
 
+/// Where the cache lives.
+enum Target {
+    Single(ConnectionManager),
+    /// Connected on first use (the cluster client needs a seed that answers); the
+    /// connection then follows slot moves and reconnects by itself.
+    Cluster {
+        client: Box<ClusterClient>,
+        conn: OnceCell<ClusterConnection>,
+    },
+}
+
+/// A connection to either kind, for commands, pipelines and scripts alike.
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(c) => c.req_packed_command(cmd),
+            Conn::Cluster(c) => c.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(c) => c.get_db(),
+            Conn::Cluster(c) => c.get_db(),
+        }
+    }
+}
+
 impl RedisBackend {
     /// Connects lazily: the server starts even while Redis is down, and `/readyz` says so.
-    pub fn new(url: &str, timeout: Duration) -> Result<Self, CacheError> {
-        let client = redis::Client::open(url)
-            .map_err(|e| CacheError::Unavailable(format!("cache.redis_url: {e}")))?;
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(timeout))
-            .set_response_timeout(Some(timeout))
-            .set_number_of_retries(1)
-            .set_max_delay(Duration::from_millis(500));
-        let conn = ConnectionManager::new_lazy_with_config(client, config)
-            .map_err(|e| CacheError::Unavailable(e.to_string()))?;
+    /// With `cluster`, `url` is a seed node of a Redis Cluster.
+    pub fn new(url: &str, cluster: bool, timeout: Duration) -> Result<Self, CacheError> {
+        let bad_url =
+            |e: redis::RedisError| CacheError::Unavailable(format!("cache.redis_url: {e}"));
+        let target = if cluster {
+            let client = ClusterClient::builder([url])
+                .connection_timeout(timeout)
+                .response_timeout(timeout)
+                .build()
+                .map_err(bad_url)?;
+            Target::Cluster {
+                client: Box::new(client),
+                conn: OnceCell::new(),
+            }
+        } else {
+            let client = redis::Client::open(url).map_err(bad_url)?;
+            let config = ConnectionManagerConfig::new()
+                .set_connection_timeout(Some(timeout))
+                .set_response_timeout(Some(timeout))
+                .set_number_of_retries(1)
+                .set_max_delay(Duration::from_millis(500));
+            let conn = ConnectionManager::new_lazy_with_config(client, config)
+                .map_err(|e| CacheError::Unavailable(e.to_string()))?;
+            Target::Single(conn)
+        };
         Ok(Self {
-            conn,
+            target,
             timeout,
             ai_write: Script::new(AI_WRITE),
             ai_read_append: Script::new(AI_READ_APPEND),
@@ -56,19 +121,48 @@ impl RedisBackend {
         })
     }
 
-    async fn run<T>(
-        &self,
-        f: impl std::future::Future<Output = redis::RedisResult<T>>,
-    ) -> Result<T, CacheError> {
-        match tokio::time::timeout(self.timeout, f).await {
+    /// Runs one call on a connection, connecting first if needed, all within the deadline.
+    async fn run<T, F, Fut>(&self, call: F) -> Result<T, CacheError>
+    where
+        F: FnOnce(Conn) -> Fut,
+        Fut: std::future::Future<Output = redis::RedisResult<T>>,
+    {
+        let unavailable = |e: redis::RedisError| CacheError::Unavailable(e.to_string());
+        let work = async {
+            let conn = match &self.target {
+                Target::Single(c) => Conn::Single(c.clone()),
+                Target::Cluster { client, conn } => Conn::Cluster(
+                    conn.get_or_try_init(|| client.get_async_connection())
+                        .await
+                        .map_err(unavailable)?
+                        .clone(),
+                ),
+            };
+            call(conn).await.map_err(unavailable)
+        };
+        match tokio::time::timeout(self.timeout, work).await {
             Err(_) => Err(CacheError::Timeout(self.timeout)),
-            Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(CacheError::Unavailable(e.to_string())),
+            Ok(result) => result,
         }
     }
 
-    fn conn(&self) -> ConnectionManager {
-        self.conn.clone()
+    /// Runs a script invocation.
+    async fn invoke<T: redis::FromRedisValue>(
+        &self,
+        inv: ScriptInvocation<'_>,
+    ) -> Result<T, CacheError> {
+        self.run(|mut c| async move { inv.invoke_async(&mut c).await })
+            .await
+    }
+
+    async fn query<T: redis::FromRedisValue>(&self, cmd: Cmd) -> Result<T, CacheError> {
+        self.run(|mut c| async move { cmd.query_async(&mut c).await })
+            .await
+    }
+
+    async fn query_pipe<T: redis::FromRedisValue>(&self, pipe: Pipeline) -> Result<T, CacheError> {
+        self.run(|mut c| async move { pipe.query_async(&mut c).await })
+            .await
     }
 }
 
@@ -128,7 +222,7 @@ fn ai_write_invocation<'s>(
         .arg(policy.max_messages)
         .arg(policy.max_chats)
         .arg(score())
-        .arg(user.as_str())
+        .arg(keys::tag(user))
         .arg(chat.as_str());
     for e in entries {
         inv.arg(e.as_slice());
@@ -151,8 +245,7 @@ impl CacheBackend for RedisBackend {
                 WriteMode::Replace => "replace",
             };
             let inv = ai_write_invocation(&self.ai_write, mode, user, chat, &entries, policy);
-            let mut conn = self.conn();
-            let evicted: Vec<String> = self.run(inv.invoke_async(&mut conn)).await?;
+            let evicted: Vec<String> = self.invoke(inv).await?;
             Ok(evicted
                 .into_iter()
                 .filter_map(|c| ChatId::parse(c).ok())
@@ -171,8 +264,7 @@ impl CacheBackend for RedisBackend {
         Box::pin(async move {
             let mode = if create { "create" } else { "existing" };
             let inv = ai_write_invocation(&self.ai_read_append, mode, user, chat, &entries, policy);
-            let mut conn = self.conn();
-            let v: Value = self.run(inv.invoke_async(&mut conn)).await?;
+            let v: Value = self.invoke(inv).await?;
             bytes_list(v)
         })
     }
@@ -190,8 +282,7 @@ impl CacheBackend for RedisBackend {
                 .arg(secs(policy.ttl))
                 .arg(score())
                 .arg(chat.as_str());
-            let mut conn = self.conn();
-            let v: Value = self.run(inv.invoke_async(&mut conn)).await?;
+            let v: Value = self.invoke(inv).await?;
             bytes_list(v)
         })
     }
@@ -204,27 +295,27 @@ impl CacheBackend for RedisBackend {
         Box::pin(async move {
             let mut inv = self.ai_delete.prepare_invoke();
             inv.key(keys::ai_lru(user))
-                .arg(user.as_str())
+                .arg(keys::tag(user))
                 .arg(chat.as_str());
-            let mut conn = self.conn();
-            let _: i64 = self.run(inv.invoke_async(&mut conn)).await?;
+            let _: i64 = self.invoke(inv).await?;
             Ok(())
         })
     }
 
     fn embed_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         embed: &'a EmbedId,
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let index = keys::embed_index(chat.as_str());
+            let index = keys::embed_index(user, chat.as_str());
             let mut pipe = redis::pipe();
             pipe.atomic()
                 .cmd("SET")
-                .arg(keys::embed(embed.as_str()))
+                .arg(keys::embed(user, embed.as_str()))
                 .arg(value)
                 .arg("EX")
                 .arg(secs(ttl))
@@ -237,31 +328,32 @@ impl CacheBackend for RedisBackend {
                 .arg(&index)
                 .arg(secs(ttl))
                 .ignore();
-            let mut conn = self.conn();
-            self.run(pipe.query_async::<()>(&mut conn)).await
+            self.query_pipe(pipe).await
         })
     }
 
     fn embed_get<'a>(
         &'a self,
+        user: &'a UserHash,
         embed: &'a EmbedId,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(async move { self.kv_get_owned(keys::embed(embed.as_str())).await })
+        Box::pin(self.kv_get_owned(keys::embed(user, embed.as_str())))
     }
 
     fn settings_put<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let index = keys::settings_index(chat.as_str());
+            let index = keys::settings_index(user, chat.as_str());
             let mut pipe = redis::pipe();
             pipe.atomic()
                 .cmd("SET")
-                .arg(keys::settings(chat.as_str(), app_key))
+                .arg(keys::settings(user, chat.as_str(), app_key))
                 .arg(value)
                 .arg("EX")
                 .arg(secs(ttl))
@@ -274,20 +366,17 @@ impl CacheBackend for RedisBackend {
                 .arg(&index)
                 .arg(secs(ttl))
                 .ignore();
-            let mut conn = self.conn();
-            self.run(pipe.query_async::<()>(&mut conn)).await
+            self.query_pipe(pipe).await
         })
     }
 
     fn settings_get<'a>(
         &'a self,
+        user: &'a UserHash,
         chat: &'a ChatId,
         app_key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(async move {
-            self.kv_get_owned(keys::settings(chat.as_str(), app_key))
-                .await
-        })
+        Box::pin(self.kv_get_owned(keys::settings(user, chat.as_str(), app_key)))
     }
 
     fn sync_put<'a>(
@@ -314,8 +403,7 @@ impl CacheBackend for RedisBackend {
                 .arg(&index)
                 .arg(secs(ttl))
                 .ignore();
-            let mut conn = self.conn();
-            self.run(pipe.query_async::<()>(&mut conn)).await
+            self.query_pipe(pipe).await
         })
     }
 
@@ -333,9 +421,7 @@ impl CacheBackend for RedisBackend {
                 .arg(&key)
                 .arg(0)
                 .arg(-1);
-            let mut conn = self.conn();
-            let (exists, items): (bool, Vec<Vec<u8>>) =
-                self.run(pipe.query_async(&mut conn)).await?;
+            let (exists, items): (bool, Vec<Vec<u8>>) = self.query_pipe(pipe).await?;
             Ok(exists.then_some(items))
         })
     }
@@ -343,9 +429,8 @@ impl CacheBackend for RedisBackend {
     fn sync_clear<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
             let mut inv = self.sync_clear.prepare_invoke();
-            inv.key(keys::sync_index(user)).arg(user.as_str());
-            let mut conn = self.conn();
-            let _: i64 = self.run(inv.invoke_async(&mut conn)).await?;
+            inv.key(keys::sync_index(user)).arg(keys::tag(user));
+            let _: i64 = self.invoke(inv).await?;
             Ok(())
         })
     }
@@ -357,10 +442,9 @@ impl CacheBackend for RedisBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut cmd = redis::cmd("SET");
             cmd.arg(key).arg(value).arg("EX").arg(secs(ttl));
-            self.run(cmd.query_async::<()>(&mut conn)).await
+            self.query(cmd).await
         })
     }
 
@@ -375,7 +459,6 @@ impl CacheBackend for RedisBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut cmd = redis::cmd("SET");
             cmd.arg(key)
                 .arg(&value)
@@ -383,7 +466,7 @@ impl CacheBackend for RedisBackend {
                 .arg("GET")
                 .arg("PX")
                 .arg(ttl.as_millis() as u64);
-            let held: Option<Vec<u8>> = self.run(cmd.query_async(&mut conn)).await?;
+            let held: Option<Vec<u8>> = self.query(cmd).await?;
             Ok(held.unwrap_or(value))
         })
     }
@@ -395,21 +478,19 @@ impl CacheBackend for RedisBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut call = self.counter_bump.key(key);
             call.arg(seed.map_or(-1, |s| s as i64))
                 .arg(ttl.as_millis() as u64);
-            let n: Option<u64> = self.run(call.invoke_async(&mut conn)).await?;
+            let n: Option<u64> = self.invoke(call).await?;
             Ok(n)
         })
     }
 
     fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
-            let v: Option<u64> = self
-                .run(redis::cmd("GET").arg(key).query_async(&mut conn))
-                .await?;
+            let mut cmd = redis::cmd("GET");
+            cmd.arg(key);
+            let v: Option<u64> = self.query(cmd).await?;
             Ok(v)
         })
     }
@@ -422,7 +503,6 @@ impl CacheBackend for RedisBackend {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut call = self.pending_put.key(keys::pending(user));
             call.key(keys::pending_order(user))
                 .arg(id)
@@ -430,7 +510,7 @@ impl CacheBackend for RedisBackend {
                 .arg(score())
                 .arg(PENDING_MAX)
                 .arg(ttl.as_millis() as u64);
-            self.run(call.invoke_async::<()>(&mut conn)).await
+            self.invoke::<()>(call).await
         })
     }
 
@@ -439,14 +519,9 @@ impl CacheBackend for RedisBackend {
         user: &'a UserHash,
     ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
-            let all: Vec<Pending> = self
-                .run(
-                    redis::cmd("HGETALL")
-                        .arg(keys::pending(user))
-                        .query_async(&mut conn),
-                )
-                .await?;
+            let mut cmd = redis::cmd("HGETALL");
+            cmd.arg(keys::pending(user));
+            let all: Vec<Pending> = self.query(cmd).await?;
             Ok(all)
         })
     }
@@ -457,31 +532,27 @@ impl CacheBackend for RedisBackend {
         id: &'a str,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut pipe = redis::pipe();
             pipe.atomic()
                 .hdel(keys::pending(user), id)
                 .ignore()
                 .zrem(keys::pending_order(user), id)
                 .ignore();
-            self.run(pipe.query_async::<()>(&mut conn)).await
+            self.query_pipe::<()>(pipe).await
         })
     }
 
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
             let mut cmd = redis::cmd("DEL");
             cmd.arg(key);
-            self.run(cmd.query_async::<()>(&mut conn)).await
+            self.query(cmd).await
         })
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>> {
         Box::pin(async move {
-            let mut conn = self.conn();
-            let cmd = redis::cmd("PING");
-            let _: String = self.run(cmd.query_async(&mut conn)).await?;
+            let _: String = self.query(redis::cmd("PING")).await?;
             Ok(())
         })
     }
@@ -489,9 +560,8 @@ impl CacheBackend for RedisBackend {
 
 impl RedisBackend {
     async fn kv_get_owned(&self, key: String) -> Result<Option<Vec<u8>>, CacheError> {
-        let mut conn = self.conn();
         let mut cmd = redis::cmd("GET");
         cmd.arg(key);
-        self.run(cmd.query_async(&mut conn)).await
+        self.query(cmd).await
     }
 }

@@ -408,7 +408,7 @@ impl Session {
             .map(|e| e.to_string());
         for embed in &removed {
             if let Err(e) = backend
-                .kv_delete(&crate::cache::backend::keys::embed(embed.as_str()))
+                .kv_delete(&crate::cache::backend::keys::embed(&hash, embed.as_str()))
                 .await
             {
                 failed = Some(e.to_string());

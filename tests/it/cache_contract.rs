@@ -1,16 +1,19 @@
-//! One contract for every cache backend, run against the in-memory backend and a real
-//! `redis-server`: bounds, the 3-chat LRU with its embed and settings cascade, atomic
+//! One contract for every cache backend, run against the in-memory backend, a real
+//! `redis-server` and a 3-master Redis Cluster: bounds, the 3-chat LRU with its embed and settings cascade, atomic
 //! eviction under concurrent writes, the turn's read-and-append, the sync cache, small values and expiry.
+//! On the Cluster, every key of one user lands in one slot.
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use chatd::cache::backend::keys;
 use chatd::cache::memory::MemoryBackend;
 use chatd::cache::redis::RedisBackend;
 use chatd::cache::{AiPolicy, CacheBackend, WriteMode};
 use chatd::crypto::UserHash;
 use chatd_protocol::{ChatId, EmbedId};
 use chatd_test_harness::redis::RedisServer;
+use chatd_test_harness::redis_cluster::RedisCluster;
 
 const POLICY: AiPolicy = AiPolicy {
     ttl: Duration::from_secs(3600),
@@ -33,8 +36,14 @@ fn entries(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
 
 async fn redis_backend() -> (RedisServer, Arc<dyn CacheBackend>) {
     let server = RedisServer::start().await.unwrap();
-    let backend = RedisBackend::new(&server.url(), Duration::from_secs(2)).unwrap();
+    let backend = RedisBackend::new(&server.url(), false, Duration::from_secs(2)).unwrap();
     (server, Arc::new(backend))
+}
+
+async fn redis_cluster_backend() -> (RedisCluster, Arc<dyn CacheBackend>) {
+    let cluster = RedisCluster::start(3).await.unwrap();
+    let backend = RedisBackend::new(&cluster.seed_url(), true, Duration::from_secs(2)).unwrap();
+    (cluster, Arc::new(backend))
 }
 
 fn memory_backend() -> Arc<dyn CacheBackend> {
@@ -73,19 +82,19 @@ async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(
             .await
             .unwrap();
     }
-    b.embed_put(&chat("c1"), &embed("only-c1"), b"e1".to_vec(), ttl)
+    b.embed_put(&u, &chat("c1"), &embed("only-c1"), b"e1".to_vec(), ttl)
         .await
         .unwrap();
-    b.embed_put(&chat("c1"), &embed("shared"), b"es".to_vec(), ttl)
+    b.embed_put(&u, &chat("c1"), &embed("shared"), b"es".to_vec(), ttl)
         .await
         .unwrap();
-    b.embed_put(&chat("c3"), &embed("shared"), b"es".to_vec(), ttl)
+    b.embed_put(&u, &chat("c3"), &embed("shared"), b"es".to_vec(), ttl)
         .await
         .unwrap();
-    b.settings_put(&chat("c1"), "travel:home_city", b"s1".to_vec(), ttl)
+    b.settings_put(&u, &chat("c1"), "travel:home_city", b"s1".to_vec(), ttl)
         .await
         .unwrap();
-    b.settings_put(&chat("c2"), "travel:home_city", b"s2".to_vec(), ttl)
+    b.settings_put(&u, &chat("c2"), "travel:home_city", b"s2".to_vec(), ttl)
         .await
         .unwrap();
     // Reading c1 makes it recent: c2 is now the least recently used.
@@ -98,13 +107,13 @@ async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(
     assert_eq!(evicted, vec![chat("c2")]);
     assert_eq!(b.ai_read(&u, &chat("c2"), POLICY).await.unwrap(), None);
     assert_eq!(
-        b.settings_get(&chat("c2"), "travel:home_city")
+        b.settings_get(&u, &chat("c2"), "travel:home_city")
             .await
             .unwrap(),
         None
     );
     assert!(
-        b.settings_get(&chat("c1"), "travel:home_city")
+        b.settings_get(&u, &chat("c1"), "travel:home_city")
             .await
             .unwrap()
             .is_some()
@@ -118,7 +127,7 @@ async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(
         .unwrap();
     assert_eq!(evicted, vec![chat("c3")]);
     assert_eq!(
-        b.embed_get(&embed("shared")).await.unwrap().as_deref(),
+        b.embed_get(&u, &embed("shared")).await.unwrap().as_deref(),
         Some(&b"es"[..])
     );
     b.ai_read(&u, &chat("c4"), POLICY).await.unwrap();
@@ -128,10 +137,10 @@ async fn fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings(
         .await
         .unwrap();
     assert_eq!(evicted, vec![chat("c1")]);
-    assert_eq!(b.embed_get(&embed("only-c1")).await.unwrap(), None);
-    assert_eq!(b.embed_get(&embed("shared")).await.unwrap(), None);
+    assert_eq!(b.embed_get(&u, &embed("only-c1")).await.unwrap(), None);
+    assert_eq!(b.embed_get(&u, &embed("shared")).await.unwrap(), None);
     assert_eq!(
-        b.settings_get(&chat("c1"), "travel:home_city")
+        b.settings_get(&u, &chat("c1"), "travel:home_city")
             .await
             .unwrap(),
         None
@@ -204,16 +213,19 @@ async fn ai_delete_removes_the_chat_and_its_exclusive_data(b: Arc<dyn CacheBacke
     b.ai_write(&u, &chat("d1"), WriteMode::Append, entries(0..2), POLICY)
         .await
         .unwrap();
-    b.embed_put(&chat("d1"), &embed("d1-e"), b"x".to_vec(), ttl)
+    b.embed_put(&u, &chat("d1"), &embed("d1-e"), b"x".to_vec(), ttl)
         .await
         .unwrap();
-    b.settings_put(&chat("d1"), "app:key", b"y".to_vec(), ttl)
+    b.settings_put(&u, &chat("d1"), "app:key", b"y".to_vec(), ttl)
         .await
         .unwrap();
     b.ai_delete(&u, &chat("d1")).await.unwrap();
     assert_eq!(b.ai_read(&u, &chat("d1"), POLICY).await.unwrap(), None);
-    assert_eq!(b.embed_get(&embed("d1-e")).await.unwrap(), None);
-    assert_eq!(b.settings_get(&chat("d1"), "app:key").await.unwrap(), None);
+    assert_eq!(b.embed_get(&u, &embed("d1-e")).await.unwrap(), None);
+    assert_eq!(
+        b.settings_get(&u, &chat("d1"), "app:key").await.unwrap(),
+        None
+    );
 }
 
 async fn read_append_returns_the_list_before_and_appends_like_a_write(b: Arc<dyn CacheBackend>) {
@@ -277,10 +289,10 @@ async fn read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write(
             .await
             .unwrap();
     }
-    b.embed_put(&chat("f1"), &embed("f1-only"), b"e".to_vec(), ttl)
+    b.embed_put(&u, &chat("f1"), &embed("f1-only"), b"e".to_vec(), ttl)
         .await
         .unwrap();
-    b.settings_put(&chat("f1"), "app:key", b"s".to_vec(), ttl)
+    b.settings_put(&u, &chat("f1"), "app:key", b"s".to_vec(), ttl)
         .await
         .unwrap();
     assert_eq!(
@@ -290,7 +302,7 @@ async fn read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write(
         None
     );
     assert!(
-        b.embed_get(&embed("f1-only")).await.unwrap().is_some(),
+        b.embed_get(&u, &embed("f1-only")).await.unwrap().is_some(),
         "a miss evicts nothing"
     );
     for c in ["f1", "f2", "f3"] {
@@ -305,8 +317,11 @@ async fn read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write(
         .await
         .unwrap();
     assert_eq!(b.ai_read(&u, &chat("f1"), POLICY).await.unwrap(), None);
-    assert_eq!(b.embed_get(&embed("f1-only")).await.unwrap(), None);
-    assert_eq!(b.settings_get(&chat("f1"), "app:key").await.unwrap(), None);
+    assert_eq!(b.embed_get(&u, &embed("f1-only")).await.unwrap(), None);
+    assert_eq!(
+        b.settings_get(&u, &chat("f1"), "app:key").await.unwrap(),
+        None
+    );
     // A hit on f2 makes it the most recent: the next new chat evicts f3.
     assert_eq!(
         b.ai_read_append(&u, &chat("f2"), entries(2..3), POLICY, false)
@@ -457,6 +472,15 @@ macro_rules! contract {
                 }
             )*
         }
+        mod redis_cluster {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (_cluster, backend) = super::redis_cluster_backend().await;
+                    super::$name(backend).await;
+                }
+            )*
+        }
     };
 }
 
@@ -530,10 +554,81 @@ async fn redis_keys_carry_their_ttls() {
                 .unwrap()
         }
     };
-    let ai = ttl(format!("user:{}:chat:t1:messages:ai", u.as_str())).await;
+    let ai = ttl(keys::ai_messages(&u, "t1")).await;
     assert!((86_000..=86_400).contains(&ai), "AI list TTL {ai}");
-    let lru = ttl(format!("user:{}:ai_cache_lru", u.as_str())).await;
+    let lru = ttl(keys::ai_lru(&u)).await;
     assert!((86_000..=86_400).contains(&lru), "LRU TTL {lru}");
-    let sync = ttl(format!("user:{}:chat:t1:messages:sync", u.as_str())).await;
+    let sync = ttl(keys::sync(&u, "t1")).await;
     assert!((3_500..=3_600).contains(&sync), "sync TTL {sync}");
+}
+
+/// Redis Cluster: every key of one user's AI cache, embeds, settings and sync cache is in
+/// the user's slot (one hash tag), and different users spread over the slots.
+#[tokio::test]
+async fn redis_cluster_keeps_each_users_keys_in_one_slot() {
+    let (cluster, b) = redis_cluster_backend().await;
+    let ttl = POLICY.ttl;
+    let users: Vec<UserHash> = ["alice", "bob", "carol", "dave", "erin"]
+        .into_iter()
+        .map(user)
+        .collect();
+    for u in &users {
+        // Four chats: the fourth evicts the first inside the script, across keys.
+        for c in ["c1", "c2", "c3", "c4"] {
+            b.ai_write(u, &chat(c), WriteMode::Append, entries(0..2), POLICY)
+                .await
+                .unwrap();
+            b.embed_put(u, &chat(c), &embed(&format!("{c}-e")), b"e".to_vec(), ttl)
+                .await
+                .unwrap();
+            b.settings_put(u, &chat(c), "app:key", b"s".to_vec(), ttl)
+                .await
+                .unwrap();
+            b.sync_put(u, &chat(c), entries(0..1), ttl).await.unwrap();
+        }
+        b.ai_read_append(u, &chat("c5"), entries(0..1), POLICY, true)
+            .await
+            .unwrap();
+        b.ai_delete(u, &chat("c3")).await.unwrap();
+    }
+    b.sync_clear(&users[0]).await.unwrap();
+
+    let dump = cluster.dump().await.unwrap();
+    let mut slots = std::collections::HashSet::new();
+    for u in &users {
+        let tag = keys::tag(u);
+        let mine: Vec<&String> = dump
+            .iter()
+            .map(|(k, _)| k)
+            .filter(|k| k.starts_with(&tag))
+            .collect();
+        // c1 and c2 were evicted and c3 deleted, each with its embed and settings.
+        let mut expected = vec![
+            keys::ai_messages(u, "c4"),
+            keys::ai_messages(u, "c5"),
+            keys::ai_lru(u),
+            keys::embed(u, "c4-e"),
+            keys::embed_index(u, "c4"),
+            keys::settings(u, "c4", "app:key"),
+            keys::settings_index(u, "c4"),
+        ];
+        if u != &users[0] {
+            expected.extend(["c1", "c2", "c3", "c4"].map(|c| keys::sync(u, c)));
+            expected.push(keys::sync_index(u));
+        }
+        let mut found: Vec<String> = mine.iter().map(|k| k.to_string()).collect();
+        found.sort();
+        expected.sort();
+        assert_eq!(found, expected);
+        let slot = cluster.keyslot(&tag).await.unwrap();
+        for key in &mine {
+            assert_eq!(cluster.keyslot(key).await.unwrap(), slot, "{key}");
+        }
+        slots.insert(slot);
+    }
+    assert!(slots.len() > 1, "five users in one slot: {slots:?}");
+    assert!(
+        dump.iter().all(|(k, _)| k.starts_with("{u:")),
+        "every cache key is tagged by its user: {dump:?}"
+    );
 }

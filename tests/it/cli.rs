@@ -106,6 +106,16 @@ fn check_config_reports_the_first_problem() {
         .unwrap();
     assert!(!links_bad.status.success());
     assert!(String::from_utf8_lossy(&links_bad.stderr).contains("links.search_url_template"));
+    let cluster_unix = Command::new(BIN)
+        .arg("check-config")
+        .current_dir(dir.path())
+        .env("CHATD__CACHE__BACKEND", "redis")
+        .env("CHATD__CACHE__REDIS_CLUSTER", "true")
+        .env("CHATD__CACHE__REDIS_URL", "unix:///run/redis.sock")
+        .output()
+        .unwrap();
+    assert!(!cluster_unix.status.success());
+    assert!(String::from_utf8_lossy(&cluster_unix.stderr).contains("cache.redis_cluster"));
 }
 
 #[tokio::test]

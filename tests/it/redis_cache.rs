@@ -1,6 +1,6 @@
 //! chatd on a real `redis-server`: nothing plaintext at rest, tampered or moved ciphertext
 //! does not open (→ `decryption_failed`), and Redis dying mid-turn and coming back empty
-//! is survived (→ `cache_miss` next turn).
+//! is survived (→ `cache_miss` next turn). And chatd on a Redis Cluster (`cache.redis_cluster`).
 
 use chatd::config::CacheBackendKind;
 use chatd_protocol::{HistoryReason, ServerMessage};
@@ -27,6 +27,12 @@ fn hash(user: &str) -> String {
     chatd::crypto::UserHash::of(&chatd::auth::UserId::parse(user).unwrap())
         .as_str()
         .to_string()
+}
+
+/// The AI-cache list of a user's chat.
+fn ai_key(user: &str, chat: &str) -> String {
+    let user = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse(user).unwrap());
+    chatd::cache::backend::keys::ai_messages(&user, chat)
 }
 
 fn contains(haystack: &[u8], needle: &str) -> bool {
@@ -80,7 +86,11 @@ async fn nothing_in_redis_is_plaintext() {
         dump.iter().any(|(k, _)| k.ends_with(":messages:ai")),
         "the chat is cached: {dump:?}"
     );
-    assert!(dump.iter().any(|(k, _)| k == "embed:emb-p"));
+    let embed_key = chatd::cache::backend::keys::embed(
+        &chatd::crypto::UserHash::of(&chatd::auth::UserId::parse(user).unwrap()),
+        "emb-p",
+    );
+    assert!(dump.iter().any(|(k, _)| *k == embed_key));
     for (key, value) in &dump {
         for secret in [
             "quokka-7781",
@@ -118,7 +128,7 @@ async fn tampered_or_moved_ciphertext_does_not_open() {
     let mut alice = app.connect_showing("alice", "chat-t").await;
     alice.send(&user_message("chat-t", "m1", "hi")).await;
     outcome(&mut alice).await.answer();
-    let key = format!("user:{}:chat:chat-t:messages:ai", hash("alice"));
+    let key = ai_key("alice", "chat-t");
     let mut first: Vec<u8> = conn.lindex(&key, 0).await.unwrap();
     let last = first.len() - 1;
     first[last] ^= 0x01;
@@ -147,14 +157,10 @@ async fn tampered_or_moved_ciphertext_does_not_open() {
         .await;
     outcome(&mut bob).await.answer();
     let alice_list: Vec<Vec<u8>> = conn
-        .lrange(
-            format!("user:{}:chat:chat-a2:messages:ai", hash("alice")),
-            0,
-            -1,
-        )
+        .lrange(ai_key("alice", "chat-a2"), 0, -1)
         .await
         .unwrap();
-    let bob_key = format!("user:{}:chat:chat-b:messages:ai", hash("bob"));
+    let bob_key = ai_key("bob", "chat-b");
     let _: () = conn.del(&bob_key).await.unwrap();
     let _: () = conn.rpush(&bob_key, alice_list).await.unwrap();
     let deks: Vec<String> = conn.keys(format!("dek:{}:*", hash("alice"))).await.unwrap();
@@ -273,7 +279,7 @@ async fn a_cache_hit_is_one_script_call() {
 
     let redis = RedisServer::start().await.unwrap();
     let backend: Arc<dyn CacheBackend> =
-        Arc::new(RedisBackend::new(&redis.url(), Duration::from_secs(2)).unwrap());
+        Arc::new(RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap());
     let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([9u8; 32])));
     let keyring = Arc::new(Keyring::new(
         provider,
@@ -359,5 +365,60 @@ async fn a_cache_hit_is_one_script_call() {
     );
     for top_level in ["eval", "get", "set", "script|load", "multi", "exec"] {
         assert!(!calls.contains_key(top_level), "{top_level}: {stats}");
+    }
+}
+
+/// `cache.redis_cluster`: chatd caches a turn (with an embed) on a 3-master Redis Cluster,
+/// the next turn is a cache hit, and the user's cache keys share one slot.
+#[tokio::test]
+async fn chatd_on_a_redis_cluster_caches_turns_in_the_users_slot() {
+    use chatd_test_harness::redis_cluster::RedisCluster;
+
+    let cluster = RedisCluster::start(3).await.unwrap();
+    let app = spawn_app(|c| {
+        c.cache.backend = CacheBackendKind::Redis;
+        c.cache.redis_url = cluster.seed_url();
+        c.cache.redis_cluster = true;
+    })
+    .await;
+    assert_eq!(
+        reqwest::get(app.http_url("/readyz"))
+            .await
+            .unwrap()
+            .status(),
+        200
+    );
+    let mut ws = app.connect_showing("alice", "chat-c").await;
+    ws.send(&user_message_with("chat-c", "m1", "hello cluster", |m| {
+        m.embeds = vec![chatd_protocol::ClientEmbed {
+            embed_id: chatd_protocol::EmbedId::parse("emb-c").unwrap(),
+            embed_type: "web_page".into(),
+            content: "title: cluster".into(),
+            status: None,
+            version_number: 1,
+        }];
+    }))
+    .await;
+    outcome(&mut ws).await.answer();
+    ws.send(&user_message("chat-c", "m2", "still cached?"))
+        .await;
+    outcome(&mut ws).await.answer();
+
+    let alice = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse("alice").unwrap());
+    let tag = chatd::cache::backend::keys::tag(&alice);
+    let slot = cluster.keyslot(&tag).await.unwrap();
+    let dump = cluster.dump().await.unwrap();
+    let mine: Vec<&String> = dump
+        .iter()
+        .map(|(k, _)| k)
+        .filter(|k| k.starts_with(&tag))
+        .collect();
+    assert!(
+        mine.contains(&&ai_key("alice", "chat-c"))
+            && mine.contains(&&chatd::cache::backend::keys::embed(&alice, "emb-c")),
+        "{mine:?}"
+    );
+    for key in mine {
+        assert_eq!(cluster.keyslot(key).await.unwrap(), slot, "{key}");
     }
 }

@@ -539,7 +539,11 @@ async fn delete_chat_removes_every_trace_from_the_store_and_redis() {
             .any(|(k, _)| k.contains(chat) && k.ends_with(":messages:sync")),
         "{dump:?}"
     );
-    assert!(dump.iter().any(|(k, _)| k == "embed:emb-gone"), "{dump:?}");
+    assert!(
+        dump.iter()
+            .any(|(k, _)| k.starts_with("{u:") && k.ends_with(":embed:emb-gone")),
+        "{dump:?}"
+    );
 
     a.send(&ClientMessage::DeleteChat(DeleteChat {
         chat_id: chat_id(chat),

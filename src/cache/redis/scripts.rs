@@ -1,29 +1,32 @@
 //! The Lua scripts of the Redis backend, one per compound operation (each atomic on the
 //! server); the AI ones share one block of Lua for appending, evicting and dropping a chat.
+//! Every key a script touches is a key of one user: the scripts get the user's hash tag
+//! `{u:<hash>}` (`keys::tag`) and build the names of `backend::keys` from it, so on a Redis
+//! Cluster all of them are in the slot of the script's declared keys.
 
 /// Lua shared by the AI scripts. `drop_chat` removes a chat's messages, its embeds that no
 /// chat in `keep` references, its embed index and its settings/memories entries.
 /// `append_and_evict` is the append of an AI write — KEYS: messages, lru; ARGV: (unused),
-/// ttl, max_messages, max_chats, score, user_hash, chat, entries... — it pushes the entries,
+/// ttl, max_messages, max_chats, score, user_tag, chat, entries... — it pushes the entries,
 /// trims, refreshes TTLs and recency and evicts the least recently used chats beyond
 /// max_chats, returning them.
 macro_rules! ai_lua {
     () => {
         r#"
-local function drop_chat(uh, c, keep)
-  redis.call('DEL', 'user:' .. uh .. ':chat:' .. c .. ':messages:ai')
-  local idx = 'chat:' .. c .. ':embed_ids'
+local function drop_chat(tag, c, keep)
+  redis.call('DEL', tag .. ':chat:' .. c .. ':messages:ai')
+  local idx = tag .. ':chat:' .. c .. ':embed_ids'
   for _, e in ipairs(redis.call('SMEMBERS', idx)) do
     local shared = false
     for _, k in ipairs(keep) do
-      if redis.call('SISMEMBER', 'chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
+      if redis.call('SISMEMBER', tag .. ':chat:' .. k .. ':embed_ids', e) == 1 then shared = true; break end
     end
-    if not shared then redis.call('DEL', 'embed:' .. e) end
+    if not shared then redis.call('DEL', tag .. ':embed:' .. e) end
   end
   redis.call('DEL', idx)
-  local sidx = 'chat:' .. c .. ':app_settings_memories_keys'
+  local sidx = tag .. ':chat:' .. c .. ':app_settings_memories_keys'
   for _, k in ipairs(redis.call('SMEMBERS', sidx)) do
-    redis.call('DEL', 'chat:' .. c .. ':app_settings_memories:' .. k)
+    redis.call('DEL', tag .. ':chat:' .. c .. ':app_settings_memories:' .. k)
   end
   redis.call('DEL', sidx)
 end
@@ -31,7 +34,7 @@ end
 local function append_and_evict()
   local msgs, lru = KEYS[1], KEYS[2]
   local ttl, maxm, maxc = tonumber(ARGV[2]), tonumber(ARGV[3]), tonumber(ARGV[4])
-  local uh, chat = ARGV[6], ARGV[7]
+  local tag, chat = ARGV[6], ARGV[7]
   for i = 8, #ARGV do redis.call('RPUSH', msgs, ARGV[i]) end
   redis.call('LTRIM', msgs, -maxm, -1)
   redis.call('EXPIRE', msgs, ttl)
@@ -43,7 +46,7 @@ local function append_and_evict()
     local old = redis.call('ZRANGE', lru, 0, n - maxc - 1)
     local keep = redis.call('ZRANGE', lru, n - maxc, -1)
     for _, c in ipairs(old) do
-      drop_chat(uh, c, keep)
+      drop_chat(tag, c, keep)
       redis.call('ZREM', lru, c)
       table.insert(evicted, c)
     end
@@ -54,7 +57,7 @@ end
     };
 }
 
-/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_hash, chat, entries...
+/// KEYS: messages, lru. ARGV: mode, ttl, max_messages, max_chats, score, user_tag, chat, entries...
 pub(super) const AI_WRITE: &str = concat!(
     ai_lua!(),
     r#"
@@ -80,13 +83,13 @@ return prior
 "#
 );
 
-/// KEYS: lru. ARGV: user_hash, chat. Removes one chat like an eviction.
+/// KEYS: lru. ARGV: user_tag, chat. Removes one chat like an eviction.
 pub(super) const AI_DELETE: &str = concat!(
     ai_lua!(),
     r#"
-local lru, uh, c = KEYS[1], ARGV[1], ARGV[2]
+local lru, tag, c = KEYS[1], ARGV[1], ARGV[2]
 redis.call('ZREM', lru, c)
-drop_chat(uh, c, redis.call('ZRANGE', lru, 0, -1))
+drop_chat(tag, c, redis.call('ZRANGE', lru, 0, -1))
 return 1
 "#
 );
@@ -99,10 +102,10 @@ redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
 return redis.call('LRANGE', KEYS[1], 0, -1)
 "#;
 
-/// KEYS: sync index. ARGV: user_hash.
+/// KEYS: sync index. ARGV: user_tag.
 pub(super) const SYNC_CLEAR: &str = r#"
 for _, c in ipairs(redis.call('SMEMBERS', KEYS[1])) do
-  redis.call('DEL', 'user:' .. ARGV[1] .. ':chat:' .. c .. ':messages:sync')
+  redis.call('DEL', ARGV[1] .. ':chat:' .. c .. ':messages:sync')
 end
 redis.call('DEL', KEYS[1])
 return 1
