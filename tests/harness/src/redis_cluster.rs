@@ -33,8 +33,13 @@ impl RedisCluster {
         let bin = find_binary("redis-server", &[], "apt-get install redis-server")?;
         let dir = tempfile::tempdir()?;
         let mut nodes = Vec::with_capacity(masters);
+        let mut taken = std::collections::HashSet::new();
         for _ in 0..masters {
-            let port = crate::free_port();
+            // A port that was free a moment ago can come back twice: each node needs its own.
+            let mut port = crate::free_port();
+            while !taken.insert(port) {
+                port = crate::free_port();
+            }
             let node_dir = dir.path().join(port.to_string());
             std::fs::create_dir(&node_dir)?;
             let child = Command::new(&bin)
