@@ -135,11 +135,11 @@ impl Shared {
             });
         }
         let c = &config.cache;
-        let turns = RedisTurnStore::new(&c.redis_url, false, c.timeout)?;
+        let turns = RedisTurnStore::new(&c.redis_url, c.redis_cluster, c.timeout)?;
         let (tx, rx) = mpsc::channel(BUS_QUEUE);
         let bus = RedisBus::connect(
             &c.redis_url,
-            false,
+            c.redis_cluster,
             node,
             tx,
             c.timeout,

@@ -66,10 +66,19 @@ async fn redis_node(
     name: &str,
     cancel: &CancellationToken,
 ) -> (Arc<dyn Bus>, mpsc::Receiver<Received>) {
+    node_on(url, false, name, cancel).await
+}
+
+async fn node_on(
+    url: &str,
+    cluster: bool,
+    name: &str,
+    cancel: &CancellationToken,
+) -> (Arc<dyn Bus>, mpsc::Receiver<Received>) {
     let (tx, rx) = mpsc::channel(64);
     let bus = RedisBus::connect(
         url,
-        false,
+        cluster,
         &NodeId::parse(name).unwrap(),
         tx,
         Duration::from_secs(2),
@@ -148,6 +157,25 @@ async fn memory_users_and_nodes_channels() {
 #[tokio::test]
 async fn redis_users_and_nodes_channels() {
     users_and_nodes_channels(redis_pair().await).await;
+}
+
+#[tokio::test]
+async fn redis_cluster_users_and_nodes_channels() {
+    let cluster = chatd_test_harness::redis_cluster::RedisCluster::start(3)
+        .await
+        .unwrap();
+    let cancel = CancellationToken::new();
+    let (a, a_rx) = node_on(&cluster.seed_url(), true, "a", &cancel).await;
+    let (b, b_rx) = node_on(&cluster.seed_url(), true, "b", &cancel).await;
+    users_and_nodes_channels(Pair {
+        a,
+        b,
+        a_rx,
+        b_rx,
+        _guard: None,
+    })
+    .await;
+    cancel.cancel();
 }
 
 #[tokio::test]

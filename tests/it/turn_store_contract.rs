@@ -313,6 +313,17 @@ async fn redis_store() -> (RedisServer, Arc<dyn TurnStore>) {
     (server, Arc::new(store))
 }
 
+async fn redis_cluster_store() -> (
+    chatd_test_harness::redis_cluster::RedisCluster,
+    Arc<dyn TurnStore>,
+) {
+    let cluster = chatd_test_harness::redis_cluster::RedisCluster::start(3)
+        .await
+        .unwrap();
+    let store = RedisTurnStore::new(&cluster.seed_url(), true, Duration::from_secs(2)).unwrap();
+    (cluster, Arc::new(store))
+}
+
 macro_rules! contract {
     ($($name:ident),* $(,)?) => {
         mod memory {
@@ -328,6 +339,15 @@ macro_rules! contract {
                 #[tokio::test]
                 async fn $name() {
                     let (_server, store) = super::redis_store().await;
+                    super::$name(store).await;
+                }
+            )*
+        }
+        mod redis_cluster {
+            $(
+                #[tokio::test]
+                async fn $name() {
+                    let (_cluster, store) = super::redis_cluster_store().await;
                     super::$name(store).await;
                 }
             )*
