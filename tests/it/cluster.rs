@@ -12,6 +12,7 @@ use chatd_test_harness::chatd_proc::ChatdProcess;
 use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
 use chatd_test_harness::postgres::Postgres;
 use chatd_test_harness::redis::RedisServer;
+use chatd_test_harness::redis_cluster::RedisCluster;
 use chatd_test_harness::ws_client::WsClient;
 
 use crate::support::{chat_id, collect_answer, set_active_chat, user_message};
@@ -20,16 +21,66 @@ const BIN: &str = env!("CARGO_BIN_EXE_chatd");
 const SECRET: &str = "cluster-test-secret";
 const MASTER_KEY: &str = "7f3a9c2e5b1d8f4a6c0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a";
 
+/// The Redis the nodes share: one server, or a 3-master Redis Cluster.
+enum Shared {
+    Server(RedisServer),
+    Cluster(RedisCluster),
+}
+
+impl Shared {
+    fn url(&self) -> String {
+        match self {
+            Shared::Server(r) => r.url(),
+            Shared::Cluster(c) => c.seed_url(),
+        }
+    }
+
+    async fn dump(&self) -> Vec<(String, Vec<u8>)> {
+        match self {
+            Shared::Server(r) => r.dump().await.unwrap(),
+            Shared::Cluster(c) => c.dump().await.unwrap(),
+        }
+    }
+
+    /// The (sharded) pub/sub channels subscribed right now.
+    async fn channels(&self) -> String {
+        match self {
+            Shared::Server(r) => r.cli(&["PUBSUB", "CHANNELS", "{n:*"]).await.unwrap(),
+            Shared::Cluster(c) => {
+                let mut all = String::new();
+                for node in 0..c.ports().len() {
+                    all += &c
+                        .cli(node, &["PUBSUB", "SHARDCHANNELS", "{n:*"])
+                        .await
+                        .unwrap();
+                }
+                all
+            }
+        }
+    }
+
+    fn server(&mut self) -> &mut RedisServer {
+        match self {
+            Shared::Server(r) => r,
+            Shared::Cluster(_) => panic!("this test restarts a single redis-server"),
+        }
+    }
+}
+
 struct Cluster {
     nodes: Vec<ChatdProcess>,
-    redis: RedisServer,
+    redis: Shared,
     fake: FakeLlm,
     _pg: Postgres,
 }
 
 impl Cluster {
     async fn start(n: usize) -> Cluster {
-        let redis = RedisServer::start().await.unwrap();
+        Self::start_on(n, Shared::Server(RedisServer::start().await.unwrap())).await
+    }
+
+    async fn start_on(n: usize, redis: Shared) -> Cluster {
+        let redis_cluster = matches!(redis, Shared::Cluster(_));
         let pg = Postgres::start().await.unwrap();
         pg.create_database("cluster").await.unwrap();
         let fake = FakeLlm::start().await.unwrap();
@@ -49,6 +100,7 @@ model = "fake-model"
 [cache]
 backend = "redis"
 redis_url = "{redis}"
+redis_cluster = {redis_cluster}
 
 [store]
 url = "{pg}"
@@ -66,6 +118,7 @@ lease = "2s"
 "#,
                 llm = fake.base_url(),
                 redis = redis.url(),
+                redis_cluster = redis_cluster,
                 pg = pg.url("cluster"),
             );
             let env = [("CHATD_MASTER_KEY", MASTER_KEY.to_string())];
@@ -79,7 +132,7 @@ lease = "2s"
         // there at once, not only with the next lease renewal).
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
         loop {
-            let channels = redis.cli(&["PUBSUB", "CHANNELS", "{n:*"]).await.unwrap();
+            let channels = redis.channels().await;
             if (1..=n).all(|i| channels.contains(&format!("{{n:node-{i}}}:control"))) {
                 break;
             }
@@ -165,7 +218,16 @@ async fn task_of(ws: &mut WsClient) -> TaskId {
 
 #[tokio::test]
 async fn devices_on_three_nodes_share_turns_queue_cancel_resume_and_survive_node_loss() {
-    let mut c = Cluster::start(3).await;
+    three_nodes(Cluster::start(3).await).await;
+}
+
+#[tokio::test]
+async fn the_same_on_a_redis_cluster() {
+    let redis = Shared::Cluster(RedisCluster::start(3).await.unwrap());
+    three_nodes(Cluster::start_on(3, redis).await).await;
+}
+
+async fn three_nodes(mut c: Cluster) {
     let chat = "chat-cluster";
 
     // 1. Fan-out: the same frames, in the same order, on every node.
@@ -301,7 +363,7 @@ async fn devices_on_three_nodes_share_turns_queue_cancel_resume_and_survive_node
     gate.release();
 
     // 6. Nothing in Redis is plaintext: no message, no answer.
-    let dump = c.redis.dump().await.unwrap();
+    let dump = c.redis.dump().await;
     assert!(!dump.is_empty());
     for (key, value) in &dump {
         let text = String::from_utf8_lossy(value);
@@ -331,7 +393,7 @@ async fn a_redis_restart_during_a_turn_is_survived_without_restarting_a_node() {
     gate.reached().await;
 
     // Redis comes back empty while the answer is held at the gate.
-    c.redis.restart().await.unwrap();
+    c.redis.server().restart().await.unwrap();
     gate.release();
     // The running turn ends for the device on its node: the whole answer, no crash.
     let last = d1
