@@ -2,10 +2,11 @@
 //!
 //! Layout (see README.md for the one-line module map):
 //! - [`app`] builds and runs the server; [`config`] loads typed configuration;
-//! - [`http`] is the HTTP surface, [`ws`] the socket layer (upgrade, auth, outbox);
-//! - [`session`] dispatches client messages, routes events to devices, runs turns;
+//! - [`http`] is the HTTP surface, [`ws`] the socket layer (upgrade, auth, read/write loop);
+//! - [`session`] dispatches one connection's messages; [`turn`] runs a chat's turns on any
+//!   node; [`delivery`] gets frames to the user's devices on this node and the others;
 //! - [`pipeline`] turns a chat message into a streamed answer (internal types only);
-//! - [`llm`] is the model boundary; [`turn`] runs a chat's turns on any node;
+//! - [`llm`] is the model boundary;
 //! - [`skills`] are the tools the model calls (manifests, runner, embeds, injection check);
 //! - [`auth`] mints and checks session tokens; [`metrics`] exports Prometheus metrics.
 

@@ -1,4 +1,4 @@
-//! The Redis cache backend (the only module that imports `redis`): one Redis server (a
+//! The Redis cache backend: one Redis server (a
 //! multiplexed connection manager that reconnects on its own) or a Redis Cluster (the
 //! crate's cluster client, which follows the slots), our own deadline around every call,
 //! and Lua scripts for the compound operations so each is atomic on the server.
@@ -9,14 +9,15 @@ use std::time::Duration;
 
 use chatd_protocol::{ChatId, EmbedId};
 use futures_util::future::BoxFuture;
-use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, RedisFuture, Script, ScriptInvocation, Value};
+use redis::{Cmd, Pipeline, Script, ScriptInvocation, Value};
 use tokio::sync::OnceCell;
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
+use crate::redis::RedisConn as Conn;
 
 mod scripts;
 use scripts::{
@@ -44,41 +45,6 @@ enum Target {
         client: Box<ClusterClient>,
         conn: OnceCell<ClusterConnection>,
     },
-}
-
-/// A connection to either kind, for commands, pipelines and scripts alike.
-#[derive(Clone)]
-enum Conn {
-    Single(ConnectionManager),
-    Cluster(ClusterConnection),
-}
-
-impl ConnectionLike for Conn {
-    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
-        match self {
-            Conn::Single(c) => c.req_packed_command(cmd),
-            Conn::Cluster(c) => c.req_packed_command(cmd),
-        }
-    }
-
-    fn req_packed_commands<'a>(
-        &'a mut self,
-        pipeline: &'a Pipeline,
-        offset: usize,
-        count: usize,
-    ) -> RedisFuture<'a, Vec<Value>> {
-        match self {
-            Conn::Single(c) => c.req_packed_commands(pipeline, offset, count),
-            Conn::Cluster(c) => c.req_packed_commands(pipeline, offset, count),
-        }
-    }
-
-    fn get_db(&self) -> i64 {
-        match self {
-            Conn::Single(c) => c.get_db(),
-            Conn::Cluster(c) => c.get_db(),
-        }
-    }
 }
 
 impl RedisBackend {

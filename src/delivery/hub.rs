@@ -70,13 +70,6 @@ impl Device {
             .unwrap_or_else(PoisonError::into_inner) = chat;
     }
 
-    pub fn active_chat(&self) -> Option<ChatId> {
-        self.active_chat
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone()
-    }
-
     pub fn shows(&self, chat: &ChatId) -> bool {
         self.active_chat
             .lock()
@@ -229,11 +222,6 @@ impl Hub {
                 devices.is_empty()
             })
             .is_some()
-    }
-
-    /// Whether any device of the user is on this node.
-    pub fn holds(&self, user: &UserHash) -> bool {
-        self.users.contains_key(user)
     }
 
     /// A snapshot of the user's devices (the map guard is released on return).

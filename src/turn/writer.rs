@@ -99,10 +99,6 @@ impl TurnWriter {
         writer
     }
 
-    pub fn task(&self) -> &TaskId {
-        &self.key.task
-    }
-
     /// A frame of the turn that is not a pipeline event (`ai_task_initiated`,
     /// `request_chat_history`, a refusal error).
     pub fn frame(&self, audience: Audience, msg: ServerMessage) {
