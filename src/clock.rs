@@ -1,4 +1,4 @@
-//! Wall-clock time in the forms chatd uses: unix seconds and RFC 3339.
+//! Wall-clock time in the forms chatd uses: unix seconds and milliseconds, RFC 3339.
 
 use std::time::{SystemTime, UNIX_EPOCH};
 
@@ -7,6 +7,13 @@ pub fn unix_now() -> i64 {
     SystemTime::now()
         .duration_since(UNIX_EPOCH)
         .map_or(0, |d| d.as_secs() as i64)
+}
+
+/// Milliseconds since the unix epoch (0 if the clock is before it).
+pub fn unix_millis() -> i64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as i64)
 }
 
 /// Now in RFC 3339, to the second (the model's "current date and time").

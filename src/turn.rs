@@ -3,6 +3,7 @@
 
 pub mod admission;
 pub mod deps;
+pub mod follow_up;
 pub mod log;
 pub mod node;
 pub mod reaper;

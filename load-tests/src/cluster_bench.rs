@@ -8,6 +8,10 @@
 //!   A is the spread between two devices of one node. Frames/s counts A's frames.
 //! - **cancel**: a device on node 2 cancels a turn running on node 1 once its first chunk
 //!   arrived; time from the `cancel_ai_task` send to the interrupted final frame there.
+//! - **resume**: a third node answers with 500 frames (a 495-paragraph answer from its own
+//!   fake LLM); once it ended, a device sends `resume_ai_task` from 0, on the other node
+//!   and on the same node; time from the send to the last replayed frame (the final one),
+//!   every frame checked for order.
 
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -15,8 +19,8 @@ use std::time::{Duration, Instant};
 
 use chatd::auth::{TokenKeys, UserId};
 use chatd_protocol::{
-    CancelAiTask, ChatId, ChatMessageAdded, ClientMessage, MessageId, ServerMessage, SetActiveChat,
-    TaskId,
+    CancelAiTask, ChatId, ChatMessageAdded, ClientMessage, MessageId, ResumeAiTask, ServerMessage,
+    SetActiveChat, TaskId,
 };
 use chatd_test_harness::postgres::Postgres;
 use chatd_test_harness::redis::RedisServer;
@@ -75,7 +79,7 @@ async fn arrivals(
     }
 }
 
-pub async fn run(chats: usize, seconds: u64, cancels: usize) -> anyhow::Result<()> {
+pub async fn run(chats: usize, seconds: u64, cancels: usize, resumes: usize) -> anyhow::Result<()> {
     let redis = RedisServer::start().await?;
     let pg = Postgres::start().await?;
     pg.create_database("cluster_bench").await?;
@@ -208,7 +212,74 @@ pub async fn run(chats: usize, seconds: u64, cancels: usize) -> anyhow::Result<(
     println!(
         "cluster cancel (sent to node 2, turn on node 1): {s} ({late} answers finished first)"
     );
-    drop((n1, n2, llm));
+
+    // Resume a 500-frame log.
+    let long = Server::fake_llm(&Script {
+        mode: Mode::Instant,
+        tokens: 8 * 495,
+        pace: Duration::ZERO,
+        think: Duration::ZERO,
+    })?;
+    let n3 = Server::chatd_with(&long, &env("bench-3"))?;
+    let (mut other, mut same) = (Vec::new(), Vec::new());
+    let mut frames_per_log = 0;
+    for i in 0..resumes {
+        let chat = format!("resume-chat-{i}");
+        let user = format!("resume-user-{i}");
+        let mut a = device(&n3, &user, &chat).await?;
+        a.send(&message(&chat, "m1".into())?).await;
+        let task = a
+            .recv_until(|m| match m {
+                ServerMessage::AiTaskInitiated(t) => Some(t.ai_task_id.clone()),
+                _ => None,
+            })
+            .await;
+        arrivals(&mut a, Some(&task)).await;
+        for (node, out) in [(&n2, &mut other), (&n3, &mut same)] {
+            let mut d = device(node, &user, &chat).await?;
+            let (took, frames) = resume(&mut d, &chat, &task).await?;
+            frames_per_log = frames;
+            out.push(took);
+        }
+    }
+    println!(
+        "cluster resume of a finished {frames_per_log}-frame log from 0: other node {}; same node {}",
+        summarize(other),
+        summarize(same)
+    );
+    drop((n1, n2, n3, llm, long));
     drop((redis, pg));
     Ok(())
+}
+
+/// Resumes `task` from 0 and reads the replay to its final frame: (time, frames replayed).
+async fn resume(ws: &mut WsClient, chat: &str, task: &TaskId) -> anyhow::Result<(Duration, usize)> {
+    let sent = Instant::now();
+    ws.send(&ClientMessage::ResumeAiTask(ResumeAiTask {
+        chat_id: ChatId::parse(chat)?,
+        task_id: task.clone(),
+        last_sequence: 0,
+    }))
+    .await;
+    let mut frames = 0;
+    let mut sequence = 0;
+    loop {
+        match ws.recv().await {
+            ServerMessage::AiTaskResumed(r) if !r.recovered => {
+                anyhow::bail!("the log of {task} was not recovered")
+            }
+            ServerMessage::AiMessageUpdate(u) if &u.task_id == task => {
+                frames += 1;
+                anyhow::ensure!(u.sequence == sequence + 1, "replay out of order");
+                sequence = u.sequence;
+                if u.is_final_chunk {
+                    return Ok((sent.elapsed(), frames));
+                }
+            }
+            ServerMessage::AiBackgroundResponseCompleted(_) => {
+                anyhow::bail!("the resuming device was not shown the chat")
+            }
+            _ => frames += 1,
+        }
+    }
 }

@@ -74,7 +74,8 @@ fn kinds(r: &[Relay]) -> Vec<Kind> {
 #[derive(Subcommand)]
 enum Command {
     /// Two chatd nodes in cluster mode on a harness Redis and PostgreSQL: frame delivery
-    /// to another node vs the same node, and cancel latency across nodes.
+    /// to another node vs the same node, cancel latency across nodes, and resume latency
+    /// for a 500-frame log.
     Cluster {
         #[arg(long, default_value_t = 80)]
         chats: usize,
@@ -82,6 +83,9 @@ enum Command {
         seconds: u64,
         #[arg(long, default_value_t = 40)]
         cancels: usize,
+        /// Resumes of a finished 500-frame log (each on the other node and the same node).
+        #[arg(long, default_value_t = 20)]
+        resumes: usize,
     },
     /// Cache-hit and fallback history paths (issue: encrypted AI cache).
     History {
@@ -221,7 +225,8 @@ fn main() -> anyhow::Result<()> {
                 chats,
                 seconds,
                 cancels,
-            } => cluster_bench::run(chats, seconds, cancels).await,
+                resumes,
+            } => cluster_bench::run(chats, seconds, cancels, resumes).await,
             Command::History {
                 backend,
                 keys,

@@ -12,7 +12,10 @@ use chatd_protocol::{ChatId, ClientEmbed, EmbedId, MessageId, Role};
 use serde::{Deserialize, Serialize};
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
+
+mod chat_state;
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
+pub use chat_state::MessageSeen;
 
 /// One message of a chat as cached for the model (plaintext only inside the sealed value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -235,6 +238,8 @@ impl AiCache {
         self.backend.ai_delete(user, chat).await?;
         let versions = keys::chat_versions(user, chat.as_str());
         self.backend.kv_delete(&versions).await?;
+        let seen = keys::messages_seen(user, chat.as_str());
+        self.backend.kv_delete(&seen).await?;
         Ok(self
             .backend
             .kv_delete(&keys::chat_claim(chat.as_str()))
@@ -331,90 +336,6 @@ impl AiCache {
     /// The TTL of the AI cache (embeds cached from clients share it).
     pub fn ttl(&self) -> Duration {
         self.policy.ttl
-    }
-
-    /// Counts one more message in the chat's `messages_v` (kept for the AI cache's TTL):
-    /// returns the new value, or `None` when the cache has no count and no `seed` (the
-    /// permanent store's count) was given.
-    pub async fn bump_messages_v(
-        &self,
-        user: &UserHash,
-        chat: &ChatId,
-        seed: Option<u64>,
-    ) -> Result<Option<u64>, CacheError> {
-        let key = keys::chat_versions(user, chat.as_str());
-        self.backend.counter_bump(&key, seed, self.policy.ttl).await
-    }
-
-    /// Keeps an answer no device has stored yet (sealed; expires with the AI cache).
-    pub async fn keep_pending(
-        &self,
-        user: &UserHash,
-        id: &str,
-        plain: &[u8],
-    ) -> Result<(), CacheFault> {
-        let sealed = self
-            .keyring
-            .seal(user, "pending", Purpose::PendingAnswer, plain)
-            .await?;
-        Ok(self
-            .backend
-            .pending_put(user, id, sealed, self.policy.ttl)
-            .await?)
-    }
-
-    /// The user's pending answers, opened (ones that do not open are skipped).
-    pub async fn pending(&self, user: &UserHash) -> Result<Vec<Vec<u8>>, CacheFault> {
-        let mut out = Vec::new();
-        for (_, sealed) in self.backend.pending_list(user).await? {
-            match self
-                .keyring
-                .open(user, "pending", Purpose::PendingAnswer, &sealed)
-                .await
-            {
-                Ok(plain) => out.push(plain),
-                Err(OpenError::Failed) => {}
-                Err(OpenError::Unavailable(e)) => return Err(e.into()),
-            }
-        }
-        Ok(out)
-    }
-
-    /// A device stored the answer `id`: it is no longer pending.
-    pub async fn drop_pending(&self, user: &UserHash, id: &str) -> Result<(), CacheFault> {
-        Ok(self.backend.pending_delete(user, id).await?)
-    }
-
-    /// Claims a chat no client has stored yet for `user` (its first writer, for as long as
-    /// the AI cache keeps chats); false when another user holds it.
-    pub async fn claim_chat(&self, user: &UserHash, chat: &ChatId) -> Result<bool, CacheError> {
-        let key = keys::chat_claim(chat.as_str());
-        let held = self
-            .backend
-            .kv_claim(&key, user.as_str().as_bytes().to_vec(), self.policy.ttl)
-            .await?;
-        Ok(held == user.as_str().as_bytes())
-    }
-
-    /// True when another user claimed this not-yet-stored chat.
-    pub async fn claimed_by_another(
-        &self,
-        user: &UserHash,
-        chat: &ChatId,
-    ) -> Result<bool, CacheError> {
-        let key = keys::chat_claim(chat.as_str());
-        let held = self.backend.kv_get(&key).await?;
-        Ok(held.is_some_and(|h| h != user.as_str().as_bytes()))
-    }
-
-    /// The chat's `messages_v` as the cache counts it.
-    pub async fn messages_v(
-        &self,
-        user: &UserHash,
-        chat: &ChatId,
-    ) -> Result<Option<u64>, CacheError> {
-        let key = keys::chat_versions(user, chat.as_str());
-        self.backend.counter_get(&key).await
     }
 }
 

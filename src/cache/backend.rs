@@ -160,6 +160,36 @@ pub trait CacheBackend: Send + Sync {
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>>;
 
+    /// Markers kept as fields of one key (one per message of a chat, say), so deleting the
+    /// key forgets them all. Sets `field` to `value` unless it is set, atomically, and
+    /// returns what it holds afterwards (`value` when this call set it); refreshes the
+    /// key's TTL. A key that reached `max_fields` is emptied first (the markers are a
+    /// bounded best effort, never the only record of anything).
+    fn field_claim<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+        max_fields: usize,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>>;
+
+    /// Sets one field (and refreshes the key's TTL).
+    fn field_put<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
+    /// Removes one field.
+    fn field_delete<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>>;
+
     /// A counter, atomically: adds one when `key` exists (and refreshes its TTL), else sets
     /// it to `seed + 1` when a seed is given. Returns the new value, or `None` when the key
     /// is absent and no seed was given.
@@ -268,6 +298,10 @@ pub mod keys {
     /// permanent store when absent.
     pub fn chat_versions(user: &UserHash, chat: &str) -> String {
         format!("{}:chat:{chat}:messages_v", tag(user))
+    }
+    /// The message ids sent in a chat and what became of them (one field each).
+    pub fn messages_seen(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:seen", tag(user))
     }
     /// Who claimed a chat no client has stored yet (its first writer).
     pub fn chat_claim(chat: &str) -> String {

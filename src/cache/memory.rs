@@ -24,6 +24,8 @@ enum Value {
     ZSet(HashMap<String, u64>),
     /// (id, value), oldest first.
     Pending(std::collections::VecDeque<(String, Vec<u8>)>),
+    /// field → value
+    Fields(HashMap<String, Vec<u8>>),
 }
 
 struct Entry {
@@ -95,11 +97,17 @@ impl MemoryBackend {
         self.set(key.to_string(), Value::Set(members), Some(ttl));
     }
 
-    /// Drops expired entries; if still over the bound, the entries closest to expiry.
+    /// Drops expired entries; if still over the bound, the entries closest to expiry, down
+    /// to nine tenths of the bound (so a full cache sorts once per tenth of its size, not
+    /// on every insert).
     fn shrink(&self) {
         let now = Instant::now();
         self.map.retain(|_, e| e.expires.is_none_or(|t| t > now));
-        let excess = self.map.len().saturating_sub(self.max_entries);
+        if self.map.len() <= self.max_entries {
+            return;
+        }
+        let target = self.max_entries - self.max_entries / 10;
+        let excess = self.map.len().saturating_sub(target);
         if excess == 0 {
             return;
         }
@@ -413,6 +421,73 @@ impl CacheBackend for MemoryBackend {
         }
         self.set(key.to_string(), Value::Bytes(value.clone()), Some(ttl));
         ready(Ok(value))
+    }
+
+    fn field_claim<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+        max_fields: usize,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
+        let now = Instant::now();
+        // One step, the first write of the key included.
+        let _one = self.lock();
+        if let Some(mut e) = self.map.get_mut(key)
+            && e.expires.is_none_or(|t| t > now)
+            && let Value::Fields(fields) = &mut e.value
+        {
+            if let Some(held) = fields.get(field) {
+                let held = held.clone();
+                e.expires = Some(now + ttl);
+                return ready(Ok(held));
+            }
+            if fields.len() >= max_fields {
+                fields.clear();
+            }
+            fields.insert(field.to_string(), value.clone());
+            e.expires = Some(now + ttl);
+            return ready(Ok(value));
+        }
+        let fields = HashMap::from([(field.to_string(), value.clone())]);
+        self.set(key.to_string(), Value::Fields(fields), Some(ttl));
+        ready(Ok(value))
+    }
+
+    fn field_put<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        let now = Instant::now();
+        let _one = self.lock();
+        if let Some(mut e) = self.map.get_mut(key)
+            && e.expires.is_none_or(|t| t > now)
+            && let Value::Fields(fields) = &mut e.value
+        {
+            fields.insert(field.to_string(), value);
+            e.expires = Some(now + ttl);
+            return ready(Ok(()));
+        }
+        let fields = HashMap::from([(field.to_string(), value)]);
+        self.set(key.to_string(), Value::Fields(fields), Some(ttl));
+        ready(Ok(()))
+    }
+
+    fn field_delete<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        if let Some(mut e) = self.map.get_mut(key)
+            && let Value::Fields(fields) = &mut e.value
+        {
+            fields.remove(field);
+        }
+        ready(Ok(()))
     }
 
     fn counter_bump<'a>(

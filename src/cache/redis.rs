@@ -21,7 +21,8 @@ use crate::redis::RedisConn as Conn;
 
 mod scripts;
 use scripts::{
-    AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, PENDING_PUT, SYNC_CLEAR,
+    AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, FIELD_CLAIM, PENDING_PUT,
+    SYNC_CLEAR,
 };
 
 pub struct RedisBackend {
@@ -33,6 +34,7 @@ pub struct RedisBackend {
     ai_delete: Script,
     sync_clear: Script,
     counter_bump: Script,
+    field_claim: Script,
     pending_put: Script,
 }
 
@@ -83,6 +85,7 @@ impl RedisBackend {
             ai_delete: Script::new(AI_DELETE),
             sync_clear: Script::new(SYNC_CLEAR),
             counter_bump: Script::new(COUNTER_BUMP),
+            field_claim: Script::new(FIELD_CLAIM),
             pending_put: Script::new(PENDING_PUT),
         })
     }
@@ -434,6 +437,60 @@ impl CacheBackend for RedisBackend {
                 .arg(ttl.as_millis() as u64);
             let held: Option<Vec<u8>> = self.query(cmd).await?;
             Ok(held.unwrap_or(value))
+        })
+    }
+
+    fn field_claim<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+        max_fields: usize,
+    ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
+        Box::pin(async move {
+            let mut inv = self.field_claim.prepare_invoke();
+            inv.key(key)
+                .arg(field)
+                .arg(value)
+                .arg(ttl.as_millis() as u64)
+                .arg(max_fields);
+            self.invoke(inv).await
+        })
+    }
+
+    fn field_put<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut pipe = redis::pipe();
+            pipe.atomic()
+                .cmd("HSET")
+                .arg(key)
+                .arg(field)
+                .arg(value)
+                .ignore()
+                .cmd("PEXPIRE")
+                .arg(key)
+                .arg(ttl.as_millis() as u64)
+                .ignore();
+            self.query_pipe::<()>(pipe).await
+        })
+    }
+
+    fn field_delete<'a>(
+        &'a self,
+        key: &'a str,
+        field: &'a str,
+    ) -> BoxFuture<'a, Result<(), CacheError>> {
+        Box::pin(async move {
+            let mut cmd = redis::cmd("HDEL");
+            cmd.arg(key).arg(field);
+            self.query::<()>(cmd).await
         })
     }
 

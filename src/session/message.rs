@@ -4,11 +4,12 @@
 //! turn that answers it (started here, or queued behind the running one on any node).
 
 use chatd_protocol::{
-    ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload, MessageQueued, NewChatMessage,
-    Role, ServerMessage,
+    AiTaskInitiated, ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload,
+    MessageQueued, NewChatMessage, Role, ServerMessage,
 };
 
 use super::{MAX_CONTENT_BYTES, Session};
+use crate::cache::ai::MessageSeen;
 use crate::delivery::Audience;
 use crate::store::StoreError;
 use crate::turn::{self, Admission, Inbound, MessageOptions};
@@ -85,6 +86,7 @@ impl Session {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot admit the message");
+                self.release(&m.chat_id, &message_id).await;
                 let (code, text) = e.user_error();
                 let mut p = ErrorPayload::new(code, text);
                 p.chat_id = Some(m.chat_id);
@@ -105,7 +107,18 @@ impl Session {
                         .into(),
                 }))
             }
+            // A re-send of the message being answered: the device learns the task (and
+            // can resume it); nothing is answered twice.
+            Admission::Running { active_task_id } => {
+                self.reply(ServerMessage::AiTaskInitiated(AiTaskInitiated {
+                    chat_id: m.chat_id,
+                    user_message_id: message_id,
+                    ai_task_id: active_task_id,
+                    status: "already_processing".into(),
+                }))
+            }
             Admission::QueueFull => {
+                self.release(&m.chat_id, &message_id).await;
                 let mut p = ErrorPayload::new(
                     ErrorCode::Overloaded,
                     "too many messages are waiting in this chat",
@@ -164,6 +177,9 @@ impl Session {
             stored = Some(versions.unwrap_or_default());
             app.owners.remember(user, chat);
         }
+        if self.duplicate(chat, msg, stored.as_ref()).await {
+            return None;
+        }
         let counted = match msg.message_history {
             Some(_) => cache.messages_v(owner, chat).await,
             None => cache.bump_messages_v(owner, chat, None).await,
@@ -193,6 +209,61 @@ impl Session {
             messages_v: seeded.ok().flatten().unwrap_or(stored.messages_v + 1),
             last_edited: stored.last_edited_overall_timestamp,
         })
+    }
+}
+
+impl Session {
+    /// A message id this user sent in this chat before is not answered again: the sender
+    /// gets `chat_message_confirmed` (its copy arrived; a client that re-sends after a
+    /// lost confirmation is satisfied) and nothing else happens. A re-send after
+    /// `request_chat_history`, or one that carries the history, is no duplicate until the
+    /// message was answered. The cache down: the message is taken (availability first).
+    async fn duplicate(
+        &self,
+        chat: &chatd_protocol::ChatId,
+        msg: &chatd_protocol::UserMessage,
+        stored: Option<&chatd_protocol::ChatVersions>,
+    ) -> bool {
+        let cache = &self.app.turn.ai_cache;
+        let owner = &self.device.user_hash;
+        let seen = match cache.claim_message(owner, chat, &msg.message_id).await {
+            Ok(seen) => seen,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check the message id; taking the message");
+                return false;
+            }
+        };
+        let duplicate = match seen {
+            MessageSeen::New | MessageSeen::AwaitingHistory => false,
+            MessageSeen::Sent => msg.message_history.is_none(),
+            MessageSeen::Answered => true,
+        };
+        if duplicate {
+            let messages_v = match cache.messages_v(owner, chat).await {
+                Ok(Some(v)) => v,
+                _ => stored.map_or(0, |v| v.messages_v),
+            };
+            self.reply(ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+                chat_id: chat.clone(),
+                message_id: msg.message_id.clone(),
+                temp_id: msg.temp_id.clone(),
+                new_messages_v: messages_v,
+                new_last_edited_overall_timestamp: stored
+                    .map_or(msg.created_at, |v| v.last_edited_overall_timestamp),
+            }));
+        }
+        duplicate
+    }
+
+    /// The message was not taken (the turn store refused it): it may be sent again.
+    async fn release(&self, chat: &chatd_protocol::ChatId, message: &chatd_protocol::MessageId) {
+        let cache = &self.app.turn.ai_cache;
+        if let Err(e) = cache
+            .release_message(&self.device.user_hash, chat, message)
+            .await
+        {
+            tracing::warn!(error = %e, "cannot release a message id");
+        }
     }
 }
 

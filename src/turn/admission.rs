@@ -1,9 +1,12 @@
 //! One active AI turn per chat across every node: admission (start, queue or refuse) in
 //! one atomic step of the [`TurnStore`], the lease the running node renews, cancellation
 //! by the owner from any node, and hand-over to the next turn when messages were queued
-//! (all messages queued behind a turn are answered together by one follow-up turn). The
-//! queued messages wait in the store, sealed with the owner's key; only the cancel tokens
-//! of turns running on this node live here.
+//! (all messages queued behind a turn are answered together by one next turn, after the
+//! skills' follow-up messages queued with them). The queued work waits in the store, sealed
+//! with the owner's key ([`queued`]); only the cancel tokens of turns running on this node
+//! live here.
+
+mod queued;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -13,10 +16,12 @@ use std::time::Duration;
 use chatd_protocol::{ChatId, MessageId, TaskId};
 use tokio_util::sync::CancellationToken;
 
+use self::queued::{Queued, Work};
 use super::Inbound;
+use super::follow_up::FollowUp;
 use super::store::{Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError};
 use crate::auth::UserId;
-use crate::crypto::{Keyring, Purpose, SealError, UserHash};
+use crate::crypto::{Keyring, SealError, UserHash};
 use crate::delivery::ConnectionId;
 use crate::ids::NodeId;
 use crate::pipeline::Interruption;
@@ -27,8 +32,11 @@ pub struct TurnTicket {
     pub task_id: TaskId,
     /// The newest message this turn answers.
     pub user_message_id: MessageId,
-    /// The messages this turn answers, oldest first (several when queued ones merged).
+    /// The messages this turn answers, oldest first (several when queued ones merged;
+    /// none when the turn only delivers follow-ups).
     pub inbound: Arc<[Inbound]>,
+    /// Skills' follow-up messages to deliver before answering, oldest first.
+    pub follow_ups: Arc<[FollowUp]>,
     /// Devices that sent the messages this turn answers (they get `ai_task_initiated`).
     pub requesters: Vec<ConnectionId>,
     /// The lease this node holds for the turn.
@@ -75,6 +83,10 @@ pub enum Admission {
     Queued {
         active_task_id: TaskId,
     },
+    /// The running turn answers this very message already (a re-send).
+    Running {
+        active_task_id: TaskId,
+    },
     QueueFull,
     /// Another user's turn runs in this chat.
     Foreign,
@@ -109,14 +121,6 @@ pub enum CancelError {
     Forbidden,
     #[error("the turn store is unavailable")]
     Unavailable,
-}
-
-/// A queued message as sealed into the store: the message and whose it is (the node
-/// that takes over a lost turn runs the queue for that user).
-#[derive(serde::Serialize, serde::Deserialize)]
-struct Queued {
-    user: String,
-    inbound: Inbound,
 }
 
 /// A turn running on this node.
@@ -177,9 +181,56 @@ impl Turns {
         inbound: Inbound,
         parent: &CancellationToken,
     ) -> Result<Admission, TurnsError> {
+        let message = inbound.message_id().clone();
+        self.admit_work(
+            user,
+            chat,
+            &message,
+            Work::Message(Box::new(inbound)),
+            self.max_queue,
+            parent,
+        )
+        .await
+    }
+
+    /// Runs a skill's follow-up message now, or queues it behind the running turn (on
+    /// any node). Follow-ups have room of their own beside the user messages' queue.
+    pub async fn admit_follow_up(
+        &self,
+        user: &UserId,
+        chat: &ChatId,
+        follow_up: FollowUp,
+        parent: &CancellationToken,
+    ) -> Result<Admission, TurnsError> {
+        let message = follow_up.message_id();
+        let room = self.max_queue.saturating_mul(2).max(2);
+        self.admit_work(
+            user,
+            chat,
+            &message,
+            Work::FollowUp(follow_up),
+            room,
+            parent,
+        )
+        .await
+    }
+
+    async fn admit_work(
+        &self,
+        user: &UserId,
+        chat: &ChatId,
+        message: &MessageId,
+        work: Work,
+        max_queue: usize,
+        parent: &CancellationToken,
+    ) -> Result<Admission, TurnsError> {
         let owner = UserHash::of(user);
         let task = TaskId::random();
-        let value = self.seal(&owner, chat, user, &inbound).await?;
+        let queued = Queued {
+            user: user.as_str().to_string(),
+            work,
+        };
+        let value = queued.seal(self.keyring.as_deref(), &owner, chat).await?;
         let admitted = self
             .store
             .admit(Admit {
@@ -187,17 +238,20 @@ impl Turns {
                 owner: &owner,
                 task: &task,
                 node: &self.node,
-                message: inbound.message_id(),
+                message,
                 value,
                 lease: self.lease,
-                max_queue: self.max_queue,
+                max_queue,
             })
             .await?;
         Ok(match admitted {
             Admitted::Started(lease) => {
-                Admission::Start(Box::new(self.start(user, lease, vec![inbound], parent)))
+                Admission::Start(Box::new(self.start(user, lease, vec![queued.work], parent)))
             }
             Admitted::Queued { active } => Admission::Queued {
+                active_task_id: active.task,
+            },
+            Admitted::Running { active } => Admission::Running {
                 active_task_id: active.task,
             },
             Admitted::QueueFull { .. } => Admission::QueueFull,
@@ -210,19 +264,33 @@ impl Turns {
         &self,
         user: &UserId,
         lease: Lease,
-        inbound: Vec<Inbound>,
+        work: Vec<Work>,
         parent: &CancellationToken,
     ) -> TurnTicket {
+        let mut inbound = Vec::with_capacity(work.len());
+        let mut follow_ups = Vec::new();
+        for w in work {
+            match w {
+                Work::Message(i) => inbound.push(*i),
+                Work::FollowUp(f) => follow_ups.push(f),
+            }
+        }
         let mut requesters: Vec<ConnectionId> = Vec::with_capacity(inbound.len());
         for i in &inbound {
             if !requesters.contains(&i.conn) {
                 requesters.push(i.conn);
             }
         }
+        let user_message_id = match (inbound.last(), follow_ups.last()) {
+            (Some(i), _) => i.message_id().clone(),
+            (None, Some(f)) => f.user_message_id.clone(),
+            (None, None) => lease.message.clone(),
+        };
         let ticket = TurnTicket {
             task_id: lease.task.clone(),
-            user_message_id: lease.message.clone(),
+            user_message_id,
             inbound: inbound.into(),
+            follow_ups: follow_ups.into(),
             requesters,
             lease,
             cancel: parent.child_token(),
@@ -289,12 +357,12 @@ impl Turns {
             return None;
         };
         let mut user = None;
-        let mut inbound = Vec::with_capacity(queued.len());
+        let mut work = Vec::with_capacity(queued.len());
         for value in queued {
-            match self.open(&lease.owner, &lease.chat, &value).await {
+            match Queued::open(self.keyring.as_deref(), &lease.owner, &lease.chat, &value).await {
                 Some(q) => {
                     user = UserId::parse(q.user).ok();
-                    inbound.push(q.inbound);
+                    work.push(q.work);
                 }
                 None => tracing::warn!("a queued message does not open; it is dropped"),
             }
@@ -307,7 +375,7 @@ impl Turns {
                 .await;
             return None;
         };
-        let ticket = self.start(&user, lease, inbound, parent);
+        let ticket = self.start(&user, lease, work, parent);
         Some((user, ticket))
     }
 
@@ -411,40 +479,6 @@ impl Turns {
             }
             Ok(_) => {}
             Err(e) => tracing::warn!(error = %e, "cannot look up the deleted chat's turn"),
-        }
-    }
-
-    async fn seal(
-        &self,
-        owner: &UserHash,
-        chat: &ChatId,
-        user: &UserId,
-        inbound: &Inbound,
-    ) -> Result<Vec<u8>, TurnsError> {
-        let queued = Queued {
-            user: user.as_str().to_string(),
-            inbound: inbound.clone(),
-        };
-        let plain = serde_json::to_vec(&queued).unwrap_or_default();
-        Ok(match &self.keyring {
-            Some(k) => {
-                k.seal(owner, chat.as_str(), Purpose::QueuedMessage, &plain)
-                    .await?
-            }
-            None => plain,
-        })
-    }
-
-    async fn open(&self, owner: &UserHash, chat: &ChatId, sealed: &[u8]) -> Option<Queued> {
-        match &self.keyring {
-            Some(k) => {
-                let plain = k
-                    .open(owner, chat.as_str(), Purpose::QueuedMessage, sealed)
-                    .await
-                    .ok()?;
-                serde_json::from_slice(&plain).ok()
-            }
-            None => serde_json::from_slice(sealed).ok(),
         }
     }
 }

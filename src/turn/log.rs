@@ -169,8 +169,12 @@ impl TurnLog {
         }))
     }
 
-    pub async fn end(&self, chat: &ChatId, task: &TaskId) -> Result<(), LogError> {
-        Ok(self.store.log_end(chat, task, self.keep).await?)
+    /// Ends the log (refused with `Fenced` when another node took the turn over).
+    pub async fn end(&self, chat: &ChatId, task: &TaskId, generation: u64) -> Result<(), LogError> {
+        Ok(self
+            .store
+            .log_end(chat, task, generation, self.keep)
+            .await?)
     }
 }
 

@@ -47,7 +47,7 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
         // The lease is renewed while the turn runs; a cancel requested on another node
         // arrives with a renewal.
         tokio::select! {
-            () = run_one(&deps, &user, &chat, &ticket) => {}
+            () = run_ticket(&deps, &user, &chat, &ticket) => {}
             () = keep_lease(&deps, &ticket) => {}
         }
         match deps.turns.finish(&ticket, &deps.shutdown).await {
@@ -56,6 +56,14 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
         }
     }
     deps.delivery.release(&owner).await;
+}
+
+/// The ticket's follow-up messages, then the answer to its messages.
+async fn run_ticket(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+    super::follow_up::deliver(deps, user, chat, ticket).await;
+    if !ticket.inbound.is_empty() {
+        run_one(deps, user, chat, ticket).await;
+    }
 }
 
 /// Renews the ticket's lease every third of its length until the turn ends (returns only
@@ -97,10 +105,13 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
                     reason: reason_label(request.reason),
                 })
                 .inc();
+            // Recorded first: the copy with the history may come back at once.
+            settle_messages(app, &owner, chat, ticket, Settled::AwaitingHistory).await;
             writer.frame(requesters, ServerMessage::RequestChatHistory(request));
             return;
         }
         Ok(Prepared::Invalid(reason)) => {
+            settle_messages(app, &owner, chat, ticket, Settled::Unanswered).await;
             return refuse(
                 app,
                 &writer,
@@ -113,6 +124,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         Err(fault) => {
             tracing::warn!(error = %fault, "history unavailable; turn not started");
             let (code, text) = fault_message(&fault);
+            settle_messages(app, &owner, chat, ticket, Settled::Unanswered).await;
             return refuse(app, &writer, chat, ticket, code, text);
         }
     };
@@ -282,9 +294,16 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         )
         .await;
     }
-    if !outcome.text.trim().is_empty() && !ticket.abandoned() {
+    let answered = !outcome.text.trim().is_empty() && !ticket.abandoned();
+    if answered {
         remember_answer(app, &owner, &ctx, &outcome.text, &ticket.requesters).await;
     }
+    let settled = if answered {
+        Settled::Answered
+    } else {
+        Settled::Unanswered
+    };
+    settle_messages(app, &owner, chat, ticket, settled).await;
     let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
         (Some(Interruption::Cancelled), _, _) => "cancelled",
         (Some(Interruption::Shutdown), _, _) => "shutdown",
@@ -328,6 +347,38 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
+    }
+}
+
+/// What became of a turn's messages.
+enum Settled {
+    /// A copy sent again is a duplicate.
+    Answered,
+    /// The copy with the history is expected.
+    AwaitingHistory,
+    /// No answer: the user may send them again.
+    Unanswered,
+}
+
+/// Records what became of the ticket's messages (see [`crate::cache::ai::MessageSeen`]).
+async fn settle_messages(
+    app: &TurnDeps,
+    owner: &UserHash,
+    chat: &ChatId,
+    ticket: &TurnTicket,
+    settled: Settled,
+) {
+    let cache = &app.ai_cache;
+    for i in ticket.inbound.iter() {
+        let id = i.message_id();
+        let settled = match settled {
+            Settled::Answered => cache.message_answered(owner, chat, id).await,
+            Settled::AwaitingHistory => cache.message_awaits_history(owner, chat, id).await,
+            Settled::Unanswered => cache.release_message(owner, chat, id).await,
+        };
+        if let Err(e) = settled {
+            tracing::warn!(error = %e, "cannot settle a message id");
+        }
     }
 }
 

@@ -54,12 +54,15 @@ pub struct Admit<'a> {
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Admitted {
-    /// No live lease: the caller's node now runs `task` under this lease (the message
-    /// is not stored).
+    /// No lease: the caller's node now runs `task` under this lease (the message is not
+    /// stored). A lease whose time ran out still holds the chat until a node takes it over
+    /// ([`TurnStore::take_over_expired`]), so a lost turn is always ended before the next.
     Started(Lease),
     /// A turn runs: the message waits in the chat's queue. A message id already queued
     /// is replaced in place (a re-send with history).
     Queued { active: Lease },
+    /// The running turn answers this very message (a re-send): nothing was stored.
+    Running { active: Lease },
     /// A turn runs and its queue is full; nothing was stored.
     QueueFull { active: Lease },
     /// A turn of another owner runs in this chat; nothing was stored.
@@ -122,8 +125,9 @@ pub enum TurnStoreError {
 }
 
 pub trait TurnStore: Send + Sync {
-    /// In one atomic step: starts the turn when the chat has no live lease, otherwise
-    /// queues the message (or refuses it when the queue is full).
+    /// In one atomic step: starts the turn when the chat has no lease, otherwise queues
+    /// the message (or refuses it when the queue is full, or when the running turn
+    /// answers it already).
     fn admit<'a>(&'a self, req: Admit<'a>) -> BoxFuture<'a, Result<Admitted, TurnStoreError>>;
 
     /// Extends a running turn's lease by `ttl`; `Fenced` when the lease expired or moved
@@ -200,10 +204,13 @@ pub trait TurnStore: Send + Sync {
     ) -> BoxFuture<'a, Result<Option<LogRead>, TurnStoreError>>;
 
     /// Marks the log ended (no appends after this) and lets it expire `keep` from now.
+    /// `Fenced` (and nothing changed) when the log is fenced to a newer generation than
+    /// `generation` (a node that lost the turn cannot end it under its new owner).
     fn log_end<'a>(
         &'a self,
         chat: &'a ChatId,
         task: &'a TaskId,
+        generation: u64,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
 

@@ -7,12 +7,14 @@
 //! assigns a sequence. When the last handle on the writer goes (the turn, its
 //! postprocessing and its skills are done), the flusher ends the log.
 //!
-//! A skill result that arrives after the answer (`TurnEvent::FollowUp`) becomes a message
-//! of its own, delivered by a writer of its own under a new task id.
+//! A skill result that arrives after the answer (`TurnEvent::FollowUp`) is handed to
+//! admission as a follow-up message ([`super::follow_up`]): it runs as a turn of its own,
+//! behind whatever runs in the chat then.
 
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chatd_protocol::{ChatId, ServerMessage, TaskId};
+
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 
@@ -21,7 +23,7 @@ use super::log::LogEntry;
 use super::store::TurnStoreError;
 use crate::crypto::UserHash;
 use crate::delivery::{Audience, frames};
-use crate::pipeline::{TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing};
+use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
 
 /// What has been written so far. A std Mutex: held while one event is numbered, delivered
 /// to the devices' outboxes and queued for the log (no await), which keeps concurrent
@@ -155,35 +157,10 @@ impl TurnWriter {
         let _ = flushed.wait_for(|&f| f >= target).await;
     }
 
-    /// The automatic follow-up: a message of its own (typing, the text, the final frame),
-    /// cached for the next turn, written by its own writer under a new task id.
+    /// The automatic follow-up: admitted like a message (see [`super::follow_up`]).
     fn follow_up(&self, ctx: &TurnContext, text: Arc<str>) {
-        let ctx = TurnContext {
-            task_id: TaskId::random(),
-            ..ctx.clone()
-        };
-        let deps = self.deps.clone();
-        let owner = self.key.owner.clone();
-        let generation = self.key.generation;
-        self.deps.tasks.spawn(async move {
-            let key = TurnKey {
-                owner: owner.clone(),
-                chat: ctx.chat_id.clone(),
-                task: ctx.task_id.clone(),
-                generation,
-            };
-            let writer = TurnWriter::new(deps.clone(), key);
-            writer.emit(&ctx, TurnEvent::Typing(Typing::default()));
-            writer.emit(&ctx, TurnEvent::Chunk { text: text.clone() });
-            super::stages::remember_answer(&deps, &owner, &ctx, &text, &[]).await;
-            writer.emit(
-                &ctx,
-                TurnEvent::Finished(TurnOutcome {
-                    text,
-                    ..TurnOutcome::default()
-                }),
-            );
-        });
+        let admit = super::follow_up::admit(self.deps.clone(), ctx.clone(), text);
+        self.deps.tasks.spawn(admit);
     }
 }
 
@@ -195,7 +172,7 @@ impl Drop for TurnWriter {
             let _ = self
                 .deps
                 .log
-                .end(&self.key.chat, &self.key.task)
+                .end(&self.key.chat, &self.key.task, self.key.generation)
                 .now_or_never();
         }
     }
@@ -242,7 +219,7 @@ async fn flush(
             flushed.send_replace(index);
         }
     }
-    if !fenced && let Err(e) = log.end(&key.chat, &key.task).await {
+    if !fenced && let Err(e) = log.end(&key.chat, &key.task, key.generation).await {
         tracing::warn!(error = %e, "could not end the turn log");
     }
 }

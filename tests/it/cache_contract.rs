@@ -419,6 +419,66 @@ async fn counters_count_atomically_and_start_only_from_a_seed(b: Arc<dyn CacheBa
     assert_eq!(b.counter_get(key).await.unwrap(), None);
 }
 
+async fn field_markers_are_claimed_once_bounded_and_deleted_with_their_key(
+    b: Arc<dyn CacheBackend>,
+) {
+    let ttl = Duration::from_secs(3600);
+    let key = "{u:u}:chat:c:seen";
+    let claims =
+        (0..10).map(|i| b.field_claim(key, "m1", format!("sent-{i}").into_bytes(), ttl, 3));
+    let held: Vec<Vec<u8>> = futures_util::future::join_all(claims)
+        .await
+        .into_iter()
+        .map(|r| r.unwrap())
+        .collect();
+    assert!(
+        held.iter().all(|h| h == &held[0]),
+        "one claim wins and every caller sees it: {held:?}"
+    );
+    b.field_put(key, "m1", b"answered".to_vec(), ttl)
+        .await
+        .unwrap();
+    assert_eq!(
+        b.field_claim(key, "m1", b"again".to_vec(), ttl, 3)
+            .await
+            .unwrap(),
+        b"answered"
+    );
+    b.field_delete(key, "m1").await.unwrap();
+    assert_eq!(
+        b.field_claim(key, "m1", b"fresh".to_vec(), ttl, 3)
+            .await
+            .unwrap(),
+        b"fresh",
+        "a deleted field can be claimed again"
+    );
+    for m in ["m2", "m3"] {
+        b.field_claim(key, m, b"x".to_vec(), ttl, 3).await.unwrap();
+    }
+    // Full (3 fields): the next new field starts the key over.
+    assert_eq!(
+        b.field_claim(key, "m4", b"new".to_vec(), ttl, 3)
+            .await
+            .unwrap(),
+        b"new"
+    );
+    assert_eq!(
+        b.field_claim(key, "m1", b"after".to_vec(), ttl, 3)
+            .await
+            .unwrap(),
+        b"after",
+        "the older fields went"
+    );
+    b.kv_delete(key).await.unwrap();
+    assert_eq!(
+        b.field_claim(key, "m4", b"gone".to_vec(), ttl, 3)
+            .await
+            .unwrap(),
+        b"gone",
+        "deleting the key forgets every field"
+    );
+}
+
 async fn pending_answers_are_kept_per_user_until_dropped(b: Arc<dyn CacheBackend>) {
     let (a, z) = (user("alice"), user("zed"));
     let ttl = Duration::from_secs(3600);
@@ -494,6 +554,7 @@ contract!(
     sync_cache_and_small_values,
     counters_count_atomically_and_start_only_from_a_seed,
     pending_answers_are_kept_per_user_until_dropped,
+    field_markers_are_claimed_once_bounded_and_deleted_with_their_key,
 );
 
 /// Memory backend: expiry on tokio's clock, so paused time drives it.

@@ -814,6 +814,68 @@ async fn a_long_rate_limit_finishes_the_turn_and_the_results_follow_as_a_message
     );
 }
 
+/// The follow-up is admitted like a message: it never runs beside another turn of its
+/// chat. Here the late result arrives while a second turn streams; the follow-up waits and
+/// comes after that turn's final frame, as a message of its own.
+#[tokio::test]
+async fn a_late_result_waits_for_the_running_turn_then_follows_it() {
+    let s = setup_with(|c| c.skills.long_wait = Duration::from_millis(100)).await;
+    offer(&s.fake, &["demo-find"]);
+    rate_limited_once(&s.skill, json!({"results": [{"rank": 3}]}));
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "later"}]),
+    )]));
+    s.fake.push(text("The results will follow."));
+    let gate = Gate::new();
+    s.fake.push(Reply::Stall {
+        chunks: vec!["Second, part one.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text("Second, the end.")),
+    });
+    let mut ws = s.app.connect_showing("alice", "chat-wait").await;
+    ws.send(&user_message("chat-wait", "m1", "find it")).await;
+    let (_, first) = collect_answer(&mut ws).await;
+    ws.send(&user_message("chat-wait", "m2", "and meanwhile?"))
+        .await;
+    gate.reached().await;
+    // The skill answers its retry while the second turn is held mid-answer.
+    s.skill
+        .wait_until("the retried call", |k| k.seen().len() == 2)
+        .await;
+    gate.release();
+    let mut order = Vec::new();
+    let mut finals = 0;
+    while finals < 2 {
+        if let ServerMessage::AiMessageUpdate(u) = ws.recv().await {
+            order.push((
+                u.task_id.clone(),
+                u.is_final_chunk,
+                u.full_content_so_far.clone(),
+            ));
+            finals += usize::from(u.is_final_chunk);
+        }
+    }
+    let second = order[0].0.clone();
+    assert_ne!(second, first.task_id);
+    let second_end = order
+        .iter()
+        .position(|(t, fin, _)| t == &second && *fin)
+        .unwrap();
+    assert!(
+        order[..=second_end].iter().all(|(t, ..)| t == &second),
+        "nothing of the follow-up before the second answer ended: {order:?}"
+    );
+    let (follow_up, _, text) = order.last().unwrap();
+    assert_ne!(follow_up, &second);
+    assert_ne!(follow_up, &first.task_id);
+    assert!(
+        text.starts_with("Done, here are the results of demo-find."),
+        "{text}"
+    );
+}
+
 #[tokio::test]
 async fn suggestions_go_to_the_user_and_added_instructions_to_the_model() {
     let s = setup().await;

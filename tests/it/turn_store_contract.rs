@@ -90,6 +90,11 @@ async fn admission_queue_and_hand_over(s: Arc<dyn TurnStore>) {
         admit(s.as_ref(), &c, "m4", "b", LONG, 2).await,
         Admitted::QueueFull { .. }
     ));
+    // The message the running turn answers, sent again: neither queued nor started.
+    assert!(matches!(
+        admit(s.as_ref(), &c, "m1", "b", LONG, 2).await,
+        Admitted::Running { active } if active == first
+    ));
     // Another owner's message never joins this chat's queue.
     let mallory = UserHash::of(&UserId::parse("mallory").unwrap());
     let foreign = Admit {
@@ -169,9 +174,23 @@ async fn leases_renew_expire_and_fence(s: Arc<dyn TurnStore>) {
         s.renew(&lost, SHORT).await,
         Err(TurnStoreError::Gone)
     ));
-    // An expired lease lets the next message start.
-    let next = started(admit(s.as_ref(), &c, "m2", "b", LONG, 10).await);
+    // An expired lease holds the chat until a node takes it over (its lost turn is
+    // ended first); then the message queued meanwhile goes on.
+    assert!(matches!(
+        admit(s.as_ref(), &c, "m2", "b", LONG, 10).await,
+        Admitted::Queued { active } if active == lease
+    ));
+    let taken = s.take_over_expired(&node("b"), LONG, 10).await.unwrap();
+    let won = taken.into_iter().find(|l| l.chat == c).expect("taken over");
+    let Finished::Next {
+        lease: next,
+        queued,
+    } = s.finish(&won, &TaskId::random(), LONG).await.unwrap()
+    else {
+        panic!("the queued message runs after the lost turn")
+    };
     assert!(next.generation > lease.generation);
+    assert_eq!(queued, [b"value of m2".to_vec()]);
 }
 
 async fn cancel_requests_reach_the_renewal(s: Arc<dyn TurnStore>) {
@@ -253,6 +272,16 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
         .unwrap(),
         2
     );
+    // The node that lost the turn cannot end the log under its new owner.
+    assert!(matches!(
+        s.log_end(&c, &lost.task, lost.generation, LONG).await,
+        Err(TurnStoreError::Fenced)
+    ));
+    assert!(!s.log_read(&c, &lost.task, 0).await.unwrap().unwrap().ended);
+    s.log_end(&c, &lost.task, won.generation, LONG)
+        .await
+        .unwrap();
+    assert!(s.log_read(&c, &lost.task, 0).await.unwrap().unwrap().ended);
     let Finished::Next { queued, .. } = s.finish(&won, &TaskId::random(), LONG).await.unwrap()
     else {
         panic!("the lost turn's queue goes on")
@@ -289,7 +318,7 @@ async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
             .entries
             .is_empty()
     );
-    s.log_end(&c, &t, SHORT).await.unwrap();
+    s.log_end(&c, &t, 1, SHORT).await.unwrap();
     assert!(s.log_read(&c, &t, 0).await.unwrap().unwrap().ended);
     assert!(matches!(
         s.log_append(&c, &t, 1, b"after the end".to_vec(), 3, LONG)

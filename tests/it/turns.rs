@@ -323,3 +323,62 @@ async fn an_unreachable_provider_is_retried_once_then_reported() {
     assert_eq!(last.error_code, None);
     assert_eq!(last.full_content_so_far, "Recovered.");
 }
+
+/// A message id the user sent before is never answered twice: a plain copy is
+/// acknowledged and dropped (while its turn runs and after it ended), a copy that carries
+/// the history while its turn runs learns the running task.
+#[tokio::test]
+async fn a_message_id_sent_again_is_never_answered_twice() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["Held.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text(&["Done."])),
+    });
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut ws = app.connect_showing("alice", "chat-dup").await;
+    ws.send(&user_message("chat-dup", "m1", "one")).await;
+    let task = ws.recv_until(task_of).await;
+    gate.reached().await;
+    let confirmed = |m: &ServerMessage| match m {
+        ServerMessage::ChatMessageConfirmed(c) => Some(c.clone()),
+        _ => None,
+    };
+    ws.send(&user_message("chat-dup", "m1", "one")).await;
+    let again = ws.recv_until(confirmed).await;
+    assert_eq!(again.message_id.as_str(), "m1");
+    assert_eq!(again.new_messages_v, 1, "a copy is not counted again");
+    let with_history = crate::support::user_message_with("chat-dup", "m1", "one", |m| {
+        m.message.message_history = Some(vec![crate::support::history_entry(
+            "m1",
+            chatd_protocol::Role::User,
+            "one",
+            1,
+        )]);
+    });
+    ws.send(&with_history).await;
+    let running = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskInitiated(t) => Some(t.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(running.ai_task_id, task);
+    assert_eq!(running.status, "already_processing");
+    gate.release();
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.task_id, task);
+    // Answered: a plain copy and a copy with history are both acknowledged and dropped.
+    ws.send(&user_message("chat-dup", "m1", "one")).await;
+    ws.send(&with_history).await;
+    ws.send_json(serde_json::json!({"type": "ping"})).await;
+    loop {
+        match ws.recv().await {
+            ServerMessage::Pong(_) => break,
+            ServerMessage::ChatMessageConfirmed(c) => assert_eq!(c.message_id.as_str(), "m1"),
+            other => panic!("a duplicate started something: {other:?}"),
+        }
+    }
+    assert_eq!(fake.requests().len(), 1, "one model call for m1, ever");
+}

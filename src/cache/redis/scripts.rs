@@ -138,3 +138,16 @@ redis.call('PEXPIRE', KEYS[1], ARGV[5])
 redis.call('PEXPIRE', KEYS[2], ARGV[5])
 return 1
 "#;
+
+/// KEYS: hash. ARGV: field, value, ttl ms, max fields. Sets the field unless set (emptying
+/// a full hash first); returns what it holds; refreshes the TTL.
+pub const FIELD_CLAIM: &str = r#"
+local held = redis.call('HGET', KEYS[1], ARGV[1])
+if not held then
+  if redis.call('HLEN', KEYS[1]) >= tonumber(ARGV[4]) then redis.call('DEL', KEYS[1]) end
+  redis.call('HSET', KEYS[1], ARGV[1], ARGV[2])
+  held = ARGV[2]
+end
+redis.call('PEXPIRE', KEYS[1], ARGV[3])
+return held
+"#;

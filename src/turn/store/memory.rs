@@ -99,9 +99,14 @@ impl TurnStore for MemoryTurnStore {
         let now = Instant::now();
         let mut s = self.lock();
         s.sweep(now);
-        if let Some(active) = s.live(req.chat, now).cloned() {
+        // Any lease holds the chat, an expired one until it is taken over.
+        let held = s.chats.get(req.chat).and_then(|c| c.lease.as_ref());
+        if let Some((active, _)) = held.cloned() {
             if &active.owner != req.owner {
                 return Box::pin(ready(Ok(Admitted::Foreign)));
+            }
+            if &active.message == req.message {
+                return Box::pin(ready(Ok(Admitted::Running { active })));
             }
             let chat = s.chats.entry(req.chat.clone()).or_default();
             if let Some(q) = chat.queue.iter_mut().find(|(m, _)| m == req.message) {
@@ -325,10 +330,19 @@ impl TurnStore for MemoryTurnStore {
         Box::pin(ready(Ok(read)))
     }
 
-    fn log_end<'a>(&'a self, chat: &'a ChatId, task: &'a TaskId, keep: Duration) -> Res<'a, ()> {
+    fn log_end<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        generation: u64,
+        keep: Duration,
+    ) -> Res<'a, ()> {
         let now = Instant::now();
         let mut s = self.lock();
         if let Some(log) = s.logs.get_mut(&(chat.clone(), task.clone())) {
+            if generation < log.fence {
+                return Box::pin(ready(Err(TurnStoreError::Fenced)));
+            }
             log.ended = true;
             log.expires = now + keep;
         }

@@ -187,6 +187,7 @@ impl TurnStore for RedisTurnStore {
                     Admitted::Started(lease)
                 }
                 "queued" => Admitted::Queued { active: lease },
+                "running" => Admitted::Running { active: lease },
                 _ => Admitted::QueueFull { active: lease },
             })
         })
@@ -424,13 +425,22 @@ impl TurnStore for RedisTurnStore {
         })
     }
 
-    fn log_end<'a>(&'a self, chat: &'a ChatId, task: &'a TaskId, keep: Duration) -> Res<'a, ()> {
+    fn log_end<'a>(
+        &'a self,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        generation: u64,
+        keep: Duration,
+    ) -> Res<'a, ()> {
         Box::pin(async move {
             let mut conn = self.redis.conn().await?;
             let (stream, meta) = log_keys(chat, task);
             let mut call = self.log_end.key(stream);
-            call.key(meta).arg(keep.as_millis() as u64);
-            self.redis.run(call.invoke_async::<()>(&mut conn)).await?;
+            call.key(meta).arg(keep.as_millis() as u64).arg(generation);
+            let ended: i64 = self.redis.run(call.invoke_async(&mut conn)).await?;
+            if ended < 0 {
+                return Err(TurnStoreError::Fenced);
+            }
             Ok(())
         })
     }

@@ -19,11 +19,13 @@ end
 "#;
 
 /// KEYS: lease, gen, queue, queued. ARGV: task, message, node, owner, lease ms, value,
-/// max queue, keep ms. Starts the turn, or queues the message, or refuses it.
+/// max queue, keep ms. Starts the turn, or queues the message, or refuses it. An expired
+/// lease holds the chat until it is taken over (its turn is ended first).
 pub const ADMIT: &str = r#"
 local l = lease_of(KEYS[1])
-if l and l.untl > now then
+if l then
   if l.owner ~= ARGV[4] then return {'foreign'} end
+  if l.message == ARGV[2] then return reply('running', l) end
   if redis.call('HEXISTS', KEYS[4], ARGV[2]) == 1 then
     redis.call('HSET', KEYS[4], ARGV[2], ARGV[6])
     return reply('queued', l)
@@ -153,9 +155,12 @@ end
 return out
 "#;
 
-/// KEYS: stream, meta. ARGV: keep ms. Marks the log ended.
+/// KEYS: stream, meta. ARGV: keep ms, gen. Marks the log ended, unless it is fenced to a
+/// newer generation (-1).
 pub const LOG_END: &str = r#"
 if redis.call('EXISTS', KEYS[2]) == 0 then return 0 end
+local fence = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
+if tonumber(ARGV[2]) < fence then return -1 end
 redis.call('HSET', KEYS[2], 'ended', '1')
 redis.call('PEXPIRE', KEYS[1], ARGV[1])
 redis.call('PEXPIRE', KEYS[2], ARGV[1])
