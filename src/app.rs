@@ -1,6 +1,6 @@
 //! Building, running and stopping chatd: [`App::build`] binds the listener (port 0 in
 //! tests) and wires the state; [`App::run_until_stopped`] serves until the shutdown token
-//! fires, then cancels turns, closes sockets with 1001 and drains within the grace period.
+//! fires, then cancels turns, tells every device (`server_shutting_down`), cancels turns, closes sockets with 1012 and drains within the grace period.
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -10,6 +10,8 @@ use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
+
+use chatd_protocol::{ServerMessage, ServerShuttingDown};
 
 use crate::auth::TokenKeys;
 use crate::cache::ai::AiCache;
@@ -260,7 +262,9 @@ impl App {
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),
         });
+        let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
         let state = Arc::new(AppState {
+            llm_probe,
             keys,
             metrics,
             owners: Default::default(),
@@ -291,7 +295,7 @@ impl App {
     }
 
     /// Serves until `shutdown` fires, then drains: stop accepting, cancel turns (their
-    /// final frames go out), close sockets with 1001, wait up to `server.shutdown_grace`.
+    /// final frames go out), close sockets with 1012, wait up to `server.shutdown_grace`.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let App {
             listener,
@@ -322,6 +326,16 @@ impl App {
             shutdown.cancelled().await;
             let deadline = tokio::time::Instant::now() + state.config.server.shutdown_grace;
             let tasks = &state.tasks;
+            // Every device hears it first, wherever it looks, so clients reconnect at once.
+            let told = state
+                .turn
+                .delivery
+                .hub
+                .send_everyone(&ServerMessage::ServerShuttingDown(ServerShuttingDown {
+                    grace_ms: state.config.server.shutdown_grace.as_millis() as u64,
+                    message: "This server is stopping; reconnect to continue.".into(),
+                }));
+            tracing::info!(devices = told, "shutting down");
             tasks.turns_shutdown.cancel();
             tasks.turns.close();
             if tokio::time::timeout_at(deadline, tasks.turns.wait())

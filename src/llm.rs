@@ -3,6 +3,7 @@
 //! (local, deterministic). Nothing above this module knows a provider's JSON.
 
 mod openai;
+pub mod probe;
 pub mod secrets;
 mod simulated;
 
@@ -139,6 +140,11 @@ pub trait LlmClient: Send + Sync {
     fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>>;
     /// Provider name for logs and `ai_typing_started`.
     fn provider_name(&self) -> &str;
+    /// A cheap request that shows the provider answers and takes the key (for `/readyz`,
+    /// through [`probe::LlmProbe`]). A client with nothing to reach is always ready.
+    fn probe(&self) -> BoxFuture<'_, Result<(), LlmError>> {
+        Box::pin(std::future::ready(Ok(())))
+    }
 }
 
 /// Builds the configured client.

@@ -35,6 +35,8 @@ pub struct AppState {
     pub tasks: Tasks,
     /// The permanent store of client-encrypted chats (`store.url`).
     pub store: Arc<dyn Store>,
+    /// Whether the main model's provider answers (`/readyz`).
+    pub llm_probe: crate::llm::probe::LlmProbe,
 }
 
 impl AppState {
@@ -42,14 +44,15 @@ impl AppState {
     /// store and the bus subscription).
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
         let turn = &self.turn;
-        let (cache, keys, store, turns) = tokio::join!(
+        let (llm, cache, keys, store, turns) = tokio::join!(
+            self.llm_probe.check(),
             turn.ai_cache.backend().ping(),
             turn.ai_cache.keyring().provider().check(),
             self.store.ping(),
             turn.turns.store().ping(),
         );
         let mut out = vec![
-            ("llm", Ok(())),
+            ("llm", llm),
             ("cache", cache.map_err(|e| e.to_string())),
             ("keys", keys.map_err(|e| e.to_string())),
             ("store", store.map_err(|e| e.to_string())),

@@ -5,8 +5,9 @@
 pub enum CloseCode {
     /// 1000: normal closure (answering a client's close).
     Normal,
-    /// 1001: the server is shutting down; reconnect to another node or later.
-    GoingAway,
+    /// 1012: the server is restarting or stopping (after `server_shutting_down`);
+    /// reconnect at once (another node takes the connection).
+    ServiceRestart,
     /// 1007: a text frame held invalid UTF-8.
     InvalidUtf8,
     /// 1002: the client broke the WebSocket protocol (e.g. an unmasked or malformed frame).
@@ -23,7 +24,7 @@ impl CloseCode {
     pub fn code(self) -> u16 {
         match self {
             CloseCode::Normal => 1000,
-            CloseCode::GoingAway => 1001,
+            CloseCode::ServiceRestart => 1012,
             CloseCode::InvalidUtf8 => 1007,
             CloseCode::ProtocolError => 1002,
             CloseCode::MessageTooBig => 1009,
@@ -36,7 +37,7 @@ impl CloseCode {
     pub fn reason(self) -> &'static str {
         match self {
             CloseCode::Normal => "bye",
-            CloseCode::GoingAway => "server shutting down",
+            CloseCode::ServiceRestart => "server restarting; reconnect",
             CloseCode::InvalidUtf8 => "invalid utf-8 in text frame",
             CloseCode::ProtocolError => "websocket protocol error",
             CloseCode::MessageTooBig => "message too big",

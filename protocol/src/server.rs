@@ -33,6 +33,9 @@ pub enum ServerMessage {
     /// An answer that finished while no device could store it: sent on every connection
     /// until a device stores it (`ai_response_completed` for `message_id`).
     PendingAiResponse(Box<PendingAiResponse>),
+    /// The server is stopping: to every device, before running answers end and the socket
+    /// closes with 1012; reconnect (another node takes it) and resume what was running.
+    ServerShuttingDown(ServerShuttingDown),
     /// The answer to `resume_ai_task`; with `recovered: true` the turn's frames after the
     /// position follow, with `false` the client syncs instead.
     AiTaskResumed(AiTaskResumed),
@@ -105,6 +108,7 @@ impl ServerMessage {
         "ai_task_cancel_requested",
         "ai_task_resumed",
         "pending_ai_response",
+        "server_shutting_down",
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
@@ -146,6 +150,7 @@ impl ServerMessage {
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",
             ServerMessage::AiTaskResumed(_) => "ai_task_resumed",
             ServerMessage::PendingAiResponse(_) => "pending_ai_response",
+            ServerMessage::ServerShuttingDown(_) => "server_shutting_down",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
@@ -381,6 +386,14 @@ pub struct PendingAiResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
     pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerShuttingDown {
+    /// How long running answers may still take before the socket closes (ms).
+    pub grace_ms: u64,
+    /// Human-readable.
+    pub message: String,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -229,6 +229,16 @@ impl Hub {
         self.users.get(user).map(|d| d.clone()).unwrap_or_default()
     }
 
+    /// Sends to every device on this node, encoding once; returns how many accepted it.
+    pub fn send_everyone(&self, msg: &ServerMessage) -> usize {
+        let devices: Vec<Arc<Device>> = self.users.iter().flat_map(|e| e.value().clone()).collect();
+        let frame = EncodedFrame::new(msg);
+        devices
+            .iter()
+            .filter(|d| d.outbox.send_encoded(frame.clone(), msg))
+            .count()
+    }
+
     /// Sends to the chosen devices, encoding once; returns how many accepted it.
     pub fn send(&self, user: &UserHash, audience: &Audience, msg: &ServerMessage) -> usize {
         let mut frame: Option<EncodedFrame> = None;

@@ -21,6 +21,8 @@ use crate::config::LlmConfig;
 pub struct OpenAiClient {
     http: reqwest::Client,
     url: String,
+    /// `GET {base_url}/models`: the readiness probe.
+    models_url: String,
     api_key: Option<SecretString>,
     idle_timeout: Duration,
 }
@@ -36,6 +38,7 @@ impl OpenAiClient {
         Ok(Self {
             http,
             url: format!("{}/chat/completions", config.base_url.trim_end_matches('/')),
+            models_url: format!("{}/models", config.base_url.trim_end_matches('/')),
             api_key: config.api_key.clone(),
             idle_timeout: config.idle_timeout,
         })
@@ -73,7 +76,34 @@ impl LlmClient for OpenAiClient {
     fn provider_name(&self) -> &str {
         "openai_compatible"
     }
+
+    /// `GET /models`: an answer shows the provider is up; 401/403 that the key is not
+    /// taken. A provider without the endpoint (404, 405) is up all the same.
+    fn probe(&self) -> BoxFuture<'_, Result<(), LlmError>> {
+        Box::pin(async move {
+            let mut builder = self.http.get(&self.models_url);
+            if let Some(key) = &self.api_key {
+                builder = builder.bearer_auth(key.expose_secret());
+            }
+            let wait = self.idle_timeout.min(PROBE_TIMEOUT);
+            let response = tokio::time::timeout(wait, builder.send())
+                .await
+                .map_err(|_| LlmError::Idle(wait))?
+                .map_err(|e| LlmError::Connect(without_url(&e)))?;
+            let status = response.status();
+            if status.is_success() || matches!(status.as_u16(), 404 | 405) {
+                return Ok(());
+            }
+            Err(LlmError::Status {
+                status: status.as_u16(),
+                body: String::new(),
+            })
+        })
+    }
 }
+
+/// The longest a readiness probe waits.
+const PROBE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// A short description of a request error: its kind and innermost cause, never the URL.
 fn without_url(e: &reqwest::Error) -> String {

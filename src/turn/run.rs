@@ -90,6 +90,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         generation: ticket.lease.generation,
     };
     let writer = TurnWriter::new(deps.clone(), key);
+    writer.time_first_chunk(started);
     let requesters = Audience::Only(ticket.requesters.clone());
     let prepared = tokio::select! {
         biased;

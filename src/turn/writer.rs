@@ -36,6 +36,9 @@ struct Written {
     sequence: u64,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
+    /// When the turn started, until its first chunk is timed
+    /// (`chatd_turn_first_chunk_seconds`).
+    first_chunk_from: Option<std::time::Instant>,
 }
 
 /// A frame on its way to the log and to the other nodes.
@@ -92,6 +95,7 @@ impl TurnWriter {
                 index,
                 sequence,
                 text: String::new(),
+                first_chunk_from: None,
             }),
             log,
             flushed,
@@ -106,6 +110,12 @@ impl TurnWriter {
     pub fn frame(&self, audience: Audience, msg: ServerMessage) {
         let mut w = self.written();
         self.write(&mut w, audience, msg);
+    }
+
+    /// Times the first chunk from `started` (a turn's answer; not a follow-up or an ending
+    /// written by another node).
+    pub fn time_first_chunk(&self, started: std::time::Instant) {
+        self.written().first_chunk_from = Some(started);
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, Written> {
@@ -191,6 +201,14 @@ impl TurnSink for TurnWriter {
             }
             _ => 0,
         };
+        if matches!(event, TurnEvent::Chunk { .. })
+            && let Some(started) = w.first_chunk_from.take()
+        {
+            let metrics = &self.deps.metrics;
+            metrics
+                .ttft_seconds
+                .observe(started.elapsed().as_secs_f64());
+        }
         for (audience, msg) in frames::map(ctx, event, sequence) {
             self.write(&mut w, audience, msg);
         }

@@ -62,7 +62,7 @@ async fn read_loop(
         let next = tokio::select! {
             next = stream.next() => next,
             _ = shutdown.cancelled() => {
-                out.close_with(CloseCode::GoingAway);
+                out.close_with(CloseCode::ServiceRestart);
                 continue;
             }
             _ = out.closing() => continue,

@@ -193,7 +193,7 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
     ws.send_json(serde_json::json!({"type": "ping"})).await;
     assert!(matches!(ws.recv().await, ServerMessage::Pong(_)));
 
-    // SIGTERM: the server closes the socket with 1001 and exits cleanly.
+    // SIGTERM: the server tells the device, closes the socket with 1012 and exits cleanly.
     let pid = child.id().unwrap().to_string();
     assert!(
         Command::new("kill")
@@ -202,7 +202,7 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
             .unwrap()
             .success()
     );
-    assert_eq!(ws.expect_close().await.0, 1001);
+    assert_eq!(ws.expect_close().await.0, 1012);
     let status = tokio::time::timeout(std::time::Duration::from_secs(20), child.wait())
         .await
         .unwrap()

@@ -1,5 +1,5 @@
-//! Graceful shutdown: running turns end with a final frame, sockets close with 1001,
-//! and the server stops accepting.
+//! Graceful shutdown: every device is told first (`server_shutting_down`), running turns
+//! end with a final frame, sockets close with 1012, and the server stops accepting.
 
 use std::time::Duration;
 
@@ -35,14 +35,24 @@ async fn shutdown_cancels_turns_closes_sockets_and_stops_accepting() {
 
     let url = app.ws_url(&format!("token={}", app.token("carol")));
     app.start_shutdown();
+    // Every device hears it, the one showing nothing as well, before anything ends.
+    for device in [&mut ws, &mut idle] {
+        let told = device
+            .recv_until(|m| match m {
+                ServerMessage::ServerShuttingDown(s) => Some(s.clone()),
+                _ => None,
+            })
+            .await;
+        assert!(told.grace_ms > 0);
+    }
     let (_, last) = collect_answer(&mut ws).await;
     assert!(last.interrupted_by_shutdown);
     assert_eq!(
         last.full_content_so_far,
         "Streaming when the server stops.\n\n"
     );
-    assert_eq!(ws.expect_close().await.0, 1001);
-    assert_eq!(idle.expect_close().await.0, 1001);
+    assert_eq!(ws.expect_close().await.0, 1012);
+    assert_eq!(idle.expect_close().await.0, 1012);
     fake.wait_for_disconnect().await;
     app.shutdown().await.unwrap();
     assert!(

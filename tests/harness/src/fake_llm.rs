@@ -127,6 +127,8 @@ struct Shared {
     responder: Mutex<Option<Responder>>,
     disconnects: AtomicUsize,
     disconnect_seen: Notify,
+    /// What `GET /models` answers (200 unless a test says otherwise).
+    models_status: std::sync::atomic::AtomicU16,
 }
 
 /// A reply calling function `name` with `arguments` (what a stage request expects).
@@ -168,10 +170,13 @@ impl FakeLlm {
             responder: Mutex::new(None),
             disconnects: AtomicUsize::new(0),
             disconnect_seen: Notify::new(),
+            models_status: std::sync::atomic::AtomicU16::new(200),
         });
         let app = Router::new()
             .route("/v1/chat/completions", post(completions))
             .route("/chat/completions", post(completions))
+            .route("/v1/models", axum::routing::get(models))
+            .route("/models", axum::routing::get(models))
             .with_state(shared.clone());
         let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
         let addr = listener.local_addr()?;
@@ -227,6 +232,12 @@ impl FakeLlm {
         f: impl Fn(&str, &Value) -> Option<Reply> + Send + Sync + 'static,
     ) {
         *lock(&self.shared.stage_responder) = Some(Box::new(f));
+    }
+
+    /// What `GET /models` (a readiness probe) answers from now on: 401 plays a key the
+    /// provider refuses.
+    pub fn set_models_status(&self, status: u16) {
+        self.shared.models_status.store(status, Ordering::SeqCst);
     }
 
     /// The `Authorization` header of every request (stage and main), in arrival order.
@@ -533,4 +544,19 @@ fn push_steps(reply: Reply, out: &mut Vec<Step>) {
         }
         Reply::HttpError { .. } | Reply::Json(_) => {}
     }
+}
+
+/// `GET /models`: the model list, or the status a test set.
+async fn models(State(shared): State<Arc<Shared>>) -> Response {
+    let status = shared.models_status.load(Ordering::SeqCst);
+    if status != 200 {
+        let code = StatusCode::from_u16(status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+        return (
+            code,
+            axum::Json(json!({"error": {"message": "refused by the test"}})),
+        )
+            .into_response();
+    }
+    axum::Json(json!({"object": "list", "data": [{"id": "fake-model", "object": "model"}]}))
+        .into_response()
 }
