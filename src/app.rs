@@ -240,6 +240,7 @@ impl App {
         };
         let turn = Arc::new(TurnDeps {
             pipeline: config.pipeline.clone(),
+            max_output_tokens: config.llm.max_output_tokens,
             report_replaced_links: config.links.report_replaced,
             ai_cache,
             history_requests: HistoryRequests::default(),

@@ -119,6 +119,11 @@ impl TokenKeys {
     }
 
     pub fn verify(&self, token: &str) -> Result<UserId, AuthError> {
+        self.verify_until(token).map(|(user, _)| user)
+    }
+
+    /// The token's user and its `exp` (unix seconds).
+    pub fn verify_until(&self, token: &str) -> Result<(UserId, u64), AuthError> {
         let mut validation = Validation::new(Algorithm::HS256);
         validation.leeway = 0;
         validation.set_required_spec_claims(&["exp", "sub"]);
@@ -128,7 +133,7 @@ impl TokenKeys {
                 _ => AuthError::Invalid,
             },
         )?;
-        UserId::parse(data.claims.sub)
+        Ok((UserId::parse(data.claims.sub)?, data.claims.exp))
     }
 }
 
@@ -181,9 +186,9 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, AuthError> {
 pub fn token_from_request<'a>(
     query_token: Option<&'a str>,
     headers: &'a axum::http::HeaderMap,
-) -> Option<&'a str> {
+) -> Option<(&'a str, TokenSource)> {
     if let Some(t) = query_token.filter(|t| !t.is_empty()) {
-        return Some(t);
+        return Some((t, TokenSource::Query));
     }
     for value in headers.get_all(axum::http::header::COOKIE) {
         let Ok(value) = value.to_str() else { continue };
@@ -192,7 +197,7 @@ pub fn token_from_request<'a>(
                 && name == "chatd_token"
                 && !v.is_empty()
             {
-                return Some(v);
+                return Some((v, TokenSource::Cookie));
             }
         }
     }
@@ -202,6 +207,17 @@ pub fn token_from_request<'a>(
         .and_then(|v| v.strip_prefix("Bearer "))
         .map(str::trim)
         .filter(|t| !t.is_empty())
+        .map(|t| (t, TokenSource::Bearer))
+}
+
+/// Where the upgrade request's token came from. A cookie is the one a browser sends by
+/// itself, to any page's request: only that one needs the origin checked against
+/// cross-site use.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TokenSource {
+    Query,
+    Cookie,
+    Bearer,
 }
 
 #[cfg(test)]
@@ -240,10 +256,19 @@ mod tests {
         let mut headers = axum::http::HeaderMap::new();
         headers.insert("cookie", "a=b; chatd_token=fromcookie".parse().unwrap());
         headers.insert("authorization", "Bearer frombearer".parse().unwrap());
-        assert_eq!(token_from_request(Some("q"), &headers), Some("q"));
-        assert_eq!(token_from_request(None, &headers), Some("fromcookie"));
+        assert_eq!(
+            token_from_request(Some("q"), &headers),
+            Some(("q", TokenSource::Query))
+        );
+        assert_eq!(
+            token_from_request(None, &headers),
+            Some(("fromcookie", TokenSource::Cookie))
+        );
         headers.remove("cookie");
-        assert_eq!(token_from_request(None, &headers), Some("frombearer"));
+        assert_eq!(
+            token_from_request(None, &headers),
+            Some(("frombearer", TokenSource::Bearer))
+        );
         assert_eq!(
             token_from_request(None, &axum::http::HeaderMap::new()),
             None

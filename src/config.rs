@@ -99,6 +99,9 @@ pub struct LlmConfig {
     #[serde(with = "humantime_serde")]
     pub simulated_pace: Duration,
     pub context_window: u32,
+    /// Sent as `max_tokens` with every main call; a provider that streams on regardless is
+    /// cut at 8 bytes per token. Either way the turn ends with `answer_too_long`.
+    pub max_output_tokens: u32,
 }
 
 /// What a model can do, as far as model selection cares.
@@ -159,6 +162,10 @@ pub struct PipelineConfig {
     pub stage_timeout: Duration,
     pub max_tool_rounds: u32,
     pub answer_reserve_tokens: u32,
+    /// The longest a turn may run (tool calls included); it ends then with
+    /// `turn_deadline` and the text so far.
+    #[serde(with = "humantime_serde")]
+    pub turn_deadline: Duration,
     pub postprocessing: bool,
     /// Open the likely main call while preprocessing runs (see `pipeline::speculation`).
     pub speculative_main_call: bool,

@@ -74,6 +74,10 @@ pub enum Interruption {
 pub enum TurnError {
     #[error("language model unavailable: {0}")]
     Llm(#[from] LlmError),
+    #[error("the answer reached its length limit")]
+    AnswerTooLong,
+    #[error("the turn ran past its deadline")]
+    Deadline,
 }
 
 /// How a turn ended. `text` is the final answer (possibly partial).

@@ -34,6 +34,8 @@ pub struct Session {
     limiter: Arc<DefaultDirectRateLimiter>,
     /// Phased-sync requests waiting for this connection's sync worker (see `sync`).
     syncs: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<chatd_protocol::PhasedSyncRequest>>>,
+    /// The session token's `exp` (unix seconds); `refresh_token` moves it.
+    token_expires_at: Arc<std::sync::atomic::AtomicU64>,
 }
 
 pub fn quota(rate: u32, burst: u32) -> Quota {
@@ -43,7 +45,7 @@ pub fn quota(rate: u32, burst: u32) -> Quota {
 }
 
 impl Session {
-    pub fn new(app: Arc<AppState>, device: Arc<Device>) -> Self {
+    pub fn new(app: Arc<AppState>, device: Arc<Device>, token_expires_at: u64) -> Self {
         let limits = &app.config.limits;
         let limiter = RateLimiter::direct(quota(limits.connection_rate, limits.connection_burst));
         Self {
@@ -51,6 +53,36 @@ impl Session {
             device,
             limiter: Arc::new(limiter),
             syncs: Arc::default(),
+            token_expires_at: Arc::new(token_expires_at.into()),
+        }
+    }
+
+    /// How long the session token has left (zero once expired).
+    pub fn token_time_left(&self) -> std::time::Duration {
+        let exp = self
+            .token_expires_at
+            .load(std::sync::atomic::Ordering::Acquire);
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap_or_default();
+        std::time::Duration::from_secs(exp).saturating_sub(now)
+    }
+
+    /// A fresh token for this socket: it must be valid and the same user's.
+    fn refresh_token(&self, m: chatd_protocol::RefreshToken) {
+        match self.app.keys.verify_until(&m.token) {
+            Ok((user, exp)) if user == self.device.user => {
+                self.token_expires_at
+                    .fetch_max(exp, std::sync::atomic::Ordering::AcqRel);
+                self.reply(ServerMessage::TokenRefreshed(
+                    chatd_protocol::TokenRefreshed { expires_at: exp },
+                ));
+            }
+            Ok(_) => self.error(
+                ErrorCode::InvalidToken,
+                "the token is another user's; a socket keeps its user",
+            ),
+            Err(e) => self.error(ErrorCode::InvalidToken, e.to_string()),
         }
     }
 
@@ -159,6 +191,7 @@ impl Session {
             ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
             ClientMessage::PhasedSyncRequest(m) => self.queue_sync(*m),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
+            ClientMessage::RefreshToken(m) => self.refresh_token(m),
         }
     }
 

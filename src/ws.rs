@@ -10,7 +10,7 @@ use axum::extract::{Query, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
-use crate::auth::{AuthError, token_from_request};
+use crate::auth::{AuthError, TokenSource, token_from_request};
 use crate::state::AppState;
 
 pub async fn upgrade(
@@ -19,16 +19,19 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    if !origin_allowed(&app.config.server.allowed_origins, &headers) {
-        return (StatusCode::FORBIDDEN, "origin not allowed").into_response();
-    }
     let token = token_from_request(query.get("token").map(String::as_str), &headers);
-    let user = match token
+    let cookie = token.is_some_and(|(_, source)| source == TokenSource::Cookie);
+    if let Err(reason) = origin_allowed(&app.config.server.allowed_origins, &headers, cookie) {
+        tracing::info!(status = 403, reason, "handshake refused");
+        return (StatusCode::FORBIDDEN, reason).into_response();
+    }
+    let (user, expires_at) = match token
         .ok_or(AuthError::Missing)
-        .and_then(|t| app.keys.verify(t))
+        .and_then(|(t, _)| app.keys.verify_until(t))
     {
-        Ok(user) => user,
+        Ok(verified) => verified,
         Err(e) => {
+            tracing::info!(status = 401, reason = %e, "handshake refused");
             return (
                 StatusCode::UNAUTHORIZED,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
@@ -52,23 +55,54 @@ pub async fn upgrade(
         .max_message_size(server.max_message_bytes)
         .max_frame_size(server.max_message_bytes)
         .on_upgrade(move |socket| {
-            tracker.track_future(connection::run(app, socket, user, session_id))
+            tracker.track_future(connection::run(app, socket, user, session_id, expires_at))
         })
 }
 
 /// Bytes of frames buffered before the socket is written (a flush writes sooner).
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
-/// Browsers send `Origin`; when an allowlist is configured, it must match. Requests
-/// without `Origin` (non-browser clients) are allowed.
-fn origin_allowed(allowed: &[String], headers: &HeaderMap) -> bool {
-    if allowed.is_empty() {
-        return true;
+/// Cross-site WebSocket hijacking: a browser sends the `chatd_token` cookie with a
+/// handshake any page starts, so a cookie sign-in is taken only from an origin in
+/// `server.allowed_origins`, or, when that list is empty, from the server's own origin
+/// (the `Host` the request was sent to). `Origin: null` (sandboxed frames, `file:` pages)
+/// is always refused. With a configured list, every browser origin must be in it; a
+/// request without `Origin` (not a browser) is not checked.
+fn origin_allowed(
+    allowed: &[String],
+    headers: &HeaderMap,
+    cookie: bool,
+) -> Result<(), &'static str> {
+    let Some(origin) = headers.get(header::ORIGIN) else {
+        return Ok(());
+    };
+    let Ok(origin) = origin.to_str() else {
+        return Err("origin not allowed: not readable");
+    };
+    if origin.eq_ignore_ascii_case("null") {
+        return Err("origin not allowed: null");
     }
-    match headers.get(header::ORIGIN).map(|o| o.to_str()) {
-        None => true,
-        Some(Ok(origin)) => allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)),
-        Some(Err(_)) => false,
+    if !allowed.is_empty() {
+        return match allowed.iter().any(|a| a.eq_ignore_ascii_case(origin)) {
+            true => Ok(()),
+            false => Err("origin not allowed"),
+        };
+    }
+    if !cookie {
+        return Ok(());
+    }
+    let own = headers
+        .get(header::HOST)
+        .and_then(|h| h.to_str().ok())
+        .is_some_and(|host| {
+            let authority = origin
+                .strip_prefix("https://")
+                .or_else(|| origin.strip_prefix("http://"));
+            authority.is_some_and(|a| a.eq_ignore_ascii_case(host))
+        });
+    match own {
+        true => Ok(()),
+        false => Err("origin not allowed for cookie sign-in: set server.allowed_origins"),
     }
 }
 
@@ -79,12 +113,23 @@ mod tests {
     #[test]
     fn origin_rules() {
         let mut h = HeaderMap::new();
-        assert!(origin_allowed(&[], &h));
+        h.insert(header::HOST, "chat.example".parse().unwrap());
+        // No Origin: not a browser; nothing to check.
+        assert!(origin_allowed(&[], &h, true).is_ok());
         let allowed = vec!["https://app.example".to_string()];
-        assert!(origin_allowed(&allowed, &h));
+        assert!(origin_allowed(&allowed, &h, false).is_ok());
         h.insert(header::ORIGIN, "https://app.example".parse().unwrap());
-        assert!(origin_allowed(&allowed, &h));
+        assert!(origin_allowed(&allowed, &h, true).is_ok());
         h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(!origin_allowed(&allowed, &h));
+        assert!(origin_allowed(&allowed, &h, false).is_err());
+        // The default (no list): a cookie only from the server's own origin; a token in
+        // the URL or a header is no ambient credential, so any origin may carry it.
+        assert!(origin_allowed(&[], &h, true).is_err());
+        assert!(origin_allowed(&[], &h, false).is_ok());
+        h.insert(header::ORIGIN, "https://chat.example".parse().unwrap());
+        assert!(origin_allowed(&[], &h, true).is_ok());
+        h.insert(header::ORIGIN, "null".parse().unwrap());
+        assert!(origin_allowed(&[], &h, false).is_err());
+        assert!(origin_allowed(&allowed, &h, false).is_err());
     }
 }

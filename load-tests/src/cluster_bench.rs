@@ -8,8 +8,8 @@
 //!   A is the spread between two devices of one node. Frames/s counts A's frames.
 //! - **cancel**: a device on node 2 cancels a turn running on node 1 once its first chunk
 //!   arrived; time from the `cancel_ai_task` send to the interrupted final frame there.
-//! - **resume**: a third node answers with 500 frames (a 495-paragraph answer from its own
-//!   fake LLM); once it ended, a device sends `resume_ai_task` from 0, on the other node
+//! - **resume**: a third node answers with about 500 frames (a 495-paragraph answer from
+//!   its own paced fake LLM); once it ended, a device sends `resume_ai_task` from 0, on the other node
 //!   and on the same node; time from the send to the last replayed frame (the final one),
 //!   every frame checked for order.
 
@@ -214,10 +214,12 @@ pub async fn run(chats: usize, seconds: u64, cancels: usize, resumes: usize) -> 
     );
 
     // Resume a 500-frame log.
+    // Paced (a paragraph every 8 ms) so that each paragraph is a frame of its own (an
+    // instant answer reaches chatd's chunker several paragraphs at a time).
     let long = Server::fake_llm(&Script {
-        mode: Mode::Instant,
+        mode: Mode::Paced,
         tokens: 8 * 495,
-        pace: Duration::ZERO,
+        pace: Duration::from_millis(1),
         think: Duration::ZERO,
     })?;
     let n3 = Server::chatd_with(&long, &env("bench-3"))?;
@@ -261,16 +263,25 @@ async fn resume(ws: &mut WsClient, chat: &str, task: &TaskId) -> anyhow::Result<
         last_sequence: 0,
     }))
     .await;
+    // What came before the answer (a catch-up of the chat on connecting) is not the replay.
+    let recovered = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+            _ => None,
+        })
+        .await;
+    anyhow::ensure!(recovered, "the log of {task} was not recovered");
     let mut frames = 0;
     let mut sequence = 0;
     loop {
         match ws.recv().await {
-            ServerMessage::AiTaskResumed(r) if !r.recovered => {
-                anyhow::bail!("the log of {task} was not recovered")
-            }
             ServerMessage::AiMessageUpdate(u) if &u.task_id == task => {
                 frames += 1;
-                anyhow::ensure!(u.sequence == sequence + 1, "replay out of order");
+                anyhow::ensure!(
+                    u.sequence == sequence + 1,
+                    "replay out of order: sequence {} after {sequence} (frame {frames})",
+                    u.sequence
+                );
                 sequence = u.sequence;
                 if u.is_final_chunk {
                     return Ok((sent.elapsed(), frames));

@@ -84,7 +84,7 @@ enum Command {
         #[arg(long, default_value_t = 40)]
         cancels: usize,
         /// Resumes of a finished 500-frame log (each on the other node and the same node).
-        #[arg(long, default_value_t = 20)]
+        #[arg(long, default_value_t = 10)]
         resumes: usize,
     },
     /// Cache-hit and fallback history paths (issue: encrypted AI cache).

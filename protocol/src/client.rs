@@ -45,6 +45,9 @@ pub enum ClientMessage {
     /// Continues an answer after a reconnect: `ai_task_resumed`, then every frame of the
     /// turn after `last_sequence`, then the live ones.
     ResumeAiTask(ResumeAiTask),
+    /// A fresh session token for this socket (same user), before the current one expires
+    /// (the socket closes with 4002 at its `exp`); answered with `token_refreshed`.
+    RefreshToken(RefreshToken),
 }
 
 impl ClientMessage {
@@ -66,6 +69,7 @@ impl ClientMessage {
         "request_embed",
         "phased_sync_request",
         "resume_ai_task",
+        "refresh_token",
     ];
 
     /// The wire name of this message's type.
@@ -87,7 +91,20 @@ impl ClientMessage {
             ClientMessage::RequestEmbed(_) => "request_embed",
             ClientMessage::PhasedSyncRequest(_) => "phased_sync_request",
             ClientMessage::ResumeAiTask(_) => "resume_ai_task",
+            ClientMessage::RefreshToken(_) => "refresh_token",
         }
+    }
+}
+
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RefreshToken {
+    pub token: String,
+}
+
+/// Never prints the token.
+impl std::fmt::Debug for RefreshToken {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("RefreshToken { .. }")
     }
 }
 

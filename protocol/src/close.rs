@@ -18,6 +18,9 @@ pub enum CloseCode {
     InternalError,
     /// 4001: the client read too slowly and its outbox filled up (`server.outbox_capacity`).
     SlowConsumer,
+    /// 4002: the session token reached its `exp` (send `refresh_token` before it does, or
+    /// reconnect with a fresh token).
+    TokenExpired,
 }
 
 impl CloseCode {
@@ -30,6 +33,7 @@ impl CloseCode {
             CloseCode::MessageTooBig => 1009,
             CloseCode::InternalError => 1011,
             CloseCode::SlowConsumer => 4001,
+            CloseCode::TokenExpired => 4002,
         }
     }
 
@@ -43,6 +47,7 @@ impl CloseCode {
             CloseCode::MessageTooBig => "message too big",
             CloseCode::InternalError => "internal error",
             CloseCode::SlowConsumer => "slow consumer: outbox full",
+            CloseCode::TokenExpired => "token expired; reconnect with a fresh token",
         }
     }
 }

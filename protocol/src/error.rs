@@ -52,6 +52,12 @@ pub enum ErrorCode {
     IncompleteChatMetadata,
     /// The node that ran the answer stopped; the answer ends with the text it had.
     NodeLost,
+    /// A `refresh_token` whose token is invalid, expired or another user's.
+    InvalidToken,
+    /// The answer reached `llm.max_output_tokens`; it ends with the text so far.
+    AnswerTooLong,
+    /// The turn ran past `pipeline.turn_deadline`; it ends with the text so far.
+    TurnDeadline,
 }
 
 impl ErrorCode {
@@ -76,6 +82,9 @@ impl ErrorCode {
             ErrorCode::StaleVersion => "stale_version",
             ErrorCode::IncompleteChatMetadata => "incomplete_chat_metadata",
             ErrorCode::NodeLost => "node_lost",
+            ErrorCode::InvalidToken => "invalid_token",
+            ErrorCode::AnswerTooLong => "answer_too_long",
+            ErrorCode::TurnDeadline => "turn_deadline",
         }
     }
 
@@ -99,6 +108,9 @@ impl ErrorCode {
         ErrorCode::StaleVersion,
         ErrorCode::IncompleteChatMetadata,
         ErrorCode::NodeLost,
+        ErrorCode::InvalidToken,
+        ErrorCode::AnswerTooLong,
+        ErrorCode::TurnDeadline,
     ];
 }
 

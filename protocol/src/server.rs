@@ -33,6 +33,8 @@ pub enum ServerMessage {
     /// An answer that finished while no device could store it: sent on every connection
     /// until a device stores it (`ai_response_completed` for `message_id`).
     PendingAiResponse(Box<PendingAiResponse>),
+    /// Answer to `refresh_token`: the socket now lives until `expires_at`.
+    TokenRefreshed(TokenRefreshed),
     /// The server is stopping: to every device, before running answers end and the socket
     /// closes with 1012; reconnect (another node takes it) and resume what was running.
     ServerShuttingDown(ServerShuttingDown),
@@ -109,6 +111,7 @@ impl ServerMessage {
         "ai_task_resumed",
         "pending_ai_response",
         "server_shutting_down",
+        "token_refreshed",
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
@@ -151,6 +154,7 @@ impl ServerMessage {
             ServerMessage::AiTaskResumed(_) => "ai_task_resumed",
             ServerMessage::PendingAiResponse(_) => "pending_ai_response",
             ServerMessage::ServerShuttingDown(_) => "server_shutting_down",
+            ServerMessage::TokenRefreshed(_) => "token_refreshed",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
@@ -386,6 +390,12 @@ pub struct PendingAiResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
     pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenRefreshed {
+    /// The new token's `exp` (unix seconds).
+    pub expires_at: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

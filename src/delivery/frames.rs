@@ -179,6 +179,8 @@ pub fn chunk(
 fn error_code(e: &TurnError) -> ErrorCode {
     match e {
         TurnError::Llm(_) => ErrorCode::LlmUnavailable,
+        TurnError::AnswerTooLong => ErrorCode::AnswerTooLong,
+        TurnError::Deadline => ErrorCode::TurnDeadline,
     }
 }
 
@@ -187,5 +189,7 @@ fn user_message(e: &TurnError) -> &'static str {
         TurnError::Llm(_) => {
             "The language model failed while answering; the answer may be incomplete."
         }
+        TurnError::AnswerTooLong => "The answer reached its length limit and ends here.",
+        TurnError::Deadline => "The answer took longer than allowed and ends here.",
     }
 }

@@ -4,7 +4,10 @@
 //! cumulative text; at most `max_rounds` model calls, the last one told to answer without
 //! tools. Cancellation drops the provider stream at once (for HTTP providers that closes the
 //! connection). A provider failure before the first token is retried once when retryable;
-//! after tokens were streamed the turn ends with what it has.
+//! after tokens were streamed the turn ends with what it has. Whatever the provider does,
+//! the answer ends at its [`AnswerLimits`]: a length (the provider stopping for length, or
+//! the text growing past it) and a deadline (mid-stream or mid-tool-call), each with a
+//! typed error and the text so far.
 
 use std::sync::Arc;
 
@@ -16,7 +19,7 @@ use super::chunker::ParagraphChunker;
 use super::preprocess::normalize_tool_name;
 use super::speculation::Early;
 use super::tools::{self, ToolRunner};
-use super::{Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink};
+use super::{Interruption, TurnContext, TurnError, TurnEvent, TurnOutcome, TurnSink};
 use crate::llm::{
     LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, ToolCall, ToolChoice, Usage,
 };
@@ -38,6 +41,27 @@ pub trait ParagraphHook: Send + Sync {
     fn paragraph(&self, text: &str);
 }
 
+/// Where an answer stops, whatever the provider does.
+#[derive(Debug, Clone, Copy)]
+pub struct AnswerLimits {
+    /// The provider was asked for at most this many tokens (`max_tokens`, set by whoever
+    /// built the request); one that streams on regardless is cut at [`BYTES_PER_TOKEN`]
+    /// bytes per token.
+    pub max_output_tokens: u32,
+    /// The turn ends here, mid-stream or mid-tool-call.
+    pub deadline: tokio::time::Instant,
+}
+
+/// More bytes per token than any real answer averages: the cut for a provider that
+/// ignores `max_tokens`, never reached by one that honours it.
+pub const BYTES_PER_TOKEN: usize = 8;
+
+impl AnswerLimits {
+    fn max_bytes(&self) -> usize {
+        (self.max_output_tokens as usize).saturating_mul(BYTES_PER_TOKEN)
+    }
+}
+
 pub struct AnswerStream<'a> {
     pub llm: &'a dyn LlmClient,
     pub sink: &'a Arc<dyn TurnSink>,
@@ -50,18 +74,20 @@ pub struct AnswerStream<'a> {
     pub max_rounds: u32,
     /// Told about every completed paragraph, after its chunk was emitted.
     pub paragraphs: Option<&'a dyn ParagraphHook>,
+    pub limits: AnswerLimits,
 }
 
 enum Step {
     Event(Option<Result<LlmEvent, LlmError>>),
     Cancelled,
+    Deadline,
 }
 
 /// How one model call ended.
 enum RoundEnd {
     Done(Vec<ToolCall>),
     Interrupted(Interruption),
-    Failed(LlmError),
+    Failed(TurnError),
 }
 
 /// The answer being built across rounds.
@@ -113,6 +139,9 @@ impl AnswerStream<'_> {
                 biased;
                 _ = self.cancel.cancelled() => {
                     return self.outcome(&p, Some(self.cancel_reason.reason()), None);
+                }
+                () = tokio::time::sleep_until(self.limits.deadline) => {
+                    return self.finish(p, None, Some(TurnError::Deadline));
                 }
                 r = self.run_tools(runner, &offered, &calls, &mut p) => r,
             };
@@ -176,6 +205,7 @@ impl AnswerStream<'_> {
             let step = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => Step::Cancelled,
+                () = tokio::time::sleep_until(self.limits.deadline) => Step::Deadline,
                 ev = stream.next() => Step::Event(ev),
             };
             let event = match step {
@@ -183,10 +213,11 @@ impl AnswerStream<'_> {
                     drop(stream);
                     return RoundEnd::Interrupted(self.cancel_reason.reason());
                 }
+                Step::Deadline => return RoundEnd::Failed(TurnError::Deadline),
                 Step::Event(None) => {
-                    return RoundEnd::Failed(LlmError::Stream(
-                        "stream ended without completion".into(),
-                    ));
+                    return RoundEnd::Failed(
+                        LlmError::Stream("stream ended without completion".into()).into(),
+                    );
                 }
                 Step::Event(Some(Err(e))) => {
                     if !p.streamed_any && !p.retried && e.is_retryable() {
@@ -197,10 +228,10 @@ impl AnswerStream<'_> {
                                 stream = s;
                                 continue;
                             }
-                            Err(e) => return RoundEnd::Failed(e),
+                            Err(e) => return RoundEnd::Failed(e.into()),
                         }
                     }
-                    return RoundEnd::Failed(e);
+                    return RoundEnd::Failed(e.into());
                 }
                 Step::Event(Some(Ok(event))) => event,
             };
@@ -208,12 +239,21 @@ impl AnswerStream<'_> {
                 LlmEvent::TextDelta(delta) => {
                     p.streamed_any = true;
                     self.push_text(p, &delta);
+                    if p.chunker.text().len() > self.limits.max_bytes() {
+                        // A provider that ignores `max_tokens`: the connection closes here.
+                        return RoundEnd::Failed(TurnError::AnswerTooLong);
+                    }
                 }
                 LlmEvent::ToolCallDelta { .. } => p.streamed_any = true,
                 LlmEvent::Usage(u) => {
                     let total = p.usage.get_or_insert_with(Usage::default);
                     total.prompt_tokens += u.prompt_tokens;
                     total.completion_tokens += u.completion_tokens;
+                }
+                LlmEvent::Done { finish_reason, .. }
+                    if finish_reason.as_deref() == Some("length") =>
+                {
+                    return RoundEnd::Failed(TurnError::AnswerTooLong);
                 }
                 LlmEvent::Done { tool_calls, .. } => return RoundEnd::Done(tool_calls),
             }
@@ -244,7 +284,7 @@ impl AnswerStream<'_> {
                     p.retried = true;
                     tracing::warn!(error = %e, "provider failed before streaming; retrying once");
                 }
-                Err(e) => return Err(RoundEnd::Failed(e)),
+                Err(e) => return Err(RoundEnd::Failed(e.into())),
             }
         }
     }
@@ -272,7 +312,7 @@ impl AnswerStream<'_> {
         &self,
         mut p: Progress,
         interrupted: Option<Interruption>,
-        error: Option<LlmError>,
+        error: Option<TurnError>,
     ) -> TurnOutcome {
         if interrupted.is_none()
             && let Some(range) = p.chunker.finish()
@@ -289,12 +329,12 @@ impl AnswerStream<'_> {
         &self,
         p: &Progress,
         interrupted: Option<Interruption>,
-        error: Option<LlmError>,
+        error: Option<TurnError>,
     ) -> TurnOutcome {
         TurnOutcome {
             text: Arc::from(p.chunker.text()),
             interrupted,
-            error: error.map(Into::into),
+            error,
             usage: p.usage,
             tool_rounds: p.tool_rounds,
             ..TurnOutcome::default()

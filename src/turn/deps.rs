@@ -24,6 +24,8 @@ use crate::skills::Skills;
 
 pub struct TurnDeps {
     pub pipeline: PipelineConfig,
+    /// `llm.max_output_tokens`: the longest answer.
+    pub max_output_tokens: u32,
     /// `links.report_replaced`: list replaced links on the final frame.
     pub report_replaced_links: bool,
     /// The sealed AI cache (messages and embeds).

@@ -24,7 +24,7 @@ use crate::delivery::Audience;
 use crate::history::{self, Prepared};
 use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
-use crate::pipeline::answer::{AnswerStream, ParagraphHook};
+use crate::pipeline::answer::{AnswerLimits, AnswerStream, ParagraphHook};
 use crate::pipeline::context::MainPlan;
 use crate::pipeline::preprocess::{self};
 use crate::pipeline::speculation;
@@ -172,8 +172,9 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     let caution = app.pipeline.injection_caution_threshold;
     let datetime = clock::now_rfc3339();
     let (history, datetime) = (&history, &datetime);
+    // The early call and the confirmed one alike ask for at most `max_output_tokens`.
     let main_request = |plan: MainPlan| async move {
-        context::main_request(
+        let (mut request, dropped) = context::main_request(
             &app.instructions,
             tools,
             &plan,
@@ -181,7 +182,9 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             datetime,
             app.pipeline.answer_reserve_tokens,
         )
-        .await
+        .await;
+        request.max_tokens = Some(app.max_output_tokens);
+        (request, dropped)
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
     let guess = if app.pipeline.speculative_main_call {
@@ -268,6 +271,10 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
                 tools: Some(tools),
                 max_rounds: app.pipeline.max_tool_rounds,
                 paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
+                limits: AnswerLimits {
+                    max_output_tokens: app.max_output_tokens,
+                    deadline: tokio::time::Instant::from_std(started) + app.pipeline.turn_deadline,
+                },
             }
             .run(request, early)
             .await;

@@ -25,14 +25,20 @@ const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
 const WRITE_BATCH: usize = 32;
 
 #[tracing::instrument(skip_all, fields(user_id = %user))]
-pub async fn run(app: Arc<AppState>, socket: WebSocket, user: UserId, session_id: String) {
+pub async fn run(
+    app: Arc<AppState>,
+    socket: WebSocket,
+    user: UserId,
+    session_id: String,
+    expires_at: u64,
+) {
     let (out, out_rx) = outbox(app.config.server.outbox_capacity, app.metrics.clone());
     let device = Arc::new(Device::new(session_id, user, out.clone()));
     let delivery = &app.turn.delivery;
     delivery.register(device.clone()).await;
     app.metrics.connections_open.inc();
     let (sink, stream) = socket.split();
-    let session = Session::new(app.clone(), device.clone());
+    let session = Session::new(app.clone(), device.clone(), expires_at);
     session.send_pending().await;
     let shutdown = app.tasks.connections_shutdown.clone();
     let reader = read_loop(stream, &session, &out, &shutdown);
@@ -63,6 +69,14 @@ async fn read_loop(
             next = stream.next() => next,
             _ = shutdown.cancelled() => {
                 out.close_with(CloseCode::ServiceRestart);
+                continue;
+            }
+            // At the token's `exp` (unless `refresh_token` moved it meanwhile).
+            () = tokio::time::sleep(session.token_time_left()) => {
+                if session.token_time_left().is_zero() {
+                    tracing::debug!("session token expired; closing");
+                    out.close_with(CloseCode::TokenExpired);
+                }
                 continue;
             }
             _ = out.closing() => continue,

@@ -71,9 +71,12 @@ pub fn use_llm(config: &mut Config, base_url: String) {
 
 impl TestApp {
     pub fn token(&self, user: &str) -> String {
-        self.keys
-            .mint(&UserId::parse(user).unwrap(), Duration::from_secs(600))
-            .unwrap()
+        self.token_for(user, Duration::from_secs(600))
+    }
+
+    /// A token of `user` that expires after `ttl`.
+    pub fn token_for(&self, user: &str, ttl: Duration) -> String {
+        self.keys.mint(&UserId::parse(user).unwrap(), ttl).unwrap()
     }
 
     pub fn ws_url(&self, query: &str) -> String {

@@ -382,3 +382,64 @@ async fn a_message_id_sent_again_is_never_answered_twice() {
     }
     assert_eq!(fake.requests().len(), 1, "one model call for m1, ever");
 }
+
+/// An answer ends at `llm.max_output_tokens` even when the provider ignores `max_tokens`
+/// (sent with the request): the connection is closed, the turn ends with
+/// `answer_too_long` and the text so far.
+#[tokio::test]
+async fn an_endless_answer_is_cut_at_max_output_tokens() {
+    let fake = FakeLlm::start().await.unwrap();
+    // 10 tokens allowed: cut past 80 bytes. The provider would send 4,000, paced, so
+    // that it is still sending when chatd hangs up.
+    fake.push(Reply::Text {
+        chunks: vec!["twenty bytes each.. ".to_string(); 200],
+        delay: Duration::from_millis(5),
+        usage: None,
+    });
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.llm.max_output_tokens = 10;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-long").await;
+    ws.send(&user_message("chat-long", "m1", "never stop"))
+        .await;
+    let (frames, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.error_code, Some(ErrorCode::AnswerTooLong));
+    assert!(
+        frames
+            .iter()
+            .any(|m| error_code(m) == Some(ErrorCode::AnswerTooLong)),
+        "an error frame too"
+    );
+    let len = last.full_content_so_far.len();
+    assert!((81..=100).contains(&len), "cut right after 80 bytes: {len}");
+    assert_eq!(fake.requests()[0]["max_tokens"], 10);
+    fake.wait_for_disconnect().await;
+}
+
+/// A turn ends at `pipeline.turn_deadline` whatever the provider does (here it stalls
+/// after its first paragraph): `turn_deadline` and the text so far.
+#[tokio::test]
+async fn a_stalled_answer_ends_at_the_turn_deadline() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["Started.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text(&["never sent"])),
+    });
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.pipeline.turn_deadline = Duration::from_millis(1500);
+        c.llm.idle_timeout = Duration::from_secs(60);
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-slow").await;
+    ws.send(&user_message("chat-slow", "m1", "take your time"))
+        .await;
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.error_code, Some(ErrorCode::TurnDeadline));
+    assert_eq!(last.full_content_so_far, "Started.\n\n");
+    fake.wait_for_disconnect().await;
+}

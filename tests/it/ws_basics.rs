@@ -94,6 +94,44 @@ async fn origin_allowlist_is_enforced_on_upgrade() {
     expect_pong(&mut ws).await;
 }
 
+/// Cross-site WebSocket hijacking: by default a cookie sign-in is taken only from the
+/// server's own origin, `Origin: null` never; a token in the URL is no ambient
+/// credential, so another origin may carry it.
+#[tokio::test]
+async fn a_cookie_from_another_origin_is_refused_by_default() {
+    let app = spawn_app(|_| {}).await;
+    let token = app.token("alice");
+    let with = |origin: &str, cookie: bool| {
+        let query = if cookie {
+            String::new()
+        } else {
+            format!("token={token}")
+        };
+        let mut req = app.ws_url(&query).into_client_request().unwrap();
+        if cookie {
+            req.headers_mut()
+                .insert("cookie", format!("chatd_token={token}").parse().unwrap());
+        }
+        req.headers_mut().insert("origin", origin.parse().unwrap());
+        req
+    };
+    let own = format!("http://{}", app.addr);
+    for (origin, cookie, allowed) in [
+        ("https://evil.example", true, false),
+        ("null", true, false),
+        ("null", false, false),
+        (own.as_str(), true, true),
+        ("https://evil.example", false, true),
+    ] {
+        match WsClient::connect_request(with(origin, cookie)).await {
+            Ok(mut ws) if allowed => expect_pong(&mut ws).await,
+            Err(Refused::Http(403)) if !allowed => {}
+            Ok(_) => panic!("{origin} (cookie: {cookie}) must be refused"),
+            Err(e) => panic!("{origin} (cookie: {cookie}) must be allowed: {e:?}"),
+        }
+    }
+}
+
 #[tokio::test]
 async fn bad_frames_get_typed_errors_and_the_socket_survives() {
     let app = spawn_app(|_| {}).await;
@@ -209,4 +247,56 @@ async fn rate_limits_are_per_connection_and_user_and_others_are_unaffected() {
     }
     assert_eq!(codes, vec![None, None, None, Some(ErrorCode::RateLimited)]);
     expect_pong(&mut bob).await;
+}
+
+/// A socket lives as long as its token: at `exp` it closes with 4002, unless the client
+/// sent a fresh token of the same user (`refresh_token`) before.
+#[tokio::test]
+async fn a_socket_closes_when_its_token_expires_unless_refreshed() {
+    let app = spawn_app(|_| {}).await;
+    let short = app.token_for("alice", Duration::from_secs(2));
+    let url = app.ws_url(&format!("token={short}"));
+    let mut refreshed = WsClient::connect(&url).await.unwrap();
+    let mut expiring = WsClient::connect(&url).await.unwrap();
+
+    // Another user's token and a forged one are refused, and change nothing.
+    let bob = app.token("bob");
+    for token in [bob.as_str(), "not.a.token"] {
+        refreshed
+            .send_json(serde_json::json!({"type": "refresh_token", "payload": {"token": token}}))
+            .await;
+        let e = refreshed
+            .recv_until(|m| match m {
+                ServerMessage::Error(e) => Some(e.clone()),
+                _ => None,
+            })
+            .await;
+        assert_eq!(e.code, ErrorCode::InvalidToken);
+        assert!(!e.message.contains(token), "the token is never echoed");
+    }
+    let fresh = app.token("alice");
+    refreshed
+        .send_json(serde_json::json!({"type": "refresh_token", "payload": {"token": fresh}}))
+        .await;
+    let ok = refreshed
+        .recv_until(|m| match m {
+            ServerMessage::TokenRefreshed(t) => Some(t.clone()),
+            _ => None,
+        })
+        .await;
+    let now = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    assert!(
+        ok.expires_at > now + 500,
+        "the new token's exp: {}",
+        ok.expires_at
+    );
+
+    let (code, reason) = expiring.expect_close().await;
+    assert_eq!(code, 4002);
+    assert!(reason.contains("token expired"), "{reason}");
+    // The refreshed socket outlived the first token (both had the same `exp`).
+    expect_pong(&mut refreshed).await;
 }
