@@ -280,6 +280,19 @@ pub enum ConfigError {
     Invalid { key: &'static str, reason: String },
 }
 
+/// The user's data directory for chatd: `$XDG_DATA_HOME/chatd`, else
+/// `$HOME/.local/share/chatd`, else `./data` (no home at all).
+fn user_data_dir() -> PathBuf {
+    let non_empty = |k: &str| std::env::var_os(k).filter(|v| !v.is_empty());
+    if let Some(xdg) = non_empty("XDG_DATA_HOME") {
+        return PathBuf::from(xdg).join("chatd");
+    }
+    match non_empty("HOME") {
+        Some(home) => PathBuf::from(home).join(".local/share/chatd"),
+        None => PathBuf::from("./data"),
+    }
+}
+
 impl Config {
     /// Defaults + optional file + `CHATD__*` environment.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
@@ -300,9 +313,12 @@ impl Config {
     }
 
     fn from_figment(figment: Figment) -> Result<Config, ConfigError> {
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|e| ConfigError::Parse(Box::new(e)))?;
+        if config.server.data_dir.as_os_str().is_empty() {
+            config.server.data_dir = user_data_dir();
+        }
         config.validate()?;
         Ok(config)
     }

@@ -113,6 +113,11 @@ pub enum LlmError {
     Connect(String),
     #[error("provider answered HTTP {status}")]
     Status { status: u16, body: String },
+    /// HTTP 429, with the provider's `Retry-After` when it sent one.
+    #[error("provider rate-limited the request")]
+    RateLimited {
+        retry_after: Option<std::time::Duration>,
+    },
     #[error("provider stream broke: {0}")]
     Stream(String),
     #[error("provider sent nothing for {0:?}")]
@@ -126,7 +131,9 @@ impl LlmError {
     pub fn is_retryable(&self) -> bool {
         match self {
             LlmError::Connect(_) | LlmError::Idle(_) => true,
-            LlmError::Status { status, .. } => *status >= 500 || *status == 429,
+            LlmError::Status { status, .. } => *status >= 500,
+            // Waited out, not retried at once (see `pipeline::answer`).
+            LlmError::RateLimited { .. } => false,
             LlmError::Stream(_) | LlmError::Protocol(_) => false,
         }
     }

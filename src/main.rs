@@ -148,12 +148,22 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();
     let embedded = config.is_embedded();
+    let data_dir = config.server.data_dir.display().to_string();
+    let memory_cache = config.cache.backend == chatd::config::CacheBackendKind::Memory;
     let app = App::build(config).await?;
     let addr = app.local_addr()?;
+    tracing::info!(%data_dir, "data directory (token secret, local master key, SQLite store)");
     if embedded {
         tracing::warn!(
             "EMBEDDED MODE: simulated LLM, in-process history, local keys — no external services. \
              Not for production; set llm.provider and friends to run for real."
+        );
+    }
+    if memory_cache {
+        tracing::info!(
+            "the AI cache and running answers live in this process: after a restart, chats the \
+             clients stored are still there, but the server asks them for a chat's history \
+             (request_chat_history) before its next answer"
         );
     }
     tracing::info!(%addr, "chatd listening; WebSocket at ws://{addr}/v1/ws");

@@ -183,6 +183,10 @@ pub enum TurnEvent {
     PostProcessed(PostProcessed),
     Skill(SkillEvent),
     Embed(EmbedEvent),
+    /// The provider rate-limited the answer: it goes on after `retry_after`.
+    Waiting {
+        retry_after: std::time::Duration,
+    },
     /// A skill's result arrived after the answer ended: it is delivered as a message of
     /// its own (the automatic follow-up), answered in the chat like a turn.
     FollowUp {

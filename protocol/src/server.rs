@@ -33,6 +33,9 @@ pub enum ServerMessage {
     /// An answer that finished while no device could store it: sent on every connection
     /// until a device stores it (`ai_response_completed` for `message_id`).
     PendingAiResponse(Box<PendingAiResponse>),
+    /// The answer waits: the model provider rate-limited it; it goes on by itself after
+    /// `retry_after_ms` (within `pipeline.turn_deadline`).
+    AiTaskWaiting(AiTaskWaiting),
     /// Answer to `refresh_token`: the socket now lives until `expires_at`.
     TokenRefreshed(TokenRefreshed),
     /// The server is stopping: to every device, before running answers end and the socket
@@ -112,6 +115,7 @@ impl ServerMessage {
         "pending_ai_response",
         "server_shutting_down",
         "token_refreshed",
+        "ai_task_waiting",
         "request_chat_history",
         "preprocessing_step",
         "post_processing_completed",
@@ -155,6 +159,7 @@ impl ServerMessage {
             ServerMessage::PendingAiResponse(_) => "pending_ai_response",
             ServerMessage::ServerShuttingDown(_) => "server_shutting_down",
             ServerMessage::TokenRefreshed(_) => "token_refreshed",
+            ServerMessage::AiTaskWaiting(_) => "ai_task_waiting",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
@@ -390,6 +395,15 @@ pub struct PendingAiResponse {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub category: Option<String>,
     pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTaskWaiting {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// Why: `rate_limited`.
+    pub reason: String,
+    pub retry_after_ms: u64,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -4,7 +4,9 @@ use super::*;
 fn defaults_load_and_validate() {
     let c = Config::defaults().unwrap();
     assert_eq!(c.server.listen.to_string(), "127.0.0.1:8787");
-    assert_eq!(c.server.data_dir, PathBuf::from("./data"));
+    // The user's data directory, not one relative to the working directory.
+    assert!(c.server.data_dir.is_absolute() || c.server.data_dir == Path::new("./data"));
+    assert!(c.server.data_dir.ends_with("chatd") || c.server.data_dir == Path::new("./data"));
     assert_eq!(c.llm.provider, LlmProvider::Simulated);
     assert!(c.is_embedded());
 }
@@ -80,7 +82,8 @@ fn links_defaults_and_validation() {
 fn store_url_defaults_to_sqlite_in_the_data_dir_and_is_validated() {
     let mut c = Config::defaults().unwrap();
     assert_eq!(c.store.url, "");
-    assert_eq!(c.store_url(), "sqlite://./data/chatd.db");
+    c.server.data_dir = PathBuf::from("/srv/chatd");
+    assert_eq!(c.store_url(), "sqlite:///srv/chatd/chatd.db");
     c.store.url = "postgres://chatd@db/chatd".into();
     c.validate().unwrap();
     assert_eq!(c.store_url(), "postgres://chatd@db/chatd");

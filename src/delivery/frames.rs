@@ -4,9 +4,9 @@
 //! `ai_background_response_completed` to the others. Pure: delivery is the caller's.
 
 use chatd_protocol::{
-    AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingStarted, ErrorCode, ErrorPayload,
-    PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData, ServerMessage,
-    SkillExecutionStatus,
+    AiBackgroundResponseCompleted, AiMessageUpdate, AiTaskWaiting, AiTypingStarted, ErrorCode,
+    ErrorPayload, PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData,
+    ServerMessage, SkillExecutionStatus,
 };
 
 use super::hub::Audience;
@@ -68,6 +68,12 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
             });
             all(msg)
         }
+        TurnEvent::Waiting { retry_after } => all(ServerMessage::AiTaskWaiting(AiTaskWaiting {
+            chat_id: ctx.chat_id.clone(),
+            task_id: ctx.task_id.clone(),
+            reason: "rate_limited".into(),
+            retry_after_ms: retry_after.as_millis() as u64,
+        })),
         TurnEvent::Embed(e) => {
             let msg = ServerMessage::SendEmbedData(Box::new(SendEmbedData {
                 embed_type: Some(e.embed_type),

@@ -54,6 +54,11 @@ impl OpenAiClient {
             .map_err(|_| LlmError::Idle(self.idle_timeout))?
             .map_err(|e| LlmError::Connect(without_url(&e)))?;
         let status = response.status();
+        if status.as_u16() == 429 {
+            return Err(LlmError::RateLimited {
+                retry_after: retry_after(response.headers()),
+            });
+        }
         if !status.is_success() {
             let body = response.text().await.unwrap_or_default();
             let mut body = body;
@@ -100,6 +105,23 @@ impl LlmClient for OpenAiClient {
             })
         })
     }
+}
+
+/// `Retry-After` as seconds or an HTTP date.
+fn retry_after(headers: &reqwest::header::HeaderMap) -> Option<Duration> {
+    let value = headers
+        .get(reqwest::header::RETRY_AFTER)?
+        .to_str()
+        .ok()?
+        .trim();
+    if let Ok(seconds) = value.parse::<u64>() {
+        return Some(Duration::from_secs(seconds));
+    }
+    let at = httpdate::parse_http_date(value).ok()?;
+    Some(
+        at.duration_since(std::time::SystemTime::now())
+            .unwrap_or_default(),
+    )
 }
 
 /// The longest a readiness probe waits.

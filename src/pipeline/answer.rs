@@ -97,6 +97,8 @@ struct Progress {
     streamed_any: bool,
     retried: bool,
     tool_rounds: u32,
+    /// 429s waited out so far.
+    rate_limited: u32,
 }
 
 impl AnswerStream<'_> {
@@ -111,6 +113,7 @@ impl AnswerStream<'_> {
             streamed_any: false,
             retried: false,
             tool_rounds: 0,
+            rate_limited: 0,
         };
         let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
         let max_rounds = self.max_rounds.max(1);
@@ -280,12 +283,44 @@ impl AnswerStream<'_> {
             };
             match opened {
                 Ok(s) => return Ok(s),
+                Err(LlmError::RateLimited { retry_after }) => {
+                    self.wait_out_rate_limit(retry_after, p).await?;
+                }
                 Err(e) if !p.streamed_any && !p.retried && e.is_retryable() => {
                     p.retried = true;
                     tracing::warn!(error = %e, "provider failed before streaming; retrying once");
                 }
                 Err(e) => return Err(RoundEnd::Failed(e.into())),
             }
+        }
+    }
+
+    /// A 429 is waited out as the provider says (`Retry-After`, else 1, 2, 4… s), as often
+    /// as the turn's deadline allows; the devices are told the answer waits. Fails the
+    /// round only when the wait would pass the deadline.
+    async fn wait_out_rate_limit(
+        &self,
+        retry_after: Option<std::time::Duration>,
+        p: &mut Progress,
+    ) -> Result<(), RoundEnd> {
+        let backoff = std::time::Duration::from_secs(1 << p.rate_limited.min(5));
+        let wait = retry_after.unwrap_or(backoff);
+        p.rate_limited += 1;
+        if tokio::time::Instant::now() + wait >= self.limits.deadline {
+            return Err(RoundEnd::Failed(
+                LlmError::RateLimited { retry_after }.into(),
+            ));
+        }
+        tracing::info!(
+            wait_ms = wait.as_millis() as u64,
+            "provider rate-limited the answer; waiting"
+        );
+        self.sink
+            .emit(self.ctx, TurnEvent::Waiting { retry_after: wait });
+        tokio::select! {
+            biased;
+            _ = self.cancel.cancelled() => Err(RoundEnd::Interrupted(self.cancel_reason.reason())),
+            () = tokio::time::sleep(wait) => Ok(()),
         }
     }
 

@@ -12,6 +12,7 @@ fn chatd(dir: &std::path::Path, args: &[&str]) -> std::process::Output {
     Command::new(BIN)
         .args(args)
         .current_dir(dir)
+        .env("XDG_DATA_HOME", dir)
         .env_remove("CHATD__SERVER__LISTEN")
         .output()
         .unwrap()
@@ -126,7 +127,8 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
     let token = chatd(dir.path(), &["token", "--user", "alice", "--ttl", "10m"]);
     assert!(token.status.success());
     let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
-    let secret = dir.path().join("data").join("token_secret");
+    // The data directory is the user's (XDG_DATA_HOME here), whatever the working directory.
+    let secret = dir.path().join("chatd").join("token_secret");
     #[cfg(unix)]
     {
         use std::os::unix::fs::PermissionsExt;
@@ -136,9 +138,11 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
         );
     }
 
+    let elsewhere = tempfile::tempdir().unwrap();
     let mut child = tokio::process::Command::new(BIN)
         .arg("serve")
-        .current_dir(dir.path())
+        .current_dir(elsewhere.path())
+        .env("XDG_DATA_HOME", dir.path())
         .env("CHATD__SERVER__LISTEN", &listen)
         .env("CHATD__LLM__SIMULATED_PACE", "1ms")
         // The simulated answer holds a public link; tests make no outside requests.

@@ -443,3 +443,29 @@ async fn a_stalled_answer_ends_at_the_turn_deadline() {
     assert_eq!(last.full_content_so_far, "Started.\n\n");
     fake.wait_for_disconnect().await;
 }
+
+/// A provider 429 is waited out as its `Retry-After` says: the devices are told the answer
+/// waits, then it streams as usual, no error.
+#[tokio::test]
+async fn a_rate_limited_answer_waits_as_told_then_goes_on() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.push(Reply::RateLimited {
+        retry_after: Some(1),
+    });
+    fake.push(text(&["After the wait."]));
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut ws = app.connect_showing("alice", "chat-429").await;
+    ws.send(&user_message("chat-429", "m1", "hello")).await;
+    let waiting = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskWaiting(w) => Some(w.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(waiting.reason, "rate_limited");
+    assert_eq!(waiting.retry_after_ms, 1000);
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.error_code, None);
+    assert_eq!(last.full_content_so_far, "After the wait.");
+    assert_eq!(fake.requests().len(), 2);
+}

@@ -51,6 +51,8 @@ pub enum Reply {
     },
     /// A plain HTTP error response.
     HttpError { status: u16, body: String },
+    /// HTTP 429, with `Retry-After: <seconds>` when given.
+    RateLimited { retry_after: Option<u32> },
     /// Streams the chunks, then drops the connection without finishing.
     CutAfter { chunks: Vec<String> },
     /// Streams the chunks, waits until the gate is released, then continues with `then`.
@@ -379,6 +381,16 @@ async fn completions(
             };
             (status, [(header::CONTENT_TYPE, "application/json")], body).into_response()
         }
+        Reply::RateLimited { retry_after } => {
+            let body = json!({"error": {"message": "rate limited", "type": "rate_limit_error"}});
+            let mut response = (StatusCode::TOO_MANY_REQUESTS, axum::Json(body)).into_response();
+            if let Some(seconds) = retry_after {
+                response
+                    .headers_mut()
+                    .insert(header::RETRY_AFTER, header::HeaderValue::from(seconds));
+            }
+            response
+        }
         Reply::Json(v) => axum::Json(v).into_response(),
         streaming => {
             let steps = steps(streaming);
@@ -542,7 +554,7 @@ fn push_steps(reply: Reply, out: &mut Vec<Step>) {
             out.push(Step::Wait(gate));
             push_steps(*then, out);
         }
-        Reply::HttpError { .. } | Reply::Json(_) => {}
+        Reply::HttpError { .. } | Reply::RateLimited { .. } | Reply::Json(_) => {}
     }
 }
 
