@@ -247,7 +247,9 @@ impl Delivery {
                 frame,
                 ..
             } => {
-                self.hub.send_turn(user, audience, task, *index, frame);
+                let encoded = outbox::EncodedFrame::new(frame);
+                self.hub
+                    .send_turn(user, audience, task, *index, encoded, frame);
                 None
             }
             Envelope::Frame {

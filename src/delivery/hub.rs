@@ -252,19 +252,19 @@ impl Hub {
         sent
     }
 
-    /// Sends frame `index` of `task` to the chosen devices that have not had it.
+    /// Sends frame `index` of `task` (`msg`, encoded as `frame`) to the chosen devices
+    /// that have not had it.
     pub fn send_turn(
         &self,
         user: &UserHash,
         audience: &Audience,
         task: &TaskId,
         index: u64,
+        frame: EncodedFrame,
         msg: &ServerMessage,
     ) {
-        let mut frame: Option<EncodedFrame> = None;
         for device in self.devices(user).iter().filter(|d| audience.includes(d)) {
-            let f = frame.get_or_insert_with(|| EncodedFrame::new(msg)).clone();
-            device.send_turn(task, index, f, msg);
+            device.send_turn(task, index, frame.clone(), msg);
         }
     }
 }

@@ -34,20 +34,69 @@ impl LogEntry {
     /// The entry for a frame the writer delivered; `previous` is the answer's text so far.
     pub fn of(audience: &Audience, frame: &ServerMessage, previous: &str) -> LogEntry {
         match frame {
-            ServerMessage::AiMessageUpdate(u) if !u.is_final_chunk => {
-                let mut update = u.clone();
-                let append = u.full_content_so_far.starts_with(previous);
-                if append {
-                    update.full_content_so_far = u.full_content_so_far[previous.len()..].into();
-                }
-                LogEntry::Chunk { append, update }
-            }
+            ServerMessage::AiMessageUpdate(u) if !u.is_final_chunk => chunk(u, previous),
             _ => LogEntry::Frame {
                 audience: audience.clone(),
                 frame: frame.clone(),
             },
         }
     }
+
+    /// The stored form (JSON) of [`LogEntry::of`], given the frame as it went on the wire
+    /// (`wire`: its JSON, which a `Frame` entry embeds as it is instead of encoding the
+    /// frame a second time).
+    pub fn encode(
+        audience: &Audience,
+        frame: &ServerMessage,
+        wire: &str,
+        previous: &str,
+    ) -> Vec<u8> {
+        match frame {
+            ServerMessage::AiMessageUpdate(u) if !u.is_final_chunk => {
+                serde_json::to_vec(&chunk(u, previous)).unwrap_or_default()
+            }
+            _ => {
+                let audience = serde_json::to_string(audience).unwrap_or_default();
+                let mut out = Vec::with_capacity(wire.len() + audience.len() + 32);
+                out.extend_from_slice(br#"{"Frame":{"audience":"#);
+                out.extend_from_slice(audience.as_bytes());
+                out.extend_from_slice(br#","frame":"#);
+                out.extend_from_slice(wire.as_bytes());
+                out.extend_from_slice(b"}}");
+                out
+            }
+        }
+    }
+}
+
+/// A chunk as the text it added to `previous` (or the whole text when it changed otherwise),
+/// without copying the whole text first.
+fn chunk(u: &AiMessageUpdate, previous: &str) -> LogEntry {
+    let append = u.full_content_so_far.starts_with(previous);
+    let text = match append {
+        true => &u.full_content_so_far[previous.len()..],
+        false => &u.full_content_so_far[..],
+    };
+    let update = AiMessageUpdate {
+        task_id: u.task_id.clone(),
+        chat_id: u.chat_id.clone(),
+        message_id: u.message_id.clone(),
+        user_message_id: u.user_message_id.clone(),
+        full_content_so_far: text.to_string(),
+        sequence: u.sequence,
+        is_final_chunk: u.is_final_chunk,
+        model_name: u.model_name.clone(),
+        category: u.category.clone(),
+        interrupted_by_revocation: u.interrupted_by_revocation,
+        interrupted_by_shutdown: u.interrupted_by_shutdown,
+        error_code: u.error_code,
+        rejection_reason: u.rejection_reason,
+        prompt_tokens: u.prompt_tokens,
+        completion_tokens: u.completion_tokens,
+        trimmed_history_messages: u.trimmed_history_messages,
+        replaced_links: u.replaced_links.clone(),
+    };
+    LogEntry::Chunk { append, update }
 }
 
 #[derive(Debug, Clone, thiserror::Error)]
@@ -56,8 +105,6 @@ pub enum LogError {
     Store(#[from] TurnStoreError),
     #[error("sealing a log entry: {0}")]
     Seal(#[from] SealError),
-    #[error("log entry unreadable: {0}")]
-    Encode(String),
 }
 
 /// A log as read back: entries in order, opened.
@@ -107,22 +154,23 @@ impl TurnLog {
         self.keyring.is_none()
     }
 
+    /// Appends an entry in its stored form ([`LogEntry::encode`]), sealed when the log
+    /// leaves the process.
     pub async fn append(
         &self,
         owner: &UserHash,
         chat: &ChatId,
         task: &TaskId,
         generation: u64,
-        entry: &LogEntry,
+        plain: &[u8],
     ) -> Result<u64, LogError> {
-        let plain = serde_json::to_vec(entry).map_err(|e| LogError::Encode(e.to_string()))?;
         let sealed = match &self.keyring {
             Some(k) => {
-                k.seal(owner, &scope(chat, task), Purpose::TurnLog, &plain)
+                k.seal(owner, &scope(chat, task), Purpose::TurnLog, plain)
                     .await?
             }
             // Unsealed, the entry still names its owner: a reader must be that user.
-            None => [owner.as_str().as_bytes(), &plain].concat(),
+            None => [owner.as_str().as_bytes(), plain].concat(),
         };
         Ok(self
             .store

@@ -22,6 +22,7 @@ use super::deps::TurnDeps;
 use super::log::LogEntry;
 use super::store::TurnStoreError;
 use crate::crypto::UserHash;
+use crate::delivery::outbox::EncodedFrame;
 use crate::delivery::{Audience, frames};
 use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
 
@@ -44,7 +45,8 @@ struct Written {
 /// A frame on its way to the log and to the other nodes.
 struct Logged {
     index: u64,
-    entry: LogEntry,
+    /// The log entry in its stored form (see [`LogEntry::encode`]).
+    entry: Vec<u8>,
     publish: Option<(Audience, ServerMessage)>,
 }
 
@@ -122,14 +124,21 @@ impl TurnWriter {
         self.written.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Numbers, delivers and logs one frame (the caller holds the lock).
+    /// Numbers, delivers and logs one frame (the caller holds the lock). The frame is
+    /// encoded once, for the devices and the log alike.
     fn write(&self, w: &mut Written, audience: Audience, msg: ServerMessage) {
         w.index += 1;
-        self.deps
-            .delivery
-            .hub
-            .send_turn(&self.key.owner, &audience, &self.key.task, w.index, &msg);
-        let entry = LogEntry::of(&audience, &msg, &w.text);
+        let encoded = EncodedFrame::new(&msg);
+        let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
+        let hub = &self.deps.delivery.hub;
+        hub.send_turn(
+            &self.key.owner,
+            &audience,
+            &self.key.task,
+            w.index,
+            encoded,
+            &msg,
+        );
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
         }

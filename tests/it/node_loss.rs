@@ -95,7 +95,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         (chatd::delivery::Audience::All, typing, ""),
         (showing, ServerMessage::AiMessageUpdate(chunk), ""),
     ] {
-        let entry = LogEntry::of(&audience, &frame, previous);
+        let entry = LogEntry::encode(&audience, &frame, &frame.to_json(), previous);
         deps.log
             .append(&owner, &chat, &task, ticket.lease.generation, &entry)
             .await
@@ -143,11 +143,8 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
     // The ghost, were it to wake up, is fenced: its lease and its log belong to another
     // generation now.
     assert!(!ghost.renew(&ticket).await);
-    let late = LogEntry::of(
-        &chatd::delivery::Audience::All,
-        &ServerMessage::Pong(chatd_protocol::Empty {}),
-        "",
-    );
+    let pong = ServerMessage::Pong(chatd_protocol::Empty {});
+    let late = LogEntry::encode(&chatd::delivery::Audience::All, &pong, &pong.to_json(), "");
     assert!(
         deps.log
             .append(&owner, &chat, &task, ticket.lease.generation, &late)

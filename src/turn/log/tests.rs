@@ -65,7 +65,11 @@ fn log() -> Logged {
     let mut text = String::new();
     let mut entries = Vec::new();
     for (i, (audience, frame)) in frames.iter().enumerate() {
-        entries.push((i as u64 + 1, LogEntry::of(audience, frame, &text)));
+        // Entries go through their stored form, the frame's wire JSON embedded as it is.
+        let stored = LogEntry::encode(audience, frame, &frame.to_json(), &text);
+        let entry: LogEntry = serde_json::from_slice(&stored).unwrap();
+        assert_eq!(entry, LogEntry::of(audience, frame, &text));
+        entries.push((i as u64 + 1, entry));
         if let ServerMessage::AiMessageUpdate(u) = frame {
             text = u.full_content_so_far.clone();
         }

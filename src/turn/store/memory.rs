@@ -42,8 +42,9 @@ struct Log {
 struct State {
     chats: HashMap<ChatId, Chat>,
     logs: HashMap<(ChatId, TaskId), Log>,
-    /// Logs in the order they were created, to expire and cap them without a scan.
-    log_order: VecDeque<(ChatId, TaskId)>,
+    /// Logs in the order they were created, with the earliest they can expire (their
+    /// expiry only moves later), to expire and cap them without a scan.
+    log_order: VecDeque<(Instant, (ChatId, TaskId))>,
     ops: u32,
 }
 
@@ -57,12 +58,21 @@ impl State {
     /// Drops expired logs from the front of the creation order (and the oldest beyond
     /// the cap), and now and then idle chats (bounded memory).
     fn sweep(&mut self, now: Instant) {
-        while let Some(key) = self.log_order.front() {
-            let expired = self.logs.get(key).is_none_or(|l| l.expires <= now);
-            if !expired && self.logs.len() <= MAX_LOGS {
+        while let Some((earliest, key)) = self.log_order.front() {
+            let over = self.logs.len() > MAX_LOGS;
+            // Looked up only when it may have expired.
+            if !over && *earliest > now {
                 break;
             }
-            if let Some(key) = self.log_order.pop_front() {
+            if !over && self.logs.get(key).is_some_and(|l| l.expires > now) {
+                // Still in use: it goes to the back, with its current expiry.
+                if let Some((_, key)) = self.log_order.pop_front() {
+                    let expires = self.logs.get(&key).map_or(now, |l| l.expires);
+                    self.log_order.push_back((expires, key));
+                }
+                break;
+            }
+            if let Some((_, key)) = self.log_order.pop_front() {
                 self.logs.remove(&key);
             }
         }
@@ -271,17 +281,22 @@ impl TurnStore for MemoryTurnStore {
         let now = Instant::now();
         let mut s = self.lock();
         s.sweep(now);
-        let key = (chat.clone(), task.clone());
-        if !s.logs.contains_key(&key) {
-            s.log_order.push_back(key.clone());
-        }
-        let log = s.logs.entry(key).or_insert_with(|| Log {
-            entries: VecDeque::new(),
-            last: 0,
-            fence: generation,
-            ended: false,
-            expires: now + keep,
-        });
+        let State {
+            logs, log_order, ..
+        } = &mut *s;
+        let log = match logs.entry((chat.clone(), task.clone())) {
+            std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            std::collections::hash_map::Entry::Vacant(v) => {
+                log_order.push_back((now + keep, v.key().clone()));
+                v.insert(Log {
+                    entries: VecDeque::new(),
+                    last: 0,
+                    fence: generation,
+                    ended: false,
+                    expires: now + keep,
+                })
+            }
+        };
         if log.expires <= now {
             *log = Log {
                 entries: VecDeque::new(),
