@@ -204,11 +204,15 @@ impl AnswerStream<'_> {
             Ok(s) => s,
             Err(end) => return end,
         };
+        // One timer and one cancellation waiter for the round, not one per streamed event.
+        let deadline = tokio::time::sleep_until(self.limits.deadline);
+        let cancelled = self.cancel.cancelled();
+        tokio::pin!(deadline, cancelled);
         loop {
             let step = tokio::select! {
                 biased;
-                _ = self.cancel.cancelled() => Step::Cancelled,
-                () = tokio::time::sleep_until(self.limits.deadline) => Step::Deadline,
+                () = &mut cancelled => Step::Cancelled,
+                () = &mut deadline => Step::Deadline,
                 ev = stream.next() => Step::Event(ev),
             };
             let event = match step {
