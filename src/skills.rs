@@ -8,6 +8,7 @@ pub mod contract;
 mod docs;
 pub mod executor;
 pub mod manifest;
+pub mod prefilter;
 mod results;
 pub mod runner;
 pub mod sanitize;

@@ -7,8 +7,9 @@ use serde_json::{Map, Value, json};
 
 use super::contract::{self, Split};
 use super::manifest::ResponseMode;
+use super::prefilter;
 use super::runner::{Ended, Invocation};
-use super::sanitize::{self, Cleaned};
+use super::sanitize::Cleaned;
 use crate::pipeline::tools::toon;
 
 impl Invocation {
@@ -175,24 +176,32 @@ impl Invocation {
         toon(&message)
     }
 
-    /// Strips and checks every external text of the call as one document (split into
-    /// chunks by the detector). Returns the cleaned texts in order, whether they were
-    /// withheld (detector failure: fail closed), and whether the user should review them.
+    /// Cleans every external text of the call in two layers: the deterministic pre-filter
+    /// ([`super::prefilter`]: invisible characters, template tokens, instruction overrides),
+    /// then the detector model on all of them as one document (split into chunks). Returns
+    /// the cleaned texts in order, whether they were withheld (detector failure: fail
+    /// closed), and whether the user should review them (either layer found something).
     async fn check_external(
         &self,
         groups: &[(Value, Result<Vec<Split>, String>)],
         extra: &[String],
     ) -> (Vec<Cleaned>, bool, bool) {
-        let texts: Vec<String> = groups
+        let filtered: Vec<prefilter::Prefiltered> = groups
             .iter()
             .filter_map(|(_, g)| g.as_ref().ok())
             .flatten()
-            .flat_map(|s| s.external.iter().map(|(_, t)| sanitize::strip_invisible(t)))
-            .chain(extra.iter().map(|t| sanitize::strip_invisible(t)))
+            .flat_map(|s| s.external.iter().map(|(_, t)| prefilter::prefilter(t)))
+            .chain(extra.iter().map(|t| prefilter::prefilter(t)))
             .collect();
-        if texts.is_empty() {
+        if filtered.is_empty() {
             return (Vec::new(), false, false);
         }
+        let suspicious = filtered.iter().any(prefilter::Prefiltered::suspicious);
+        if suspicious {
+            let removed: usize = filtered.iter().map(|f| f.removed).sum();
+            tracing::warn!(skill = %self.skill.full_id, removed, "prompt injection removed by the pre-filter");
+        }
+        let texts: Vec<String> = filtered.into_iter().map(|f| f.text).collect();
         let document = texts.join("\n\n");
         match self.deps.detector.check(&document, &self.cancel).await {
             Ok(verdict) => {
@@ -200,7 +209,7 @@ impl Invocation {
                     .iter()
                     .map(|t| self.deps.detector.apply(&verdict, t))
                     .collect();
-                let flagged = cleaned.iter().any(|c| c.flagged);
+                let flagged = suspicious || cleaned.iter().any(|c| c.flagged);
                 if verdict.score > self.deps.config.injection_block_score {
                     tracing::warn!(skill = %self.skill.full_id, score = verdict.score, "prompt injection removed from skill output");
                 }
