@@ -62,10 +62,8 @@ impl Session {
         let exp = self
             .token_expires_at
             .load(std::sync::atomic::Ordering::Acquire);
-        let now = std::time::SystemTime::now()
-            .duration_since(std::time::UNIX_EPOCH)
-            .unwrap_or_default();
-        std::time::Duration::from_secs(exp).saturating_sub(now)
+        let now_ms = u64::try_from(crate::clock::unix_millis()).unwrap_or(0);
+        std::time::Duration::from_millis(exp.saturating_mul(1000).saturating_sub(now_ms))
     }
 
     /// A fresh token for this socket: it must be valid and the same user's.

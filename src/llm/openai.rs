@@ -1,6 +1,11 @@
 //! OpenAI-compatible chat-completions client: `POST {base_url}/chat/completions` with
 //! `stream: true`, Server-Sent Events parsed by `eventsource-stream`, tool-call fragments
-//! merged by index. The only module that knows this provider JSON.
+//! merged by index. The only module that knows this provider JSON (the request's in
+//! [`request`]).
+
+mod request;
+
+use request::request_body;
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -9,13 +14,10 @@ use eventsource_stream::Eventsource;
 use futures_util::future::BoxFuture;
 use futures_util::{Stream, StreamExt};
 use secrecy::{ExposeSecret, SecretString};
-use serde::{Deserialize, Serialize};
+use serde::Deserialize;
 use serde_json::Value;
 
-use super::{
-    LlmClient, LlmError, LlmEvent, LlmMessage, LlmRequest, LlmStream, ToolCallAccumulator,
-    ToolChoice, Usage,
-};
+use super::{LlmClient, LlmError, LlmEvent, LlmRequest, LlmStream, ToolCallAccumulator, Usage};
 use crate::config::LlmConfig;
 
 pub struct OpenAiClient {
@@ -147,158 +149,6 @@ fn without_url(e: &reqwest::Error) -> String {
         "{kind} error: {}",
         cause.unwrap_or_else(|| "unknown".into())
     )
-}
-
-/// The request as the provider reads it, borrowed from [`LlmRequest`] (serialized straight
-/// to the body: no intermediate JSON tree).
-#[derive(Serialize)]
-struct Body<'a> {
-    model: &'a str,
-    messages: Vec<WireMessage<'a>>,
-    stream: bool,
-    stream_options: StreamOptions,
-    #[serde(skip_serializing_if = "<[_]>::is_empty")]
-    tools: Vec<WireTool<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    tool_choice: Option<WireToolChoice<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    temperature: Option<f32>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    max_tokens: Option<u32>,
-}
-
-#[derive(Serialize)]
-struct StreamOptions {
-    include_usage: bool,
-}
-
-#[derive(Serialize)]
-#[serde(tag = "role", rename_all = "lowercase")]
-enum WireMessage<'a> {
-    System {
-        content: &'a str,
-    },
-    User {
-        content: &'a str,
-    },
-    Assistant {
-        content: &'a str,
-        #[serde(skip_serializing_if = "<[_]>::is_empty")]
-        tool_calls: Vec<WireCall<'a>>,
-    },
-    Tool {
-        tool_call_id: &'a str,
-        content: &'a str,
-    },
-}
-
-#[derive(Serialize)]
-struct WireCall<'a> {
-    id: &'a str,
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct WireFunction<'a> {
-    name: &'a str,
-    arguments: &'a str,
-}
-
-#[derive(Serialize)]
-struct WireTool<'a> {
-    #[serde(rename = "type")]
-    kind: &'static str,
-    function: WireToolFunction<'a>,
-}
-
-#[derive(Serialize)]
-struct WireToolFunction<'a> {
-    name: &'a str,
-    description: &'a str,
-    parameters: &'a Value,
-}
-
-#[derive(Serialize)]
-#[serde(untagged)]
-enum WireToolChoice<'a> {
-    Mode(&'static str),
-    Function {
-        #[serde(rename = "type")]
-        kind: &'static str,
-        function: WireName<'a>,
-    },
-}
-
-#[derive(Serialize)]
-struct WireName<'a> {
-    name: &'a str,
-}
-
-fn request_body(r: &LlmRequest) -> Body<'_> {
-    Body {
-        model: &r.model,
-        messages: r.messages.iter().map(wire_message).collect(),
-        stream: true,
-        stream_options: StreamOptions {
-            include_usage: true,
-        },
-        tools: r
-            .tools
-            .iter()
-            .map(|t| WireTool {
-                kind: "function",
-                function: WireToolFunction {
-                    name: &t.name,
-                    description: &t.description,
-                    parameters: &t.parameters,
-                },
-            })
-            .collect(),
-        tool_choice: (!r.tools.is_empty()).then(|| match &r.tool_choice {
-            ToolChoice::Auto => WireToolChoice::Mode("auto"),
-            ToolChoice::None => WireToolChoice::Mode("none"),
-            ToolChoice::Required => WireToolChoice::Mode("required"),
-            ToolChoice::Function(name) => WireToolChoice::Function {
-                kind: "function",
-                function: WireName { name },
-            },
-        }),
-        temperature: r.temperature,
-        max_tokens: r.max_tokens,
-    }
-}
-
-fn wire_message(m: &LlmMessage) -> WireMessage<'_> {
-    match m {
-        LlmMessage::System(content) => WireMessage::System { content },
-        LlmMessage::User(content) => WireMessage::User { content },
-        LlmMessage::Assistant {
-            content,
-            tool_calls,
-        } => WireMessage::Assistant {
-            content,
-            tool_calls: tool_calls
-                .iter()
-                .map(|c| WireCall {
-                    id: &c.id,
-                    kind: "function",
-                    function: WireFunction {
-                        name: &c.name,
-                        arguments: &c.arguments,
-                    },
-                })
-                .collect(),
-        },
-        LlmMessage::Tool {
-            tool_call_id,
-            content,
-        } => WireMessage::Tool {
-            tool_call_id,
-            content,
-        },
-    }
 }
 
 #[derive(Deserialize)]
@@ -482,123 +332,4 @@ fn handle_chunk<S>(st: &mut State<S>, data: &str) -> Result<(), LlmError> {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[tokio::test]
-    async fn parses_text_tools_usage_and_done() {
-        let lines = [
-            r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"web-search","arguments":""}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":1}"}}]}}]}"#,
-            r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
-            r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#,
-            "[DONE]",
-        ];
-        let body: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
-        let bytes =
-            futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
-        let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
-            .collect()
-            .await;
-        let events: Vec<LlmEvent> = events.into_iter().map(Result::unwrap).collect();
-        assert_eq!(events[0], LlmEvent::TextDelta("Hel".into()));
-        assert_eq!(events[1], LlmEvent::TextDelta("lo".into()));
-        assert!(events.contains(&LlmEvent::Usage(Usage {
-            prompt_tokens: 7,
-            completion_tokens: 3
-        })));
-        match events.last().unwrap() {
-            LlmEvent::Done {
-                finish_reason,
-                tool_calls,
-            } => {
-                assert_eq!(finish_reason.as_deref(), Some("tool_calls"));
-                assert_eq!(tool_calls.len(), 1);
-                assert_eq!(tool_calls[0].arguments, "{\"q\":1}");
-            }
-            other => panic!("expected Done, got {other:?}"),
-        }
-    }
-
-    #[test]
-    fn request_body_is_the_openai_wire_format() {
-        let mut r = LlmRequest::chat(
-            "m",
-            vec![
-                LlmMessage::System("s".into()),
-                LlmMessage::User("u".into()),
-                LlmMessage::Assistant {
-                    content: String::new(),
-                    tool_calls: vec![crate::llm::ToolCall {
-                        id: "c1".into(),
-                        name: "f".into(),
-                        arguments: "{}".into(),
-                    }],
-                },
-                LlmMessage::Tool {
-                    tool_call_id: "c1".into(),
-                    content: "r".into(),
-                },
-                LlmMessage::Assistant {
-                    content: "a".into(),
-                    tool_calls: Vec::new(),
-                },
-            ],
-        );
-        r.tools = vec![crate::llm::ToolDef {
-            name: "f".into(),
-            description: "d".into(),
-            parameters: serde_json::json!({"type": "object"}),
-        }];
-        r.tool_choice = ToolChoice::Function("f".into());
-        r.max_tokens = Some(5);
-        let body = serde_json::to_value(request_body(&r)).unwrap();
-        assert_eq!(
-            body,
-            serde_json::json!({
-                "model": "m",
-                "messages": [
-                    {"role": "system", "content": "s"},
-                    {"role": "user", "content": "u"},
-                    {"role": "assistant", "content": "", "tool_calls": [
-                        {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
-                    {"role": "tool", "tool_call_id": "c1", "content": "r"},
-                    {"role": "assistant", "content": "a"},
-                ],
-                "stream": true,
-                "stream_options": {"include_usage": true},
-                "tools": [{"type": "function", "function": {
-                    "name": "f", "description": "d", "parameters": {"type": "object"}}}],
-                "tool_choice": {"type": "function", "function": {"name": "f"}},
-                "max_tokens": 5,
-            })
-        );
-        r.tools.clear();
-        let body = serde_json::to_value(request_body(&r)).unwrap();
-        assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
-    }
-
-    #[tokio::test]
-    async fn provider_error_in_the_stream_is_an_error() {
-        let body = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
-        let bytes =
-            futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
-        let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
-            .collect()
-            .await;
-        assert!(matches!(events.last(), Some(Err(LlmError::Stream(m))) if m == "overloaded"));
-    }
-
-    #[tokio::test]
-    async fn truncated_stream_is_an_error() {
-        let body = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n";
-        let bytes =
-            futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
-        let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
-            .collect()
-            .await;
-        assert!(matches!(events.last(), Some(Err(LlmError::Stream(_)))));
-    }
-}
+mod tests;

@@ -1,12 +1,15 @@
 //! One active AI turn per chat across every node: admission (start, queue or refuse) in
 //! one atomic step of the [`TurnStore`], the lease the running node renews, cancellation
-//! by the owner from any node, and hand-over to the next turn when messages were queued
+//! by the owner from any node ([`cancel`]), and hand-over to the next turn when messages were queued
 //! (all messages queued behind a turn are answered together by one next turn, after the
 //! skills' follow-up messages queued with them). The queued work waits in the store, sealed
 //! with the owner's key ([`queued`]); only the cancel tokens of turns running on this node
 //! live here.
 
+mod cancel;
 mod queued;
+
+pub use cancel::CancelError;
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -111,16 +114,6 @@ impl TurnsError {
             ),
         }
     }
-}
-
-#[derive(Debug, PartialEq, Eq, thiserror::Error)]
-pub enum CancelError {
-    #[error("no running task with this id")]
-    NotFound,
-    #[error("the task belongs to another user")]
-    Forbidden,
-    #[error("the turn store is unavailable")]
-    Unavailable,
 }
 
 /// A turn running on this node.
@@ -411,75 +404,6 @@ impl Turns {
     pub async fn active_task(&self, user: &UserId, chat: &ChatId) -> Option<TaskId> {
         let lease = self.store.active(chat).await.ok().flatten()?;
         (lease.owner == UserHash::of(user)).then_some(lease.task)
-    }
-
-    /// Cancels a running task on behalf of `user`: at once when it runs here, else
-    /// through the store (the running node reads it on its next renewal). Returns the
-    /// node that runs it when that is another one.
-    pub async fn cancel(
-        &self,
-        user: &UserId,
-        task: &TaskId,
-    ) -> Result<Option<NodeId>, CancelError> {
-        if let Some(local) = self.local().get(task) {
-            if &local.owner != user {
-                return Err(CancelError::Forbidden);
-            }
-            local.ticket.stop(CancelReason::Revoked);
-            return Ok(None);
-        }
-        let lease = match self.store.find_task(task).await {
-            Ok(Some(lease)) => lease,
-            Ok(None) => return Err(CancelError::NotFound),
-            Err(_) => return Err(CancelError::Unavailable),
-        };
-        if lease.owner != UserHash::of(user) {
-            return Err(CancelError::Forbidden);
-        }
-        self.store
-            .request_cancel(&lease, CancelReason::Revoked, self.lease * 2)
-            .await
-            .map_err(|_| CancelError::Unavailable)?;
-        Ok(Some(lease.node))
-    }
-
-    /// Cancels a task running here on a request from another node (its owner was checked
-    /// there). False when it does not run here.
-    pub fn cancel_local(&self, task: &TaskId, reason: CancelReason) -> bool {
-        match self.local().get(task) {
-            Some(local) => {
-                local.ticket.stop(reason);
-                true
-            }
-            None => false,
-        }
-    }
-
-    /// The chat is being deleted: its running turn (on any node) stops and writes nothing
-    /// back, and the messages queued behind it are dropped. Only the owner's chat.
-    pub async fn abandon(&self, user: &UserId, chat: &ChatId) {
-        let running_here: Vec<TurnTicket> = self
-            .local()
-            .values()
-            .filter(|l| &l.chat == chat && &l.owner == user)
-            .map(|l| l.ticket.clone())
-            .collect();
-        for ticket in &running_here {
-            ticket.stop(CancelReason::ChatDeleted);
-        }
-        match self.store.active(chat).await {
-            Ok(Some(lease)) if lease.owner == UserHash::of(user) => {
-                if let Err(e) = self
-                    .store
-                    .request_cancel(&lease, CancelReason::ChatDeleted, self.lease * 2)
-                    .await
-                {
-                    tracing::warn!(error = %e, "cannot stop the deleted chat's turn");
-                }
-            }
-            Ok(_) => {}
-            Err(e) => tracing::warn!(error = %e, "cannot look up the deleted chat's turn"),
-        }
     }
 }
 

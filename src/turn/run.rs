@@ -14,7 +14,10 @@ use chatd_protocol::{
 
 use super::TurnTicket;
 use super::deps::TurnDeps;
-use super::stages::{PostJob, reject, remember_answer, repair_links, run_postprocessing, steps};
+use super::stages::{
+    PostJob, Settled, reject, remember_answer, repair_links, run_postprocessing, settle_messages,
+    steps,
+};
 use super::writer::{TurnKey, TurnWriter};
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
@@ -355,38 +358,6 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
-    }
-}
-
-/// What became of a turn's messages.
-enum Settled {
-    /// A copy sent again is a duplicate.
-    Answered,
-    /// The copy with the history is expected.
-    AwaitingHistory,
-    /// No answer: the user may send them again.
-    Unanswered,
-}
-
-/// Records what became of the ticket's messages (see [`crate::cache::ai::MessageSeen`]).
-async fn settle_messages(
-    app: &TurnDeps,
-    owner: &UserHash,
-    chat: &ChatId,
-    ticket: &TurnTicket,
-    settled: Settled,
-) {
-    let cache = &app.ai_cache;
-    for i in ticket.inbound.iter() {
-        let id = i.message_id();
-        let settled = match settled {
-            Settled::Answered => cache.message_answered(owner, chat, id).await,
-            Settled::AwaitingHistory => cache.message_awaits_history(owner, chat, id).await,
-            Settled::Unanswered => cache.release_message(owner, chat, id).await,
-        };
-        if let Err(e) = settled {
-            tracing::warn!(error = %e, "cannot settle a message id");
-        }
     }
 }
 

@@ -1,13 +1,15 @@
 //! The stages of a turn around the answer: the `preprocessing_step` events, the polite
 //! refusal streamed instead of an answer, the link repair and the answer's sealing into the
-//! AI cache before the final frame, and postprocessing run after it.
+//! AI cache before the final frame, postprocessing run after it, and what became of the
+//! turn's message ids (answered, awaiting the history, or free to send again).
 
 use std::sync::Arc;
 
-use chatd_protocol::{PreprocessingStepKind, RejectionReason};
+use chatd_protocol::{ChatId, PreprocessingStepKind, RejectionReason};
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
+use super::TurnTicket;
 use super::deps::TurnDeps;
 use super::writer::TurnWriter;
 use crate::cache::ai::CachedMessage;
@@ -216,5 +218,37 @@ pub(super) async fn remember_answer(
     if let Err(e) = app.ai_cache.append(owner, &ctx.chat_id, &[entry]).await {
         // The answer reached the user; the next turn falls back to request_chat_history.
         tracing::warn!(error = %e, "could not cache the answer");
+    }
+}
+
+/// What became of a turn's messages.
+pub(super) enum Settled {
+    /// A copy sent again is a duplicate.
+    Answered,
+    /// The copy with the history is expected.
+    AwaitingHistory,
+    /// No answer: the user may send them again.
+    Unanswered,
+}
+
+/// Records what became of the ticket's messages (see [`crate::cache::ai::MessageSeen`]).
+pub(super) async fn settle_messages(
+    app: &TurnDeps,
+    owner: &UserHash,
+    chat: &ChatId,
+    ticket: &TurnTicket,
+    settled: Settled,
+) {
+    let cache = &app.ai_cache;
+    for i in ticket.inbound.iter() {
+        let id = i.message_id();
+        let settled = match settled {
+            Settled::Answered => cache.message_answered(owner, chat, id).await,
+            Settled::AwaitingHistory => cache.message_awaits_history(owner, chat, id).await,
+            Settled::Unanswered => cache.release_message(owner, chat, id).await,
+        };
+        if let Err(e) = settled {
+            tracing::warn!(error = %e, "cannot settle a message id");
+        }
     }
 }

@@ -54,6 +54,10 @@ async fn read_loop(
     out: &Outbox,
     shutdown: &tokio_util::sync::CancellationToken,
 ) {
+    // One timer for the socket's life: at the token's `exp` (reset when `refresh_token`
+    // moved it meanwhile), not one per inbound frame.
+    let expiry = tokio::time::sleep(session.token_time_left());
+    tokio::pin!(expiry);
     loop {
         if out.is_closed() {
             // Closing: keep reading (and ignoring) until the peer's close ends the stream.
@@ -71,11 +75,13 @@ async fn read_loop(
                 out.close_with(CloseCode::ServiceRestart);
                 continue;
             }
-            // At the token's `exp` (unless `refresh_token` moved it meanwhile).
-            () = tokio::time::sleep(session.token_time_left()) => {
-                if session.token_time_left().is_zero() {
+            () = &mut expiry => {
+                let left = session.token_time_left();
+                if left.is_zero() {
                     tracing::debug!("session token expired; closing");
                     out.close_with(CloseCode::TokenExpired);
+                } else {
+                    expiry.as_mut().reset(tokio::time::Instant::now() + left);
                 }
                 continue;
             }

@@ -467,85 +467,41 @@ async fn a_redis_restart_during_a_turn_is_survived_without_restarting_a_node() {
 /// the provider request is closed and the answer goes on without the skill.
 #[tokio::test]
 async fn cancel_skill_sent_to_another_node_stops_the_skill() {
-    use chatd_test_harness::fake_llm::{ToolCall, function_reply};
+    use chatd_protocol::SkillStatus;
     use chatd_test_harness::fake_skill::{FakeSkill, SkillReply};
     use serde_json::json;
 
+    use crate::skills::{call, calls, cancel_skill, manifests, offer, status, text};
+
     let skill = FakeSkill::start().await.unwrap();
     skill.respond(|_| SkillReply::Hang);
-    let apps = tempfile::tempdir().unwrap();
-    std::fs::write(
-        apps.path().join("demo.yml"),
-        format!(
-            r#"
-id: demo
-name: Demo
-skills:
-  - id: find
-    description: Finds things.
-    input: {{properties: {{query: {{type: string}}}}, required: [query]}}
-    executor: {{http: {{url: "{}/skill/find", timeout: 30s}}}}
-    output:
-      mode: template
-      agent_data:
-        rank: {{type: integer}}
-      template: "{{count}} things"
-"#,
-            skill.url()
-        ),
-    )
-    .unwrap();
+    let apps = manifests(&skill);
     let extra = format!(
         "\n[skills]\napps_dir = {:?}\nallow_private_targets = true\n",
         apps.path().display().to_string()
     );
     let redis = Shared::Server(RedisServer::start().await.unwrap());
     let c = Cluster::start_with(2, redis, &extra).await;
-    c.fake.push_stage(
-        "preprocess",
-        function_reply(
-            "preprocess",
-            json!({"harmful_or_illegal_score": 0, "misuse_risk_score": 0, "language": "en",
-                "category": "general_knowledge", "complexity": "simple",
-                "relevant_app_skills": ["demo-find"]}),
-        ),
-    );
-    c.fake.push(Reply::ToolCalls {
-        calls: vec![ToolCall {
-            id: "c1".into(),
-            name: "demo-find".into(),
-            arguments: json!({"requests": [{"query": "slow"}]}).to_string(),
-        }],
-        text_before: None,
-    });
-    c.fake.push(Reply::Text {
-        chunks: vec!["Answer without it.".into()],
-        delay: Duration::ZERO,
-        usage: None,
-    });
+    offer(&c.fake, &["demo-find"]);
+    c.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "slow"}]),
+    )]));
+    c.fake.push(text("Answer without it."));
     let chat = "chat-skill-cancel";
     let mut here = c.connect_showing(0, "carol", chat).await;
     let mut there = c.connect_showing(1, "carol", chat).await;
     here.send(&user_message(chat, "m1", "find it slowly")).await;
     // The device on the other node learns the skill task from the fan-out...
-    let processing = skill_status(&mut there, chatd_protocol::SkillStatus::Processing).await;
+    let processing = status(&mut there, SkillStatus::Processing).await;
     skill
         .wait_until("the request reached the provider", |k| k.in_flight() == 1)
         .await;
     // ...and cancels it there.
-    there
-        .send_json(
-            json!({"type": "cancel_skill", "payload": {"skill_task_id": processing.skill_task_id}}),
-        )
-        .await;
-    let ack = there
-        .recv_until(|m| match m {
-            ServerMessage::SkillCancelRequested(a) => Some(a.clone()),
-            _ => None,
-        })
-        .await;
+    let ack = cancel_skill(&mut there, &processing.skill_task_id).await;
     assert_eq!(ack.status, "cancellation_requested");
-    let cancelled = skill_status(&mut here, chatd_protocol::SkillStatus::Cancelled).await;
+    let cancelled = status(&mut here, SkillStatus::Cancelled).await;
     assert_eq!(cancelled.skill_task_id, processing.skill_task_id);
     skill
         .wait_until("the provider saw the client hang up", |k| k.hangups() == 1)
@@ -554,15 +510,4 @@ skills:
     assert!(last.full_content_so_far.ends_with("Answer without it."));
     let (_, on_there) = collect_answer(&mut there).await;
     assert_eq!(on_there.full_content_so_far, last.full_content_so_far);
-}
-
-async fn skill_status(
-    ws: &mut WsClient,
-    wanted: chatd_protocol::SkillStatus,
-) -> chatd_protocol::SkillExecutionStatus {
-    ws.recv_until(|m| match m {
-        ServerMessage::SkillExecutionStatus(s) if s.status == wanted => Some(s.clone()),
-        _ => None,
-    })
-    .await
 }

@@ -14,7 +14,7 @@ use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
 
 /// A manifest directory with `demo-find` (template, remote), `demo-vault` (passthrough,
 /// remote) and the built-in web skills pointed at the fake provider.
-fn manifests(skill: &FakeSkill) -> tempfile::TempDir {
+pub(crate) fn manifests(skill: &FakeSkill) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let demo = format!(
         r#"
@@ -91,7 +91,7 @@ async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
 }
 
 /// Preprocessing offers these skills.
-fn offer(fake: &FakeLlm, skills: &[&str]) {
+pub(crate) fn offer(fake: &FakeLlm, skills: &[&str]) {
     fake.push_stage(
         "preprocess",
         function_reply(
@@ -103,7 +103,7 @@ fn offer(fake: &FakeLlm, skills: &[&str]) {
     );
 }
 
-fn call(id: &str, name: &str, requests: Value) -> ToolCall {
+pub(crate) fn call(id: &str, name: &str, requests: Value) -> ToolCall {
     ToolCall {
         id: id.into(),
         name: name.into(),
@@ -111,14 +111,14 @@ fn call(id: &str, name: &str, requests: Value) -> ToolCall {
     }
 }
 
-fn calls(list: Vec<ToolCall>) -> Reply {
+pub(crate) fn calls(list: Vec<ToolCall>) -> Reply {
     Reply::ToolCalls {
         calls: list,
         text_before: None,
     }
 }
 
-fn text(t: &str) -> Reply {
+pub(crate) fn text(t: &str) -> Reply {
     Reply::Text {
         chunks: vec![t.to_string()],
         delay: Duration::ZERO,
@@ -148,9 +148,26 @@ fn everything_sent_to_the_llm(fake: &FakeLlm) -> String {
     serde_json::to_string(&all).unwrap()
 }
 
-async fn status(ws: &mut WsClient, want: SkillStatus) -> chatd_protocol::SkillExecutionStatus {
+pub(crate) async fn status(
+    ws: &mut WsClient,
+    want: SkillStatus,
+) -> chatd_protocol::SkillExecutionStatus {
     ws.recv_until(|m| match m {
         ServerMessage::SkillExecutionStatus(s) if s.status == want => Some(s.clone()),
+        _ => None,
+    })
+    .await
+}
+
+/// Sends `cancel_skill` and waits for its acknowledgement.
+pub(crate) async fn cancel_skill(
+    ws: &mut WsClient,
+    skill_task_id: &SkillTaskId,
+) -> chatd_protocol::SkillCancelRequested {
+    ws.send_json(json!({"type": "cancel_skill", "payload": {"skill_task_id": skill_task_id}}))
+        .await;
+    ws.recv_until(|m| match m {
+        ServerMessage::SkillCancelRequested(a) => Some(a.clone()),
         _ => None,
     })
     .await
@@ -508,16 +525,7 @@ async fn cancelling_a_skill_aborts_it_and_the_answer_goes_on() {
     assert_eq!(refused.code, ErrorCode::Forbidden);
     assert_eq!(s.skill.in_flight(), 1);
 
-    ws.send_json(
-        json!({"type": "cancel_skill", "payload": {"skill_task_id": processing.skill_task_id}}),
-    )
-    .await;
-    let ack = ws
-        .recv_until(|m| match m {
-            ServerMessage::SkillCancelRequested(a) => Some(a.clone()),
-            _ => None,
-        })
-        .await;
+    let ack = cancel_skill(&mut ws, &processing.skill_task_id).await;
     assert_eq!(ack.status, "cancellation_requested");
     let cancelled = status(&mut ws, SkillStatus::Cancelled).await;
     assert_eq!(cancelled.preview_data["cancelled_by_user"], true);
@@ -559,25 +567,32 @@ fn page_html() -> String {
     )
 }
 
-#[tokio::test]
-async fn injected_text_from_a_web_page_is_removed_before_the_model_sees_it() {
+/// A turn in `chat` whose model reads [`page_html`] with `web-read`, the detector model
+/// answering `verdict`.
+async fn read_the_page(verdict: Value, chat: &str) -> (Setup, WsClient) {
     let s = setup().await;
     offer(&s.fake, &["web-read"]);
     s.skill.respond(|_| SkillReply::Html(page_html()));
     s.fake.push_stage(
         "report_prompt_injection",
-        function_reply(
-            "report_prompt_injection",
-            json!({"score": 9, "injection_strings": [SUBTLE]}),
-        ),
+        function_reply("report_prompt_injection", verdict),
     );
     let url = format!("{}/page/recipes", s.skill.url());
     s.fake
         .push(calls(vec![call("r1", "web-read", json!([{"url": url}]))]));
     s.fake.push(text("Bake it."));
-    let mut ws = s.app.connect_showing("alice", "chat-inj").await;
-    ws.send(&user_message("chat-inj", "m1", "read this recipe"))
-        .await;
+    let mut ws = s.app.connect_showing("alice", chat).await;
+    ws.send(&user_message(chat, "m1", "read this recipe")).await;
+    (s, ws)
+}
+
+#[tokio::test]
+async fn injected_text_from_a_web_page_is_removed_before_the_model_sees_it() {
+    let (s, mut ws) = read_the_page(
+        json!({"score": 9, "injection_strings": [SUBTLE]}),
+        "chat-inj",
+    )
+    .await;
     collect_answer(&mut ws).await;
     // The detector saw the page after the pre-filter: invisible characters stripped, the
     // recognisable injection already removed, the subtle one left for it to judge.
@@ -602,23 +617,8 @@ async fn injected_text_from_a_web_page_is_removed_before_the_model_sees_it() {
 /// of the deterministic layer).
 #[tokio::test]
 async fn the_pre_filter_removes_what_a_detector_calls_clean() {
-    let s = setup().await;
-    offer(&s.fake, &["web-read"]);
-    s.skill.respond(|_| SkillReply::Html(page_html()));
-    s.fake.push_stage(
-        "report_prompt_injection",
-        function_reply(
-            "report_prompt_injection",
-            json!({"score": 0, "injection_strings": []}),
-        ),
-    );
-    let url = format!("{}/page/recipes", s.skill.url());
-    s.fake
-        .push(calls(vec![call("r1", "web-read", json!([{"url": url}]))]));
-    s.fake.push(text("Bake it."));
-    let mut ws = s.app.connect_showing("alice", "chat-clean").await;
-    ws.send(&user_message("chat-clean", "m1", "read this recipe"))
-        .await;
+    let (s, mut ws) =
+        read_the_page(json!({"score": 0, "injection_strings": []}), "chat-clean").await;
     let finished = status(&mut ws, SkillStatus::Finished).await;
     assert_eq!(finished.preview_data["injection_flagged"], true);
     collect_answer(&mut ws).await;

@@ -1,0 +1,116 @@
+use super::*;
+use crate::llm::{LlmMessage, ToolChoice};
+
+#[tokio::test]
+async fn parses_text_tools_usage_and_done() {
+    let lines = [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","content":"Hel"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"lo"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"id":"c1","type":"function","function":{"name":"web-search","arguments":""}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"tool_calls":[{"index":0,"function":{"arguments":"{\"q\":1}"}}]}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"tool_calls"}]}"#,
+        r#"{"choices":[],"usage":{"prompt_tokens":7,"completion_tokens":3,"total_tokens":10}}"#,
+        "[DONE]",
+    ];
+    let body: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
+    let bytes = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+    let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
+        .collect()
+        .await;
+    let events: Vec<LlmEvent> = events.into_iter().map(Result::unwrap).collect();
+    assert_eq!(events[0], LlmEvent::TextDelta("Hel".into()));
+    assert_eq!(events[1], LlmEvent::TextDelta("lo".into()));
+    assert!(events.contains(&LlmEvent::Usage(Usage {
+        prompt_tokens: 7,
+        completion_tokens: 3
+    })));
+    match events.last().unwrap() {
+        LlmEvent::Done {
+            finish_reason,
+            tool_calls,
+        } => {
+            assert_eq!(finish_reason.as_deref(), Some("tool_calls"));
+            assert_eq!(tool_calls.len(), 1);
+            assert_eq!(tool_calls[0].arguments, "{\"q\":1}");
+        }
+        other => panic!("expected Done, got {other:?}"),
+    }
+}
+
+#[test]
+fn request_body_is_the_openai_wire_format() {
+    let mut r = LlmRequest::chat(
+        "m",
+        vec![
+            LlmMessage::System("s".into()),
+            LlmMessage::User("u".into()),
+            LlmMessage::Assistant {
+                content: String::new(),
+                tool_calls: vec![crate::llm::ToolCall {
+                    id: "c1".into(),
+                    name: "f".into(),
+                    arguments: "{}".into(),
+                }],
+            },
+            LlmMessage::Tool {
+                tool_call_id: "c1".into(),
+                content: "r".into(),
+            },
+            LlmMessage::Assistant {
+                content: "a".into(),
+                tool_calls: Vec::new(),
+            },
+        ],
+    );
+    r.tools = vec![crate::llm::ToolDef {
+        name: "f".into(),
+        description: "d".into(),
+        parameters: serde_json::json!({"type": "object"}),
+    }];
+    r.tool_choice = ToolChoice::Function("f".into());
+    r.max_tokens = Some(5);
+    let body = serde_json::to_value(request_body(&r)).unwrap();
+    assert_eq!(
+        body,
+        serde_json::json!({
+            "model": "m",
+            "messages": [
+                {"role": "system", "content": "s"},
+                {"role": "user", "content": "u"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"id": "c1", "type": "function", "function": {"name": "f", "arguments": "{}"}}]},
+                {"role": "tool", "tool_call_id": "c1", "content": "r"},
+                {"role": "assistant", "content": "a"},
+            ],
+            "stream": true,
+            "stream_options": {"include_usage": true},
+            "tools": [{"type": "function", "function": {
+                "name": "f", "description": "d", "parameters": {"type": "object"}}}],
+            "tool_choice": {"type": "function", "function": {"name": "f"}},
+            "max_tokens": 5,
+        })
+    );
+    r.tools.clear();
+    let body = serde_json::to_value(request_body(&r)).unwrap();
+    assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+}
+
+#[tokio::test]
+async fn provider_error_in_the_stream_is_an_error() {
+    let body = "data: {\"error\":{\"message\":\"overloaded\"}}\n\n";
+    let bytes = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+    let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
+        .collect()
+        .await;
+    assert!(matches!(events.last(), Some(Err(LlmError::Stream(m))) if m == "overloaded"));
+}
+
+#[tokio::test]
+async fn truncated_stream_is_an_error() {
+    let body = "data: {\"choices\":[{\"delta\":{\"content\":\"x\"}}]}\n\n";
+    let bytes = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+    let events: Vec<_> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
+        .collect()
+        .await;
+    assert!(matches!(events.last(), Some(Err(LlmError::Stream(_)))));
+}
