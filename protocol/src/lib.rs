@@ -6,6 +6,7 @@
 //! (see `protocol/README.md` for the catalogue). This crate owns only data shapes and
 //! parsing; it knows nothing of sockets, sessions or the pipeline.
 
+mod answer;
 mod client;
 mod close;
 mod error;
@@ -16,6 +17,7 @@ mod schema;
 mod server;
 mod skills;
 
+pub use answer::*;
 pub use client::*;
 pub use close::CloseCode;
 pub use error::ErrorCode;

@@ -1,0 +1,218 @@
+//! The payloads of an AI answer's frames: typing, the streamed updates and the final one,
+//! preprocessing steps, postprocessing, the background completion, a pending answer, the
+//! answer waiting on a rate limit, resume, cancel and the history request.
+
+use crate::{ChatId, ErrorCode, MessageId, TaskId};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTypingStarted {
+    pub chat_id: ChatId,
+    /// The assistant message id (= task id).
+    pub message_id: MessageId,
+    pub user_message_id: MessageId,
+    pub model_name: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub title: Option<String>,
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub icon_names: Vec<String>,
+    #[serde(default)]
+    pub is_continuation: bool,
+}
+
+/// One frame of a streamed answer. `full_content_so_far` is cumulative; `sequence` is
+/// strictly increasing per task (correction frames included); the last frame has
+/// `is_final_chunk: true` and the turn's outcome fields.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiMessageUpdate {
+    pub task_id: TaskId,
+    pub chat_id: ChatId,
+    /// The assistant message id (= task id).
+    pub message_id: MessageId,
+    pub user_message_id: MessageId,
+    pub full_content_so_far: String,
+    pub sequence: u64,
+    pub is_final_chunk: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    /// Final frame only: the user cancelled the task.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted_by_revocation: bool,
+    /// Final frame only: the server shut down while answering.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted_by_shutdown: bool,
+    /// Final frame only: the turn ended early because of this error (also sent as an `error` frame).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<ErrorCode>,
+    /// The message was not answered by the model; the text is a polite refusal.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection_reason: Option<RejectionReason>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub prompt_tokens: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub completion_tokens: Option<u64>,
+    /// Final frame only: the oldest history messages left out to fit the model's context window.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub trimmed_history_messages: u64,
+    /// Final frame only, when the server is configured to report them: the broken links
+    /// that link repair replaced by search links on their own text.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub replaced_links: Vec<ReplacedLink>,
+}
+
+/// A broken link of an answer, replaced by a search link on its text.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+pub struct ReplacedLink {
+    /// The link text (kept in the answer).
+    pub text: String,
+    /// The original URL, as the model wrote it.
+    pub url: String,
+}
+
+fn is_zero(n: &u64) -> bool {
+    *n == 0
+}
+
+/// Why preprocessing refused to run the main model.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum RejectionReason {
+    HarmfulOrIllegalDetected,
+    MisuseDetected,
+}
+
+/// The preprocessing steps a client can show.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum PreprocessingStepKind {
+    TitleGenerated,
+    MateSelected,
+    ModelSelected,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PreprocessingStep {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    pub step: PreprocessingStepKind,
+    pub skipped: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub skip_reason: Option<String>,
+    /// Step-specific: `{title, icon_names, category}`, `{category, mate}` or
+    /// `{model_id, model_name, selection_reason}`.
+    #[serde(default, skip_serializing_if = "serde_json::Value::is_null")]
+    pub data: serde_json::Value,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PostProcessingCompleted {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    pub follow_up_request_suggestions: Vec<String>,
+    pub new_chat_request_suggestions: Vec<String>,
+    pub chat_summary: String,
+    pub chat_tags: Vec<String>,
+    /// 0-10: how harmful the delivered answer looks.
+    pub harmful_response: u8,
+    /// Only on a clear topic shift.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub updated_chat_title: Option<String>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiBackgroundResponseCompleted {
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
+    pub user_message_id: MessageId,
+    pub task_id: TaskId,
+    pub full_content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    #[serde(default)]
+    pub interrupted_by_revocation: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error_code: Option<ErrorCode>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub rejection_reason: Option<RejectionReason>,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct PendingAiResponse {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// The assistant message to encrypt and store.
+    pub message_id: MessageId,
+    pub user_message_id: MessageId,
+    /// The answer (plaintext, for the client to encrypt).
+    pub content: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub model_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub category: Option<String>,
+    pub created_at: i64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTaskWaiting {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// Why: `rate_limited`.
+    pub reason: String,
+    pub retry_after_ms: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct TokenRefreshed {
+    /// The new token's `exp` (unix seconds).
+    pub expires_at: u64,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ServerShuttingDown {
+    /// How long running answers may still take before the socket closes (ms).
+    pub grace_ms: u64,
+    /// Human-readable.
+    pub message: String,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTaskResumed {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// False when the turn's log is gone or the position is unknown: sync instead.
+    pub recovered: bool,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTaskCancelRequested {
+    pub task_id: TaskId,
+    /// Always `revocation_sent`.
+    pub status: String,
+}
+
+/// Why the server asks for the chat's history.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum HistoryReason {
+    CacheMiss,
+    DecryptionFailed,
+    InsufficientCacheHistory,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestChatHistory {
+    pub chat_id: ChatId,
+    pub reason: HistoryReason,
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expected_messages: Option<u64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cached_messages: Option<u64>,
+}
