@@ -1,6 +1,7 @@
 //! The embedded cache backend: Redis-like values in a DashMap with per-entry expiry
 //! (tokio time, so paused-time tests work), bounded in entry count. Compound operations
-//! take one short std Mutex so they are atomic, as the Redis backend's Lua script is.
+//! take one short std Mutex so they are atomic, as the Redis backend's Lua script is. The
+//! small values (markers, counters, pending answers) are in [`values`].
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -14,6 +15,8 @@ use tokio::time::Instant;
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
+
+mod values;
 
 #[derive(Clone)]
 enum Value {
@@ -415,7 +418,7 @@ impl CacheBackend for MemoryBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
-        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
+        let _one = self.lock();
         if let Some(Value::Bytes(held)) = self.get(key) {
             return ready(Ok(held));
         }
@@ -431,28 +434,7 @@ impl CacheBackend for MemoryBackend {
         ttl: Duration,
         max_fields: usize,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
-        let now = Instant::now();
-        // One step, the first write of the key included.
-        let _one = self.lock();
-        if let Some(mut e) = self.map.get_mut(key)
-            && e.expires.is_none_or(|t| t > now)
-            && let Value::Fields(fields) = &mut e.value
-        {
-            if let Some(held) = fields.get(field) {
-                let held = held.clone();
-                e.expires = Some(now + ttl);
-                return ready(Ok(held));
-            }
-            if fields.len() >= max_fields {
-                fields.clear();
-            }
-            fields.insert(field.to_string(), value.clone());
-            e.expires = Some(now + ttl);
-            return ready(Ok(value));
-        }
-        let fields = HashMap::from([(field.to_string(), value.clone())]);
-        self.set(key.to_string(), Value::Fields(fields), Some(ttl));
-        ready(Ok(value))
+        ready(Ok(self.field_claim_now(key, field, value, ttl, max_fields)))
     }
 
     fn field_put<'a>(
@@ -462,18 +444,7 @@ impl CacheBackend for MemoryBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        let now = Instant::now();
-        let _one = self.lock();
-        if let Some(mut e) = self.map.get_mut(key)
-            && e.expires.is_none_or(|t| t > now)
-            && let Value::Fields(fields) = &mut e.value
-        {
-            fields.insert(field.to_string(), value);
-            e.expires = Some(now + ttl);
-            return ready(Ok(()));
-        }
-        let fields = HashMap::from([(field.to_string(), value)]);
-        self.set(key.to_string(), Value::Fields(fields), Some(ttl));
+        self.field_put_now(key, field, value, ttl);
         ready(Ok(()))
     }
 
@@ -482,11 +453,7 @@ impl CacheBackend for MemoryBackend {
         key: &'a str,
         field: &'a str,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        if let Some(mut e) = self.map.get_mut(key)
-            && let Value::Fields(fields) = &mut e.value
-        {
-            fields.remove(field);
-        }
+        self.field_delete_now(key, field);
         ready(Ok(()))
     }
 
@@ -496,29 +463,7 @@ impl CacheBackend for MemoryBackend {
         seed: Option<u64>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
-        let now = Instant::now();
-        // The shard guard makes the read and the write one step.
-        if let Some(mut e) = self.map.get_mut(key)
-            && e.expires.is_none_or(|t| t > now)
-        {
-            let expires = Some(now + ttl);
-            if let Value::Bytes(b) = &mut e.value {
-                let n = counter_value(b).map_or(1, |n| n + 1);
-                *b = n.to_string().into_bytes();
-                e.expires = expires;
-                return ready(Ok(Some(n)));
-            }
-        }
-        // Absent or expired: only a seed creates it.
-        let value = seed.map(|seed| seed + 1);
-        if let Some(n) = value {
-            self.set(
-                key.to_string(),
-                Value::Bytes(n.to_string().into_bytes()),
-                Some(ttl),
-            );
-        }
-        ready(Ok(value))
+        ready(Ok(self.counter_bump_now(key, seed, ttl)))
     }
 
     fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
@@ -535,23 +480,7 @@ impl CacheBackend for MemoryBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        let key = keys::pending(user);
-        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
-        let now = Instant::now();
-        if let Some(mut e) = self.map.get_mut(&key)
-            && e.expires.is_none_or(|t| t > now)
-            && let Value::Pending(list) = &mut e.value
-        {
-            list.retain(|(i, _)| i != id);
-            list.push_back((id.to_string(), value));
-            while list.len() > PENDING_MAX {
-                list.pop_front();
-            }
-            e.expires = Some(now + ttl);
-            return ready(Ok(()));
-        }
-        let list = std::collections::VecDeque::from([(id.to_string(), value)]);
-        self.set(key, Value::Pending(list), Some(ttl));
+        self.pending_put_now(user, id, value, ttl);
         ready(Ok(()))
     }
 
@@ -570,13 +499,7 @@ impl CacheBackend for MemoryBackend {
         user: &'a UserHash,
         id: &'a str,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        let key = keys::pending(user);
-        let _one = self.compound.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(mut e) = self.map.get_mut(&key)
-            && let Value::Pending(list) = &mut e.value
-        {
-            list.retain(|(i, _)| i != id);
-        }
+        self.pending_delete_now(user, id);
         ready(Ok(()))
     }
 
