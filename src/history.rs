@@ -92,7 +92,11 @@ pub async fn prepare(
         let mut all = Vec::with_capacity(history.len() + new_messages.len());
         let mut seen = HashSet::new();
         for h in history {
-            if new_ids.contains(&h.message_id) || !seen.insert(&h.message_id) {
+            // The client re-sends empty messages too (a cancelled answer, a placeholder).
+            if h.content.trim().is_empty()
+                || new_ids.contains(&h.message_id)
+                || !seen.insert(&h.message_id)
+            {
                 continue;
             }
             all.push(CachedMessage {

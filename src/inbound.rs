@@ -27,6 +27,9 @@ pub struct MessageOptions {
     pub settings_available: Vec<String>,
     pub connected_accounts: Vec<String>,
     pub follow_ups_enabled: bool,
+    /// The chat key the sending device gave (wrapped by the client; relayed unread).
+    #[serde(default)]
+    pub encrypted_chat_key: Option<String>,
 }
 
 impl Default for MessageOptions {
@@ -39,6 +42,7 @@ impl Default for MessageOptions {
             settings_available: Vec::new(),
             connected_accounts: Vec::new(),
             follow_ups_enabled: true,
+            encrypted_chat_key: None,
         }
     }
 }
@@ -56,6 +60,7 @@ impl MessageOptions {
                 .user_preferences
                 .as_ref()
                 .is_none_or(|p| p.follow_up_suggestions_enabled),
+            encrypted_chat_key: m.encrypted_chat_key.clone(),
         }
     }
 }

@@ -93,6 +93,9 @@ pub struct Usage {
 #[derive(Debug, Clone, PartialEq)]
 pub enum LlmEvent {
     TextDelta(String),
+    /// Reasoning a model streams before (or between) its answer text: shown to the user,
+    /// never part of the answer and never sent back to the model.
+    ReasoningDelta(String),
     ToolCallDelta {
         index: usize,
         id: Option<String>,

@@ -118,6 +118,8 @@ impl Default for TurnOutcome {
 pub struct Typing {
     pub title: Option<String>,
     pub icon_names: Vec<String>,
+    /// The chat key the sending device gave (wrapped by the client; relayed unread).
+    pub encrypted_chat_key: Option<String>,
 }
 
 /// One preprocessing step for `preprocessing_step`.
@@ -180,6 +182,12 @@ pub enum TurnEvent {
         text: Arc<str>,
     },
     Finished(TurnOutcome),
+    /// A piece of the model's reasoning (a delta), before the answer text.
+    Thinking {
+        delta: String,
+    },
+    /// The model's reasoning ended; its answer text follows.
+    ThinkingComplete,
     PostProcessed(PostProcessed),
     Skill(SkillEvent),
     Embed(EmbedEvent),

@@ -21,6 +21,40 @@ pub struct AiTypingStarted {
     pub icon_names: Vec<String>,
     #[serde(default)]
     pub is_continuation: bool,
+    /// The chat key the device that sent the message gave (wrapped by the client), so a
+    /// second device can decrypt and store the answer without racing for the key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_chat_key: Option<String>,
+}
+
+/// A piece of the model's reasoning (a delta; `sequence` counts these frames from 1 per
+/// task, apart from the answer's). Shown to the user, never part of the answer.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThinkingChunk {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// The assistant message id (= task id).
+    pub message_id: MessageId,
+    pub content: String,
+    pub sequence: u64,
+}
+
+/// The model's reasoning ended; the answer's text follows.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct ThinkingComplete {
+    pub chat_id: ChatId,
+    pub task_id: TaskId,
+    /// The assistant message id (= task id).
+    pub message_id: MessageId,
+}
+
+/// After a turn's final frame, to every device: the assistant stopped typing.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct AiTypingEnded {
+    pub chat_id: ChatId,
+    /// The assistant message id (= task id).
+    pub message_id: MessageId,
+    pub task_id: TaskId,
 }
 
 /// One frame of a streamed answer. `full_content_so_far` is cumulative; `sequence` is

@@ -142,9 +142,27 @@ pub struct ChatMessageAdded {
     pub connected_accounts: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_preferences: Option<UserPreferences>,
+    /// The chat's earlier messages at the top level, as duplicated and incognito chats send
+    /// them; counts like `message.message_history` (which wins when both are sent).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub message_history: Option<Vec<HistoryMessage>>,
+    /// The chat key (wrapped by the client) this device uses; relayed with
+    /// `new_chat_message` and `ai_typing_started` so other devices can decrypt and store.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_chat_key: Option<String>,
 }
 
 impl ChatMessageAdded {
+    /// The re-sent history wherever the client put it: `message.message_history`, else the
+    /// top-level `message_history`. Moves the top-level one into the message.
+    pub fn take_history_into_message(&mut self) {
+        if self.message.message_history.is_none() {
+            self.message.message_history = self.message_history.take();
+        } else {
+            self.message_history = None;
+        }
+    }
+
     /// A plain user message: no history, embeds, options or title.
     pub fn user(chat_id: ChatId, message_id: MessageId, content: String, created_at: i64) -> Self {
         Self {
@@ -168,6 +186,8 @@ impl ChatMessageAdded {
             app_settings_memories_metadata: Vec::new(),
             connected_accounts: Vec::new(),
             user_preferences: None,
+            message_history: None,
+            encrypted_chat_key: None,
         }
     }
 }
@@ -209,6 +229,10 @@ pub struct UserMessage {
     pub message_history: Option<Vec<HistoryMessage>>,
 }
 
+fn null_as_empty<'de, D: serde::Deserializer<'de>>(d: D) -> Result<String, D::Error> {
+    Ok(Option::<String>::deserialize(d)?.unwrap_or_default())
+}
+
 fn default_user_role() -> Role {
     Role::User
 }
@@ -222,12 +246,15 @@ pub enum Role {
     System,
 }
 
-/// One earlier message re-sent by the client (plaintext).
+/// One earlier message re-sent by the client (plaintext). The client re-sends every
+/// message it stores: system messages (refusals, settings requests) stay in the model's
+/// context as system messages; an empty one (`""` or `null`) is skipped.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct HistoryMessage {
     #[serde(alias = "messageId")]
     pub message_id: MessageId,
     pub role: Role,
+    #[serde(default, deserialize_with = "null_as_empty")]
     pub content: String,
     pub created_at: i64,
     #[serde(default, skip_serializing_if = "Option::is_none")]

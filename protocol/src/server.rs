@@ -30,6 +30,12 @@ pub enum ServerMessage {
     AiMessageUpdate(AiMessageUpdate),
     /// The answer finished; to the user's devices where the chat is not active.
     AiBackgroundResponseCompleted(AiBackgroundResponseCompleted),
+    /// The turn's last frame was sent (answered, refused, cancelled or failed); to every device.
+    AiTypingEnded(AiTypingEnded),
+    /// A piece of the model's reasoning (delta); to devices with the chat active.
+    ThinkingChunk(ThinkingChunk),
+    /// The model's reasoning ended; to devices with the chat active.
+    ThinkingComplete(ThinkingComplete),
     /// Answer to `cancel_ai_task`.
     AiTaskCancelRequested(AiTaskCancelRequested),
     /// An answer that finished while no device could store it: sent on every connection
@@ -112,6 +118,9 @@ impl ServerMessage {
         "ai_typing_started",
         "ai_message_update",
         "ai_background_response_completed",
+        "ai_typing_ended",
+        "thinking_chunk",
+        "thinking_complete",
         "ai_task_cancel_requested",
         "ai_task_resumed",
         "pending_ai_response",
@@ -156,6 +165,9 @@ impl ServerMessage {
             ServerMessage::AiTypingStarted(_) => "ai_typing_started",
             ServerMessage::AiMessageUpdate(_) => "ai_message_update",
             ServerMessage::AiBackgroundResponseCompleted(_) => "ai_background_response_completed",
+            ServerMessage::AiTypingEnded(_) => "ai_typing_ended",
+            ServerMessage::ThinkingChunk(_) => "thinking_chunk",
+            ServerMessage::ThinkingComplete(_) => "thinking_complete",
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",
             ServerMessage::AiTaskResumed(_) => "ai_task_resumed",
             ServerMessage::PendingAiResponse(_) => "pending_ai_response",
@@ -227,6 +239,9 @@ pub struct NewChatMessage {
     pub created_at: i64,
     pub messages_v: u64,
     pub last_edited_overall_timestamp: i64,
+    /// The chat key the sending device gave with the message (wrapped by the client).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encrypted_chat_key: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

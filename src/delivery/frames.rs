@@ -1,12 +1,13 @@
 //! The one mapping of pipeline [`TurnEvent`]s to wire frames and their audiences:
 //! preprocessing steps, typing, skill status, embeds and postprocessing results to every
 //! device; stream chunks and the final frame to devices showing the chat, and one
-//! `ai_background_response_completed` to the others. Pure: delivery is the caller's.
+//! `ai_background_response_completed` to the others, then `ai_typing_ended` to every
+//! device. Pure: delivery is the caller's.
 
 use chatd_protocol::{
-    AiBackgroundResponseCompleted, AiMessageUpdate, AiTaskWaiting, AiTypingStarted, ErrorCode,
-    ErrorPayload, PostProcessingCompleted, PreprocessingStep, ReplacedLink, SendEmbedData,
-    ServerMessage, SkillExecutionStatus,
+    AiBackgroundResponseCompleted, AiMessageUpdate, AiTaskWaiting, AiTypingEnded, AiTypingStarted,
+    ErrorCode, ErrorPayload, PostProcessingCompleted, PreprocessingStep, ReplacedLink,
+    SendEmbedData, ServerMessage, SkillExecutionStatus, ThinkingChunk, ThinkingComplete,
 };
 
 use super::hub::Audience;
@@ -38,6 +39,7 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
                 title: typing.title,
                 icon_names: typing.icon_names,
                 is_continuation: false,
+                encrypted_chat_key: typing.encrypted_chat_key,
             });
             all(msg)
         }
@@ -96,6 +98,24 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
             }));
             all(msg)
         }
+        TurnEvent::Thinking { delta } => {
+            let msg = ServerMessage::ThinkingChunk(ThinkingChunk {
+                chat_id: ctx.chat_id.clone(),
+                task_id: ctx.task_id.clone(),
+                message_id: ctx.assistant_message_id(),
+                content: delta,
+                sequence,
+            });
+            vec![(Audience::Showing(ctx.chat_id.clone()), msg)]
+        }
+        TurnEvent::ThinkingComplete => {
+            let msg = ServerMessage::ThinkingComplete(ThinkingComplete {
+                chat_id: ctx.chat_id.clone(),
+                task_id: ctx.task_id.clone(),
+                message_id: ctx.assistant_message_id(),
+            });
+            vec![(Audience::Showing(ctx.chat_id.clone()), msg)]
+        }
         TurnEvent::Chunk { text } => {
             let msg = ServerMessage::AiMessageUpdate(chunk(ctx, text.to_string(), sequence, false));
             vec![(Audience::Showing(ctx.chat_id.clone()), msg)]
@@ -148,10 +168,20 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
                     rejection_reason: outcome.rejection,
                 });
             frames.push((Audience::NotShowing(ctx.chat_id.clone()), background));
+            frames.push((Audience::All, typing_ended(ctx)));
             frames
         }
         TurnEvent::FollowUp { .. } => Vec::new(),
     }
+}
+
+/// `ai_typing_ended`: after the final frame of every turn, to every device.
+pub fn typing_ended(ctx: &TurnContext) -> ServerMessage {
+    ServerMessage::AiTypingEnded(AiTypingEnded {
+        chat_id: ctx.chat_id.clone(),
+        message_id: ctx.assistant_message_id(),
+        task_id: ctx.task_id.clone(),
+    })
 }
 
 /// An `ai_message_update` of the turn.

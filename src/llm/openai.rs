@@ -174,6 +174,12 @@ struct Choice {
 struct Delta {
     #[serde(default)]
     content: Option<String>,
+    /// Reasoning (DeepSeek, vLLM, most OpenAI-compatible servers).
+    #[serde(default)]
+    reasoning_content: Option<String>,
+    /// Reasoning (OpenRouter).
+    #[serde(default)]
+    reasoning: Option<String>,
     #[serde(default)]
     tool_calls: Vec<ToolCallChunk>,
 }
@@ -301,6 +307,10 @@ fn handle_chunk<S>(st: &mut State<S>, data: &str) -> Result<(), LlmError> {
     }
     for choice in chunk.choices {
         if let Some(delta) = choice.delta {
+            let reasoning = delta.reasoning_content.or(delta.reasoning);
+            if let Some(text) = reasoning.filter(|t| !t.is_empty()) {
+                st.pending.push_back(Ok(LlmEvent::ReasoningDelta(text)));
+            }
             if let Some(text) = delta.content.filter(|t| !t.is_empty()) {
                 st.pending.push_back(Ok(LlmEvent::TextDelta(text)));
             }

@@ -99,6 +99,10 @@ struct Progress {
     tool_rounds: u32,
     /// 429s waited out so far.
     rate_limited: u32,
+    /// Reasoning bytes streamed (bounded like the answer).
+    reasoning_bytes: usize,
+    /// The model is streaming reasoning (`thinking_complete` is due before its text).
+    thinking: bool,
 }
 
 impl AnswerStream<'_> {
@@ -114,6 +118,8 @@ impl AnswerStream<'_> {
             retried: false,
             tool_rounds: 0,
             rate_limited: 0,
+            reasoning_bytes: 0,
+            thinking: false,
         };
         let offered: Vec<String> = request.tools.iter().map(|t| t.name.clone()).collect();
         let max_rounds = self.max_rounds.max(1);
@@ -242,7 +248,20 @@ impl AnswerStream<'_> {
                 }
                 Step::Event(Some(Ok(event))) => event,
             };
+            if p.thinking && !matches!(event, LlmEvent::ReasoningDelta(_) | LlmEvent::Usage(_)) {
+                p.thinking = false;
+                self.sink.emit(self.ctx, TurnEvent::ThinkingComplete);
+            }
             match event {
+                LlmEvent::ReasoningDelta(delta) => {
+                    p.streamed_any = true;
+                    p.thinking = true;
+                    p.reasoning_bytes += delta.len();
+                    if p.reasoning_bytes > self.limits.max_bytes() {
+                        return RoundEnd::Failed(TurnError::AnswerTooLong);
+                    }
+                    self.sink.emit(self.ctx, TurnEvent::Thinking { delta });
+                }
                 LlmEvent::TextDelta(delta) => {
                     p.streamed_any = true;
                     self.push_text(p, &delta);

@@ -57,7 +57,9 @@ pub async fn call_function(
                     })?;
                     return Ok(Called { arguments, usage });
                 }
-                LlmEvent::TextDelta(_) | LlmEvent::ToolCallDelta { .. } => {}
+                LlmEvent::TextDelta(_)
+                | LlmEvent::ReasoningDelta(_)
+                | LlmEvent::ToolCallDelta { .. } => {}
             }
         }
         Err(StageError::Llm(LlmError::Stream(

@@ -17,8 +17,10 @@ use crate::turn::{self, Admission, Inbound, MessageOptions};
 impl Session {
     /// A user message: claimed in the store (which owns the chat and its `messages_v`),
     /// confirmed to every device, relayed to the others, then answered or queued.
-    pub(super) async fn chat_message_added(&self, m: ChatMessageAdded) {
+    pub(super) async fn chat_message_added(&self, mut m: ChatMessageAdded) {
         let user = &self.device.user;
+        // Duplicated and incognito chats send their history at the top level.
+        m.take_history_into_message();
         let options = MessageOptions::from_message(&m);
         let msg = m.message;
         if msg.role != Role::User {
@@ -67,6 +69,7 @@ impl Session {
                 created_at: msg.created_at,
                 messages_v,
                 last_edited_overall_timestamp: last_edited,
+                encrypted_chat_key: m.encrypted_chat_key.clone(),
             });
             self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
         }
@@ -275,21 +278,15 @@ struct Counted {
     last_edited: i64,
 }
 
-/// Shape checks of a re-sent history that need no state: roles and sizes.
+/// Shape checks of a re-sent history that need no state. Every role is accepted (the
+/// client re-sends the chat's system messages too) and empty entries are skipped later;
+/// an entry over the content limit is refused.
 fn check_history(history: &[chatd_protocol::HistoryMessage]) -> Result<(), String> {
-    for h in history {
-        if h.role == Role::System {
-            return Err(format!(
-                "message_history entry {} has role \"system\"; only user and assistant messages are accepted",
-                h.message_id
-            ));
-        }
-        if h.content.trim().is_empty() || h.content.len() > MAX_CONTENT_BYTES {
-            return Err(format!(
-                "message_history entry {} must have 1 to {MAX_CONTENT_BYTES} bytes of content",
-                h.message_id
-            ));
-        }
+    match history.iter().find(|h| h.content.len() > MAX_CONTENT_BYTES) {
+        Some(h) => Err(format!(
+            "message_history entry {} has more than {MAX_CONTENT_BYTES} bytes of content",
+            h.message_id
+        )),
+        None => Ok(()),
     }
-    Ok(())
 }

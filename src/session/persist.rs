@@ -144,20 +144,21 @@ impl Session {
         if self.claimed_by_another(chat).await {
             return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
         }
+        // A chat's first title comes with its icon and category (later titles alone). What
+        // came is stored all the same; only what is missing is reported.
+        let mut missing = Vec::new();
         if m.encrypted_title.is_some()
             && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
         {
-            // A chat's first title comes with its icon and category (later titles alone).
             match self.app.store.chat(user, chat).await {
                 Ok(Some(stored)) if stored.encrypted_title.is_some() => {}
                 Ok(_) => {
-                    let mut p = ErrorPayload::new(
-                        ErrorCode::IncompleteChatMetadata,
-                        "a chat's first encrypted_title needs encrypted_icon and encrypted_chat_category",
-                    );
-                    p.chat_id = Some(chat.clone());
-                    p.message_id = m.message_id.clone();
-                    return self.reply(ServerMessage::Error(p));
+                    if m.encrypted_icon.is_none() {
+                        missing.push("encrypted_icon");
+                    }
+                    if m.encrypted_chat_category.is_none() {
+                        missing.push("encrypted_chat_category");
+                    }
                 }
                 Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
             }
@@ -234,6 +235,17 @@ impl Session {
             chat: details,
         }));
         self.broadcast(self.others(), &update);
+        if !missing.is_empty() {
+            let mut p = ErrorPayload::new(
+                ErrorCode::IncompleteChatMetadata,
+                "a chat's first encrypted_title needs encrypted_icon and encrypted_chat_category; \
+                 the rest was stored",
+            );
+            p.details = Some(format!("missing: {}", missing.join(", ")));
+            p.chat_id = Some(chat.clone());
+            p.message_id = m.message_id.clone();
+            self.reply(ServerMessage::Error(p));
+        }
     }
 
     pub(super) async fn ai_response_completed(&self, m: AiResponseCompleted) {

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_protocol::{
-    AiBackgroundResponseCompleted, AiMessageUpdate, ErrorCode, ErrorPayload, MessageId,
-    ServerMessage,
+    AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingEnded, ErrorCode, ErrorPayload,
+    MessageId, ServerMessage,
 };
 
 use super::deps::TurnDeps;
@@ -134,6 +134,14 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
             interrupted_by_revocation: false,
             error_code: Some(ErrorCode::NodeLost),
             rejection_reason: None,
+        }),
+    );
+    writer.frame(
+        Audience::All,
+        ServerMessage::AiTypingEnded(AiTypingEnded {
+            chat_id: lease.chat.clone(),
+            message_id: MessageId::from(lease.task.clone()),
+            task_id: lease.task.clone(),
         }),
     );
 }

@@ -239,6 +239,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         TurnEvent::Typing(Typing {
             title: pre.title.clone(),
             icon_names: pre.icon_names.clone(),
+            encrypted_chat_key: opts.encrypted_chat_key.clone(),
         }),
     );
     let reason = || ticket.interruption();

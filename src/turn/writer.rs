@@ -35,6 +35,8 @@ struct Written {
     index: u64,
     /// `ai_message_update` frames written (the sequence of the newest).
     sequence: u64,
+    /// `thinking_chunk` frames written (their own sequence).
+    thinking: u64,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
     /// When the turn started, until its first chunk is timed
@@ -96,6 +98,7 @@ impl TurnWriter {
             written: Mutex::new(Written {
                 index,
                 sequence,
+                thinking: 0,
                 text: String::new(),
                 first_chunk_from: None,
             }),
@@ -207,6 +210,10 @@ impl TurnSink for TurnWriter {
             TurnEvent::Chunk { .. } | TurnEvent::Finished(_) => {
                 w.sequence += 1;
                 w.sequence
+            }
+            TurnEvent::Thinking { .. } => {
+                w.thinking += 1;
+                w.thinking
             }
             _ => 0,
         };

@@ -186,7 +186,8 @@ async fn serve_on_embedded_defaults_accepts_a_cli_token() {
     });
     let title = title.expect("a title_generated step");
     assert!(!title.skipped, "{title:?}");
-    // ...and postprocessing after the final frame.
+    // ...then typing ends and postprocessing follows the final frame.
+    assert!(matches!(ws.recv().await, ServerMessage::AiTypingEnded(_)));
     match ws.recv().await {
         ServerMessage::PostProcessingCompleted(p) => {
             assert_eq!(p.follow_up_request_suggestions.len(), 6);

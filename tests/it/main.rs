@@ -12,6 +12,7 @@ mod support;
 mod bus_contract;
 mod cache_contract;
 mod cli;
+mod client_flows;
 mod cluster;
 mod cluster_harness;
 mod history;

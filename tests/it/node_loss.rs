@@ -70,6 +70,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         title: None,
         icon_names: Vec::new(),
         is_continuation: false,
+        encrypted_chat_key: None,
     });
     let chunk = AiMessageUpdate {
         task_id: task.clone(),

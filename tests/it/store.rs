@@ -312,7 +312,7 @@ async fn a_different_chat_key_is_refused_unless_rotation_is_allowed() {
 }
 
 #[tokio::test]
-async fn a_first_title_without_icon_or_category_is_incomplete() {
+async fn a_first_title_without_icon_is_stored_and_reported_incomplete() {
     let app = spawn_app(|_| {}).await;
     let mut a = app.connect("alice").await;
     let mut bare = metadata("chat-i", "m-1", "enc-1", "key-1");
@@ -324,14 +324,16 @@ async fn a_first_title_without_icon_or_category_is_incomplete() {
         expect_error(&mut a).await,
         ErrorCode::IncompleteChatMetadata
     );
-    assert!(
-        app.state
-            .store
-            .chat(&uid("alice"), &chat_id("chat-i"))
-            .await
-            .unwrap()
-            .is_none()
-    );
+    // What came is stored all the same (the message, the title, the category).
+    let stored = app
+        .state
+        .store
+        .chat(&uid("alice"), &chat_id("chat-i"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(stored.encrypted_title.as_deref(), Some("enc-title-chat-i"));
+    assert_eq!(stored.versions.messages_v, 1);
     // Complete, then a later title alone is fine.
     store_chat(&mut a, "chat-i").await;
     a.send(&bare).await;

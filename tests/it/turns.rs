@@ -369,6 +369,8 @@ async fn a_message_id_sent_again_is_never_answered_twice() {
     gate.release();
     let (_, last) = collect_answer(&mut ws).await;
     assert_eq!(last.task_id, task);
+    ws.recv_until(|m| matches!(m, ServerMessage::AiTypingEnded(_)).then_some(()))
+        .await;
     // Answered: a plain copy and a copy with history are both acknowledged and dropped.
     ws.send(&user_message("chat-dup", "m1", "one")).await;
     ws.send(&with_history).await;

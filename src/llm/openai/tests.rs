@@ -37,6 +37,31 @@ async fn parses_text_tools_usage_and_done() {
     }
 }
 
+#[tokio::test]
+async fn reasoning_deltas_in_either_field_are_reasoning_not_text() {
+    let lines = [
+        r#"{"choices":[{"index":0,"delta":{"role":"assistant","reasoning_content":"Hmm. ","content":null}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"reasoning":"Four.","content":""}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{"content":"4"}}]}"#,
+        r#"{"choices":[{"index":0,"delta":{},"finish_reason":"stop"}]}"#,
+        "[DONE]",
+    ];
+    let body: String = lines.iter().map(|l| format!("data: {l}\n\n")).collect();
+    let bytes = futures_util::stream::iter(vec![Ok::<_, std::io::Error>(bytes::Bytes::from(body))]);
+    let events: Vec<LlmEvent> = sse_to_events(bytes.eventsource(), Duration::from_secs(5))
+        .map(Result::unwrap)
+        .collect()
+        .await;
+    assert_eq!(
+        events[..3],
+        [
+            LlmEvent::ReasoningDelta("Hmm. ".into()),
+            LlmEvent::ReasoningDelta("Four.".into()),
+            LlmEvent::TextDelta("4".into()),
+        ]
+    );
+}
+
 #[test]
 fn request_body_is_the_openai_wire_format() {
     let mut r = LlmRequest::chat(

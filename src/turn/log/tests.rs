@@ -39,6 +39,7 @@ fn typing() -> ServerMessage {
         title: None,
         icon_names: Vec::new(),
         is_continuation: false,
+        encrypted_chat_key: None,
     })
 }
 

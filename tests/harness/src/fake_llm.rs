@@ -63,6 +63,13 @@ pub enum Reply {
     },
     /// A non-streaming 200 JSON body.
     Json(Value),
+    /// A reasoning model: streams `reasoning` as deltas of the field `field` (DeepSeek and
+    /// vLLM say `reasoning_content`, OpenRouter `reasoning`), then `then`.
+    Reasoning {
+        field: &'static str,
+        reasoning: Vec<String>,
+        then: Box<Reply>,
+    },
 }
 
 /// A point a stalled reply waits at: the test awaits `reached()` and calls `release()`.
@@ -491,6 +498,13 @@ fn finish(reason: &str) -> String {
     )
 }
 
+fn reasoning_delta(field: &str, text: &str) -> String {
+    event(
+        json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk", "model": "fake",
+        "choices": [{"index": 0, "delta": {field: text, "content": null}, "finish_reason": null}]}),
+    )
+}
+
 fn steps(reply: Reply) -> Vec<Step> {
     let mut out = Vec::new();
     push_steps(reply, &mut out);
@@ -499,6 +513,16 @@ fn steps(reply: Reply) -> Vec<Step> {
 
 fn push_steps(reply: Reply, out: &mut Vec<Step>) {
     match reply {
+        Reply::Reasoning {
+            field,
+            reasoning,
+            then,
+        } => {
+            for r in reasoning {
+                out.push(Step::Send(reasoning_delta(field, &r), Duration::ZERO));
+            }
+            push_steps(*then, out);
+        }
         Reply::Text {
             chunks,
             delay,
