@@ -4,6 +4,7 @@
 
 mod embeds;
 mod message;
+mod paging;
 mod persist;
 mod resume;
 mod sync;
@@ -17,6 +18,7 @@ use chatd_protocol::{
 };
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
+use self::paging::SyncJob;
 use crate::delivery::{Audience, Device};
 use crate::metrics::TypeLabel;
 use crate::skills::CancelRefused;
@@ -33,7 +35,7 @@ pub struct Session {
     device: Arc<Device>,
     limiter: Arc<DefaultDirectRateLimiter>,
     /// Phased-sync requests waiting for this connection's sync worker (see `sync`).
-    syncs: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<chatd_protocol::PhasedSyncRequest>>>,
+    syncs: Arc<std::sync::OnceLock<tokio::sync::mpsc::Sender<SyncJob>>>,
     /// The session token's `exp` (unix seconds); `refresh_token` moves it.
     token_expires_at: Arc<std::sync::atomic::AtomicU64>,
 }
@@ -168,8 +170,19 @@ impl Session {
                     return;
                 }
                 let chat = m.chat_id.clone();
+                let changed = chat.as_ref().is_some_and(|c| !self.device.shows(c));
                 self.set_active_chat(m);
                 if let Some(chat) = chat {
+                    // The next login's sync opens this chat first (on any device).
+                    if changed
+                        && let Err(e) = self
+                            .app
+                            .store
+                            .set_last_opened(&self.device.user, &chat)
+                            .await
+                    {
+                        tracing::warn!(error = %e, "cannot remember the chat last opened");
+                    }
                     self.catch_up(&chat).await;
                 }
             }
@@ -187,7 +200,10 @@ impl Session {
             ClientMessage::StoreEmbed(m) => self.store_embed(*m).await,
             ClientMessage::StoreEmbedKeys(m) => self.store_embed_keys(m).await,
             ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
-            ClientMessage::PhasedSyncRequest(m) => self.queue_sync(*m),
+            ClientMessage::PhasedSyncRequest(m) => self.queue_sync(SyncJob::Phased(*m)),
+            ClientMessage::LoadMoreChats(m) => self.queue_sync(SyncJob::LoadMore(m)),
+            ClientMessage::GetChatMessages(m) => self.queue_sync(SyncJob::Messages(m)),
+            ClientMessage::RequestChatContentBatch(m) => self.queue_sync(SyncJob::Batch(m)),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
             ClientMessage::RefreshToken(m) => self.refresh_token(m),
         }

@@ -196,7 +196,28 @@ pub trait Store: Send + Sync {
         limit: u32,
     ) -> BoxFuture<'a, Result<Vec<ChatDetails>, StoreError>>;
 
+    /// The owner's chats, most recently edited first, `limit` from position `offset`.
+    fn chats_at<'a>(
+        &'a self,
+        owner: &'a UserId,
+        offset: u32,
+        limit: u32,
+    ) -> BoxFuture<'a, Result<Vec<ChatDetails>, StoreError>>;
+
     fn count_chats<'a>(&'a self, owner: &'a UserId) -> BoxFuture<'a, Result<u64, StoreError>>;
+
+    /// Remembers the chat the owner opened last (`set_active_chat`).
+    fn set_last_opened<'a>(
+        &'a self,
+        owner: &'a UserId,
+        chat: &'a ChatId,
+    ) -> BoxFuture<'a, Result<(), StoreError>>;
+
+    /// The chat the owner opened last, if it is stored and theirs.
+    fn last_opened<'a>(
+        &'a self,
+        owner: &'a UserId,
+    ) -> BoxFuture<'a, Result<Option<ChatDetails>, StoreError>>;
 
     /// The messages of the given chats, each chat's oldest first.
     fn messages<'a>(

@@ -1,6 +1,6 @@
 //! Phased sync of a large user over a real WebSocket: 1,000 chats of 50 messages (50,000
 //! client-encrypted messages) in SQLite or a harness PostgreSQL, then a fresh device asks
-//! for `phased_sync_request {phase: all}`. Measured per run: time to
+//! for `phased_sync_request {phase: all}` (phases 1 and 2; the rest is paged by the client). Measured per run: time to
 //! `phase_1_last_chat_ready`, to `phase_1b_chat_content_ready` and to
 //! `phased_sync_complete`, and the process's peak RSS during the sync (VmHWM after
 //! resetting it through /proc/self/clear_refs; the process holds chatd and the client).
@@ -210,8 +210,10 @@ pub async fn run(
     let mut peak = 0;
     for i in 0..runs {
         let r = sync_once(&mut ws, SyncPhase::All).await;
-        assert_eq!(r.chats, chats, "every chat synced once");
-        assert_eq!(r.messages, chats * per_chat);
+        // `all` is phases 1 and 2: the content of 10 chats, the metadata of 100 (the client
+        // pages the rest); before chatd followed the reference here it also sent phase 3.
+        assert_eq!(r.chats, chats.min(10), "phase 1b's chats synced once");
+        assert_eq!(r.messages, chats.min(10) * per_chat);
         if i == 0 {
             println!(
                 "  cold run: phase_1_last_chat_ready {:.1} ms, phase_1b {:.1} ms, phased_sync_complete {:.1} ms, {:.1} MiB sent, peak RSS {} MiB",

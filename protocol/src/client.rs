@@ -48,6 +48,12 @@ pub enum ClientMessage {
     /// A fresh session token for this socket (same user), before the current one expires
     /// (the socket closes with 4002 at its `exp`); answered with `token_refreshed`.
     RefreshToken(RefreshToken),
+    /// More chat metadata after the login sync; answered with `load_more_chats_response`.
+    LoadMoreChats(crate::LoadMoreChats),
+    /// One chat's stored messages; answered with `chat_messages_response`.
+    GetChatMessages(crate::GetChatMessages),
+    /// Several chats' messages and embeds; answered with `chat_content_batch_response`.
+    RequestChatContentBatch(crate::RequestChatContentBatch),
 }
 
 impl ClientMessage {
@@ -70,6 +76,9 @@ impl ClientMessage {
         "phased_sync_request",
         "resume_ai_task",
         "refresh_token",
+        "load_more_chats",
+        "get_chat_messages",
+        "request_chat_content_batch",
     ];
 
     /// The wire name of this message's type.
@@ -92,6 +101,9 @@ impl ClientMessage {
             ClientMessage::PhasedSyncRequest(_) => "phased_sync_request",
             ClientMessage::ResumeAiTask(_) => "resume_ai_task",
             ClientMessage::RefreshToken(_) => "refresh_token",
+            ClientMessage::LoadMoreChats(_) => "load_more_chats",
+            ClientMessage::GetChatMessages(_) => "get_chat_messages",
+            ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
         }
     }
 }

@@ -30,6 +30,12 @@ pub enum ServerMessage {
     AiMessageUpdate(AiMessageUpdate),
     /// The answer finished; to the user's devices where the chat is not active.
     AiBackgroundResponseCompleted(AiBackgroundResponseCompleted),
+    /// Answer to `load_more_chats`.
+    LoadMoreChatsResponse(Box<crate::LoadMoreChatsResponse>),
+    /// Answer to `get_chat_messages`.
+    ChatMessagesResponse(Box<crate::ChatMessagesResponse>),
+    /// Answer to `request_chat_content_batch`.
+    ChatContentBatchResponse(Box<crate::ChatContentBatchResponse>),
     /// The turn's last frame was sent (answered, refused, cancelled or failed); to every device.
     AiTypingEnded(AiTypingEnded),
     /// A piece of the model's reasoning (delta); to devices with the chat active.
@@ -119,6 +125,9 @@ impl ServerMessage {
         "ai_message_update",
         "ai_background_response_completed",
         "ai_typing_ended",
+        "load_more_chats_response",
+        "chat_messages_response",
+        "chat_content_batch_response",
         "thinking_chunk",
         "thinking_complete",
         "ai_task_cancel_requested",
@@ -166,6 +175,9 @@ impl ServerMessage {
             ServerMessage::AiMessageUpdate(_) => "ai_message_update",
             ServerMessage::AiBackgroundResponseCompleted(_) => "ai_background_response_completed",
             ServerMessage::AiTypingEnded(_) => "ai_typing_ended",
+            ServerMessage::LoadMoreChatsResponse(_) => "load_more_chats_response",
+            ServerMessage::ChatMessagesResponse(_) => "chat_messages_response",
+            ServerMessage::ChatContentBatchResponse(_) => "chat_content_batch_response",
             ServerMessage::ThinkingChunk(_) => "thinking_chunk",
             ServerMessage::ThinkingComplete(_) => "thinking_complete",
             ServerMessage::AiTaskCancelRequested(_) => "ai_task_cancel_requested",

@@ -1,6 +1,8 @@
-//! Phased sync (`phased_sync_request`): phase 1 (the last chat's metadata, then the content
-//! of up to 10 recent chats), phase 2 (metadata of up to 100 chats), phase 3 (the rest, 10
-//! chats per `background_message_sync`), then `phased_sync_complete`. Chats the client has
+//! Phased sync (`phased_sync_request`): phase 1 (the last opened chat's metadata, then the
+//! content of up to 10 chats: that one and the most recent), phase 2 (metadata of up to 100
+//! chats), phase 3 (the rest, 10 chats per `background_message_sync`, only when asked for
+//! with `phase3`: `all` is phases 1 and 2, as the reference client expects; it pages the
+//! rest with `load_more_chats` and friends, see `paging.rs`), then `phased_sync_complete`. Chats the client has
 //! at the same or newer `messages_v` and `title_v` are skipped, and so are embeds it lists.
 //! The store is read page by page, so a large user is never loaded at once.
 //!
@@ -22,6 +24,7 @@ use chatd_protocol::{
 use serde::{Deserialize, Serialize};
 
 use super::Session;
+use super::paging::SyncJob;
 use crate::clock::unix_now as now;
 use crate::store::{ChatCursor, StoreError, hash_id};
 
@@ -37,7 +40,8 @@ struct SyncHeader {
     messages_v: u64,
 }
 
-struct Delta {
+#[derive(Default)]
+pub(super) struct Delta {
     chats: HashMap<ChatId, ClientVersions>,
     embeds: HashSet<EmbedId>,
 }
@@ -56,7 +60,7 @@ impl Session {
     /// Hands a sync to the connection's sync worker, so the read loop goes on (a message
     /// sent during a long sync is answered at once). A connection's syncs run one after
     /// another in the order asked; closing the connection stops them.
-    pub(super) fn queue_sync(&self, req: PhasedSyncRequest) {
+    pub(super) fn queue_sync(&self, job: SyncJob) {
         let queue = self.syncs.get_or_init(|| {
             let (tx, rx) = tokio::sync::mpsc::channel(SYNC_QUEUE);
             self.app
@@ -65,7 +69,7 @@ impl Session {
                 .spawn(self.clone().sync_worker(rx));
             tx
         });
-        if queue.try_send(req).is_err() {
+        if queue.try_send(job).is_err() {
             self.error(
                 ErrorCode::RateLimited,
                 format!("{SYNC_QUEUE} syncs are already queued on this connection"),
@@ -73,25 +77,25 @@ impl Session {
         }
     }
 
-    async fn sync_worker(self, mut queue: tokio::sync::mpsc::Receiver<PhasedSyncRequest>) {
+    async fn sync_worker(self, mut queue: tokio::sync::mpsc::Receiver<SyncJob>) {
         loop {
-            let req = tokio::select! {
+            let job = tokio::select! {
                 biased;
                 _ = self.device.outbox.closing() => return,
-                req = queue.recv() => match req {
-                    Some(req) => req,
+                job = queue.recv() => match job {
+                    Some(job) => job,
                     None => return,
                 },
             };
             tokio::select! {
                 biased;
                 _ = self.device.outbox.closing() => return,
-                _ = self.phased_sync(req) => {}
+                _ = self.run_job(job) => {}
             }
         }
     }
 
-    async fn phased_sync(&self, req: PhasedSyncRequest) {
+    pub(super) async fn phased_sync(&self, req: PhasedSyncRequest) {
         if let Err(e) = self.run_sync(&req).await {
             self.store_failed(e, None, None);
             return;
@@ -119,11 +123,13 @@ impl Session {
             SyncPhase::Phase1 => (true, false, false),
             SyncPhase::Phase2 => (false, true, false),
             SyncPhase::Phase3 => (false, false, true),
-            SyncPhase::All => (true, true, true),
+            SyncPhase::All => (true, true, false),
         };
         let recent = store.chats_page(user, None, CONTENT_BATCH).await?;
         if p1 {
-            let last = recent.first();
+            // The chat last opened on any device, else the last edited.
+            let opened = store.last_opened(user).await?;
+            let last = opened.as_ref().or(recent.first());
             self.reply(ServerMessage::Phase1LastChatReady(Box::new(
                 Phase1LastChatReady {
                     chat_id: last.map(|c| c.chat_id.clone()),
@@ -132,8 +138,15 @@ impl Session {
                     already_synced: last.is_some_and(|c| delta.up_to_date(c)),
                 },
             )));
-            let wanted: Vec<&ChatDetails> =
-                recent.iter().filter(|c| !delta.up_to_date(c)).collect();
+            let opened_first = opened.iter().chain(
+                recent
+                    .iter()
+                    .filter(|c| opened.as_ref().is_none_or(|o| o.chat_id != c.chat_id)),
+            );
+            let wanted: Vec<&ChatDetails> = opened_first
+                .take(CONTENT_BATCH as usize)
+                .filter(|c| !delta.up_to_date(c))
+                .collect();
             let chats = self.content(&wanted, true).await?;
             let (embeds, embed_keys) = self.embeds_for(&wanted, &delta).await?;
             self.reply(ServerMessage::Phase1bChatContentReady(Box::new(
@@ -221,7 +234,7 @@ impl Session {
 
     /// The chats' messages: from the sync cache when `use_cache` and fresh, else from the
     /// store (warming the cache when `use_cache`).
-    async fn content(
+    pub(super) async fn content(
         &self,
         chats: &[&ChatDetails],
         use_cache: bool,
@@ -278,7 +291,7 @@ impl Session {
     }
 
     /// The chats' embeds the client does not list, and their keys.
-    async fn embeds_for(
+    pub(super) async fn embeds_for(
         &self,
         chats: &[&ChatDetails],
         delta: &Delta,

@@ -360,6 +360,14 @@ macro_rules! impl_store {
                     drop(tx);
                     return Err(self.missing(owner, chat).await);
                 }
+                sqlx::query(
+                    "UPDATE user_state SET last_opened_chat = NULL \
+                     WHERE owner = $1 AND last_opened_chat = $2",
+                )
+                .bind(owner.as_str())
+                .bind(chat.as_str())
+                .execute(&mut *tx)
+                .await?;
                 let messages = sqlx::query("DELETE FROM messages WHERE chat_id = $1 AND owner = $2")
                     .bind(chat.as_str())
                     .bind(owner.as_str())
@@ -709,6 +717,65 @@ macro_rules! impl_store {
                 limit: u32,
             ) -> BoxFuture<'a, Result<Vec<ChatDetails>, StoreError>> {
                 Box::pin(self.do_chats_page(owner, after, limit))
+            }
+
+            fn chats_at<'a>(
+                &'a self,
+                owner: &'a UserId,
+                offset: u32,
+                limit: u32,
+            ) -> BoxFuture<'a, Result<Vec<ChatDetails>, StoreError>> {
+                Box::pin(async move {
+                    let sql = format!(
+                        "SELECT {CHAT_COLUMNS} FROM chats WHERE owner = $1 \
+                         ORDER BY last_edited_overall_timestamp DESC, chat_id ASC LIMIT $2 OFFSET $3"
+                    );
+                    let rows = sqlx::query(&sql)
+                        .bind(owner.as_str())
+                        .bind(i64::from(limit))
+                        .bind(i64::from(offset))
+                        .fetch_all(&self.pool)
+                        .await?;
+                    rows.iter().map(chat_from_row).collect()
+                })
+            }
+
+            fn set_last_opened<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+            ) -> BoxFuture<'a, Result<(), StoreError>> {
+                Box::pin(async move {
+                    sqlx::query(
+                        "INSERT INTO user_state (owner, last_opened_chat) VALUES ($1, $2) \
+                         ON CONFLICT (owner) DO UPDATE SET last_opened_chat = excluded.last_opened_chat",
+                    )
+                    .bind(owner.as_str())
+                    .bind(chat.as_str())
+                    .execute(&self.pool)
+                    .await?;
+                    Ok(())
+                })
+            }
+
+            fn last_opened<'a>(
+                &'a self,
+                owner: &'a UserId,
+            ) -> BoxFuture<'a, Result<Option<ChatDetails>, StoreError>> {
+                Box::pin(async move {
+                    let row = sqlx::query("SELECT last_opened_chat FROM user_state WHERE owner = $1")
+                        .bind(owner.as_str())
+                        .fetch_optional(&self.pool)
+                        .await?;
+                    let id: Option<String> = match row {
+                        Some(row) => row.try_get(0)?,
+                        None => None,
+                    };
+                    match id.map(ChatId::parse) {
+                        Some(Ok(chat)) => self.get_chat(owner, &chat).await,
+                        _ => Ok(None),
+                    }
+                })
             }
 
             fn count_chats<'a>(&'a self, owner: &'a UserId) -> BoxFuture<'a, Result<u64, StoreError>> {

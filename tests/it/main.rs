@@ -31,6 +31,7 @@ mod speculation;
 mod store;
 mod store_contract;
 mod sync;
+mod sync_paging;
 mod turn_store_contract;
 mod turns;
 mod vault;

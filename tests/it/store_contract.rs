@@ -277,6 +277,25 @@ async fn contract(store: Arc<dyn Store>) {
     assert!(stamps.windows(2).all(|w| w[0] >= w[1]), "{stamps:?}");
     let unique: std::collections::HashSet<_> = seen.iter().map(|c| c.chat_id.clone()).collect();
     assert_eq!(unique.len(), 26);
+    // Offset pages list the same order.
+    let mut by_offset = Vec::new();
+    for offset in (0..30).step_by(10) {
+        by_offset.extend(store.chats_at(&a, offset, 10).await.unwrap());
+    }
+    assert_eq!(by_offset, seen);
+    assert!(store.chats_at(&b, 0, 10).await.unwrap().is_empty());
+    // The chat last opened: the owner's only, replaced, gone with the chat.
+    assert_eq!(store.last_opened(&a).await.unwrap(), None);
+    store.set_last_opened(&a, &seen[3].chat_id).await.unwrap();
+    store.set_last_opened(&a, &seen[5].chat_id).await.unwrap();
+    assert_eq!(
+        store.last_opened(&a).await.unwrap().as_ref(),
+        Some(&seen[5])
+    );
+    store.set_last_opened(&b, &seen[5].chat_id).await.unwrap();
+    assert_eq!(store.last_opened(&b).await.unwrap(), None, "not bob's chat");
+    store.delete_chat(&a, &seen[5].chat_id).await.unwrap();
+    assert_eq!(store.last_opened(&a).await.unwrap(), None);
 
     // Deleting the chat removes its messages, embeds and keys.
     let gone = store.delete_chat(&a, &c1).await.unwrap();
@@ -318,7 +337,7 @@ async fn sqlite_store_meets_the_contract() {
     contract(store).await;
     // Migrations are idempotent: reopening applies nothing and keeps the data.
     let again = chatd::store::open(&url).await.unwrap();
-    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 24);
     let wal = dir.path().join("store.db-wal");
     assert!(wal.exists(), "SQLite runs in WAL mode");
 }
@@ -332,10 +351,10 @@ async fn postgres_store_meets_the_contract() {
     assert_eq!(store.backend_name(), "postgres");
     contract(store).await;
     let again = chatd::store::open(&url).await.unwrap();
-    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 24);
     let versions = pg
         .psql("contract", "SELECT count(*) FROM _sqlx_migrations")
         .await
         .unwrap();
-    assert_eq!(versions.trim(), "1", "each migration applied once");
+    assert_eq!(versions.trim(), "2", "each migration applied once");
 }

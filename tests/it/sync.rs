@@ -1,6 +1,7 @@
 //! Phased sync end to end: a fresh device receives exactly the stored ciphertexts
 //! (byte-equal), in phases, on SQLite and PostgreSQL; a device that has some chats gets only
-//! what it lacks; the sync cache is warmed by phase 1 and cleared after phase 3.
+//! what it lacks and pages the rest (`request_chat_content_batch`, `get_chat_messages`);
+//! the sync cache is warmed by phase 1 and cleared after phase 3.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -16,14 +17,14 @@ use crate::store::{embed_key, expect, store_chat, store_embed};
 use crate::support::{TestApp, chat_id, spawn_app};
 
 /// Filling 25 chats sends ~50 frames at once: lift the rate limits.
-fn unlimited(c: &mut chatd::config::Config) {
+pub fn unlimited(c: &mut chatd::config::Config) {
     c.limits.connection_rate = 100_000;
     c.limits.connection_burst = 100_000;
     c.limits.user_rate = 100_000;
     c.limits.user_burst = 100_000;
 }
 
-fn request(phase: SyncPhase) -> PhasedSyncRequest {
+pub fn request(phase: SyncPhase) -> PhasedSyncRequest {
     PhasedSyncRequest {
         phase,
         client_chat_versions: BTreeMap::new(),
@@ -33,17 +34,17 @@ fn request(phase: SyncPhase) -> PhasedSyncRequest {
 }
 
 #[derive(Default, Debug)]
-struct Synced {
-    last_chat: Option<ChatId>,
-    content: Vec<ChatContent>,
-    metadata: Vec<ChatId>,
+pub struct Synced {
+    pub last_chat: Option<ChatId>,
+    pub content: Vec<ChatContent>,
+    pub metadata: Vec<ChatId>,
     total: u64,
     batches: Vec<(u64, bool)>,
     embeds: Vec<EmbedId>,
     embed_keys: usize,
 }
 
-async fn sync(ws: &mut WsClient, req: PhasedSyncRequest) -> Synced {
+pub async fn sync(ws: &mut WsClient, req: PhasedSyncRequest) -> Synced {
     ws.send(&ClientMessage::PhasedSyncRequest(Box::new(req)))
         .await;
     let mut out = Synced::default();
@@ -73,7 +74,7 @@ async fn sync(ws: &mut WsClient, req: PhasedSyncRequest) -> Synced {
 }
 
 /// 25 chats (each a user and an assistant message), an embed with a key in chat-07.
-async fn fill(app: &TestApp) {
+pub async fn fill(app: &TestApp) {
     let mut ws = app.connect("alice").await;
     for i in 0..25 {
         store_chat(&mut ws, &format!("chat-{i:02}")).await;
@@ -100,11 +101,29 @@ async fn fresh_device_gets_exactly_the_stored_ciphertexts(app: TestApp) {
         25,
         "phase 2: metadata of every chat (≤ 100)"
     );
+    // `all` is phases 1 and 2: phase 1b covers 10 chats, no phase 3.
+    assert_eq!(got.content.len(), 10);
+    assert!(got.batches.is_empty());
+    // The client pages the rest: 15 chats' content in one batch (with the embed).
+    let have: BTreeSet<ChatId> = got.content.iter().map(|c| c.chat_id.clone()).collect();
+    let rest: Vec<ChatId> = ids.iter().filter(|c| !have.contains(c)).cloned().collect();
+    let mut got = got;
+    fresh
+        .send_json(serde_json::json!({"type": "request_chat_content_batch",
+            "payload": {"chat_ids": rest}}))
+        .await;
+    match expect(&mut fresh, "chat_content_batch_response").await {
+        ServerMessage::ChatContentBatchResponse(b) => {
+            assert!(b.not_found.is_empty());
+            got.content.extend(b.chats);
+            got.embeds.extend(b.embeds.into_iter().map(|e| e.embed_id));
+            got.embed_keys += b.embed_keys.len();
+        }
+        other => panic!("{other:?}"),
+    }
     let synced_ids: BTreeSet<ChatId> = got.content.iter().map(|c| c.chat_id.clone()).collect();
     assert_eq!(synced_ids.len(), 25, "every chat's content exactly once");
     assert_eq!(got.content.len(), 25);
-    // Phase 1b covers 10 chats; phase 3 the other 15 in batches of 10, the last marked.
-    assert_eq!(got.batches, vec![(1, false), (2, true)]);
     let mut received: Vec<(ChatId, chatd_protocol::EncryptedMessage)> = got
         .content
         .iter()
@@ -140,11 +159,29 @@ async fn fresh_device_gets_exactly_the_stored_ciphertexts(app: TestApp) {
         },
     )
     .await;
+    // Phase 1b holds chat-03 (among the 10 most recent); phase 2 names both.
     let synced: BTreeSet<&str> = got.content.iter().map(|c| c.chat_id.as_str()).collect();
-    assert_eq!(synced, BTreeSet::from(["chat-03", "chat-20"]));
+    assert_eq!(synced, BTreeSet::from(["chat-03"]));
     let meta: BTreeSet<&str> = got.metadata.iter().map(|c| c.as_str()).collect();
     assert_eq!(meta, BTreeSet::from(["chat-03", "chat-20"]));
     assert!(got.embeds.is_empty(), "embeds the client has are skipped");
+    // The client opens chat-20: its messages, byte-equal.
+    partial
+        .send_json(
+            serde_json::json!({"type": "get_chat_messages", "payload": {"chat_id": "chat-20"}}),
+        )
+        .await;
+    match expect(&mut partial, "chat_messages_response").await {
+        ServerMessage::ChatMessagesResponse(r) => {
+            let want: Vec<_> = stored
+                .iter()
+                .filter(|(c, _)| c.as_str() == "chat-20")
+                .map(|(_, m)| m.clone())
+                .collect();
+            assert_eq!(r.messages, want);
+        }
+        other => panic!("{other:?}"),
+    }
 }
 
 #[tokio::test]
@@ -258,7 +295,9 @@ async fn a_user_without_chats_and_a_bad_phase() {
     assert_eq!(got.last_chat, None);
     assert!(got.content.is_empty() && got.metadata.is_empty());
     assert_eq!(got.total, 0);
-    assert_eq!(got.batches, vec![(1, true)], "one terminating batch");
+    assert!(got.batches.is_empty(), "`all` is phases 1 and 2");
+    let later = sync(&mut ws, request(SyncPhase::Phase3)).await;
+    assert_eq!(later.batches, vec![(1, true)], "one terminating batch");
     ws.send_json(
         serde_json::json!({"type": "phased_sync_request", "payload": {"phase": "phase9"}}),
     )
