@@ -14,7 +14,10 @@ mod tests;
 
 use std::collections::HashSet;
 
-use chatd_protocol::{ChatId, ClientEmbed, HistoryReason, MessageId, RequestChatHistory, Role};
+use chatd_protocol::{
+    ChatId, ClientEmbed, EmbedId, HistoryReason, MessageId, RequestChatEmbeds, RequestChatHistory,
+    Role,
+};
 use dashmap::DashMap;
 use futures_util::future::join_all;
 
@@ -31,6 +34,8 @@ pub enum Prepared {
     Ready(Vec<HistoryEntry>),
     /// Ask the client for the history; no model call.
     NeedHistory(RequestChatHistory),
+    /// Ask the client for embeds the cached messages refer to; no model call.
+    NeedEmbeds(RequestChatEmbeds),
     /// The client's re-send cannot be used (`invalid_chat_history`).
     Invalid(String),
 }
@@ -114,7 +119,9 @@ pub async fn prepare(
         all.extend(new_messages);
         cache.replace(user, chat, &all).await?;
         requests.clear(user, chat);
-        return Ok(Prepared::Ready(for_model(cache, user, &all).await?));
+        // The client sends a history's embeds with it: what it lacks is marked unavailable.
+        let (history, _) = for_model(cache, user, &all).await?;
+        return Ok(Prepared::Ready(history));
     }
 
     let expected = first
@@ -177,12 +184,30 @@ pub async fn prepare(
             cached_messages: insufficient.then_some(cached_count),
         }));
     }
-    requests.clear(user, chat);
     let mut all = cached;
     all.extend(fresh);
     let keep = all.len().saturating_sub(cache.policy().max_messages);
     all.drain(..keep);
-    Ok(Prepared::Ready(for_model(cache, user, &all).await?))
+    let (history, missing) = for_model(cache, user, &all).await?;
+    // Embeds the cache lacks are asked for once per message (the client has them in its
+    // store); what the re-send still lacks is marked unavailable and not asked for again.
+    if !missing.is_empty() && requests.asked(user, chat, latest.message_id()) {
+        for embed in &missing {
+            cache.mark_unavailable(user, chat, embed).await?;
+        }
+    } else if !missing.is_empty() {
+        requests.ask(user, chat, latest.message_id());
+        return Ok(Prepared::NeedEmbeds(RequestChatEmbeds {
+            chat_id: chat.clone(),
+            message_id: latest.message_id().clone(),
+            embed_ids: missing,
+            message: "The server's cache lacks embeds this chat refers to; re-send the message \
+                      with them in `embeds`."
+                .into(),
+        }));
+    }
+    requests.clear(user, chat);
+    Ok(Prepared::Ready(history))
 }
 
 /// Cached messages that are not among the ones this turn answers.
@@ -221,12 +246,13 @@ async fn cache_embeds(
     Ok(())
 }
 
-/// The model's view: embed references resolved from the cache.
+/// The model's view: embed references resolved from the cache (a marker for each one it
+/// lacks), and the ids of the embeds it lacks that the client could send.
 async fn for_model(
     cache: &AiCache,
     user: &UserHash,
     messages: &[CachedMessage],
-) -> Result<Vec<HistoryEntry>, CacheFault> {
+) -> Result<(Vec<HistoryEntry>, Vec<EmbedId>), CacheFault> {
     let refs: Vec<Vec<embed_refs::EmbedRef>> = messages
         .iter()
         .map(|m| embed_refs::find(&m.content))
@@ -235,19 +261,28 @@ async fn for_model(
     ids.sort_unstable();
     ids.dedup();
     let lookups = ids.iter().map(|id| async move {
-        match chatd_protocol::EmbedId::parse(*id) {
-            Ok(embed) => cache.get_embed(user, &embed).await.map(|e| (*id, e)),
-            Err(_) => Ok((*id, None)),
+        match EmbedId::parse(*id) {
+            Ok(embed) => cache
+                .get_embed(user, &embed)
+                .await
+                .map(|e| (Some(embed), e)),
+            Err(_) => Ok((None, None)),
         }
     });
     let mut found = std::collections::HashMap::new();
+    let mut missing = Vec::new();
     for result in join_all(lookups).await {
-        let (id, embed) = result?;
-        if let Some(e) = embed {
-            found.insert(id.to_string(), e);
+        match result? {
+            (Some(id), Some(e)) if !e.is_unavailable() => {
+                found.insert(id.as_str().to_string(), e);
+            }
+            // The client did not have it when asked: a marker, not another question.
+            (Some(_), Some(_)) => {}
+            (Some(id), None) => missing.push(id),
+            (None, _) => {}
         }
     }
-    Ok(messages
+    let history = messages
         .iter()
         .zip(&refs)
         .map(|(m, refs)| {
@@ -273,5 +308,6 @@ async fn for_model(
                 created_at: m.created_at,
             }
         })
-        .collect())
+        .collect();
+    Ok((history, missing))
 }

@@ -240,6 +240,20 @@ pub enum HistoryReason {
     InsufficientCacheHistory,
 }
 
+/// `request_chat_embeds`: the chat's messages refer to embeds the server's cache lacks; the
+/// client re-sends `message_id` (as it sent it) with those embeds in `embeds`. Asked once per
+/// message: what the re-send still lacks reaches the model as an "unavailable" marker.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RequestChatEmbeds {
+    pub chat_id: ChatId,
+    /// The message to re-send, with the embeds it has in `embeds` (plaintext TOON).
+    pub message_id: MessageId,
+    /// Embeds the chat's messages refer to that the server's cache lacks.
+    pub embed_ids: Vec<crate::EmbedId>,
+    pub message: String,
+}
+
+/// `request_chat_history`: the client re-sends its latest message with `message_history`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RequestChatHistory {
     pub chat_id: ChatId,

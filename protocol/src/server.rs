@@ -60,6 +60,9 @@ pub enum ServerMessage {
     AiTaskResumed(AiTaskResumed),
     /// The server cannot build the chat's history; the client must re-send it.
     RequestChatHistory(RequestChatHistory),
+    /// The server's cache lacks embeds the chat refers to; the client re-sends the message
+    /// with them.
+    RequestChatEmbeds(RequestChatEmbeds),
     /// One preprocessing step finished (or was skipped); to every device.
     PreprocessingStep(PreprocessingStep),
     /// Suggestions, summary and tags computed after the answer; to every device.
@@ -137,6 +140,7 @@ impl ServerMessage {
         "token_refreshed",
         "ai_task_waiting",
         "request_chat_history",
+        "request_chat_embeds",
         "preprocessing_step",
         "post_processing_completed",
         "skill_execution_status",
@@ -187,6 +191,7 @@ impl ServerMessage {
             ServerMessage::TokenRefreshed(_) => "token_refreshed",
             ServerMessage::AiTaskWaiting(_) => "ai_task_waiting",
             ServerMessage::RequestChatHistory(_) => "request_chat_history",
+            ServerMessage::RequestChatEmbeds(_) => "request_chat_embeds",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
             ServerMessage::SkillExecutionStatus(_) => "skill_execution_status",

@@ -46,6 +46,17 @@ pub struct CachedEmbed {
     pub version_number: u64,
 }
 
+/// The status of an embed the client was asked for and did not have.
+const UNAVAILABLE: &str = "unavailable";
+
+impl CachedEmbed {
+    /// The client was asked for this embed and did not have it (not asked again; any copy
+    /// the client sends later replaces it, whatever its version).
+    pub fn is_unavailable(&self) -> bool {
+        self.status.as_deref() == Some(UNAVAILABLE)
+    }
+}
+
 /// The stored form of an embed: owner and version in clear (hashed owner, a number),
 /// everything else sealed.
 #[derive(Serialize, Deserialize)]
@@ -260,7 +271,9 @@ impl AiCache {
             }
             // A copy sealed under a key that no longer opens is replaced whatever its version.
             let opens = self.open_envelope(user, &embed.embed_id, &existing).await?;
-            if opens.is_some() && existing.version >= embed.version_number {
+            if opens.is_some_and(|e| !e.is_unavailable())
+                && existing.version >= embed.version_number
+            {
                 return Ok(EmbedWrite::Unchanged);
             }
         }
@@ -291,6 +304,23 @@ impl AiCache {
     }
 
     /// The user's embed, if cached and it opens (another user's embed is `None`).
+    /// Records that the client lacks this embed too (see [`CachedEmbed::is_unavailable`]).
+    pub async fn mark_unavailable(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        embed: &EmbedId,
+    ) -> Result<EmbedWrite, CacheFault> {
+        let tombstone = ClientEmbed {
+            embed_id: embed.clone(),
+            embed_type: UNAVAILABLE.into(),
+            content: String::new(),
+            status: Some(UNAVAILABLE.into()),
+            version_number: 0,
+        };
+        self.put_embed(user, chat, &tombstone).await
+    }
+
     pub async fn get_embed(
         &self,
         user: &UserHash,

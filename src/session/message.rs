@@ -57,9 +57,9 @@ impl Session {
             new_last_edited_overall_timestamp: last_edited,
         });
         self.broadcast(Audience::All, &confirmed);
-        // A message that carries its chat's history is a re-send (the answer to
-        // `request_chat_history`): the other devices have it already.
-        if msg.message_history.is_none() {
+        // A re-send (the answer to `request_chat_history` or `request_chat_embeds`): the
+        // other devices have the message already.
+        if !count.resend {
             let new = ServerMessage::NewChatMessage(NewChatMessage {
                 chat_id: m.chat_id.clone(),
                 message_id: msg.message_id.clone(),
@@ -180,18 +180,22 @@ impl Session {
             stored = Some(versions.unwrap_or_default());
             app.owners.remember(user, chat);
         }
-        if self.duplicate(chat, msg, stored.as_ref()).await {
-            return None;
-        }
-        let counted = match msg.message_history {
-            Some(_) => cache.messages_v(owner, chat).await,
-            None => cache.bump_messages_v(owner, chat, None).await,
+        let resend = match self.seen(chat, msg, stored.as_ref()).await {
+            Seen::Duplicate => return None,
+            Seen::Resend => true,
+            Seen::New => false,
+        };
+        let counted = if resend {
+            cache.messages_v(owner, chat).await
+        } else {
+            cache.bump_messages_v(owner, chat, None).await
         };
         if let Ok(Some(messages_v)) = counted {
             let last_edited = stored.map_or(0, |v| v.last_edited_overall_timestamp);
             return Some(Counted {
                 messages_v,
                 last_edited,
+                resend,
             });
         }
         // The cache has no count (new, expired or down): the store's is the seed.
@@ -211,6 +215,7 @@ impl Session {
         Some(Counted {
             messages_v: seeded.ok().flatten().unwrap_or(stored.messages_v + 1),
             last_edited: stored.last_edited_overall_timestamp,
+            resend,
         })
     }
 }
@@ -219,29 +224,31 @@ impl Session {
     /// A message id this user sent in this chat before is not answered again: the sender
     /// gets `chat_message_confirmed` (its copy arrived; a client that re-sends after a
     /// lost confirmation is satisfied) and nothing else happens. A re-send after
-    /// `request_chat_history`, or one that carries the history, is no duplicate until the
-    /// message was answered. The cache down: the message is taken (availability first).
-    async fn duplicate(
+    /// `request_chat_history` or `request_chat_embeds`, or one that carries the history, is
+    /// no duplicate until the message was answered (and is not counted again). The cache
+    /// down: the message is taken as new (availability first).
+    async fn seen(
         &self,
         chat: &chatd_protocol::ChatId,
         msg: &chatd_protocol::UserMessage,
         stored: Option<&chatd_protocol::ChatVersions>,
-    ) -> bool {
+    ) -> Seen {
         let cache = &self.app.turn.ai_cache;
         let owner = &self.device.user_hash;
         let seen = match cache.claim_message(owner, chat, &msg.message_id).await {
             Ok(seen) => seen,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot check the message id; taking the message");
-                return false;
+                return Seen::New;
             }
         };
-        let duplicate = match seen {
-            MessageSeen::New | MessageSeen::AwaitingHistory => false,
-            MessageSeen::Sent => msg.message_history.is_none(),
-            MessageSeen::Answered => true,
+        let seen = match seen {
+            MessageSeen::New => Seen::New,
+            MessageSeen::AwaitingHistory => Seen::Resend,
+            MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend,
+            MessageSeen::Sent | MessageSeen::Answered => Seen::Duplicate,
         };
-        if duplicate {
+        if seen == Seen::Duplicate {
             let messages_v = match cache.messages_v(owner, chat).await {
                 Ok(Some(v)) => v,
                 _ => stored.map_or(0, |v| v.messages_v),
@@ -255,7 +262,7 @@ impl Session {
                     .map_or(msg.created_at, |v| v.last_edited_overall_timestamp),
             }));
         }
-        duplicate
+        seen
     }
 
     /// The message was not taken (the turn store refused it): it may be sent again.
@@ -276,6 +283,18 @@ struct Counted {
     messages_v: u64,
     /// The newest edit the store knows of (0 when it was not asked).
     last_edited: i64,
+    /// The client re-sent a message the server asked about (counted and relayed before).
+    resend: bool,
+}
+
+/// What the chat's record of message ids says of a message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Seen {
+    New,
+    /// Sent before and not answered: the answer to a history or embeds request.
+    Resend,
+    /// Sent (or answered) before: acknowledged, nothing else.
+    Duplicate,
 }
 
 /// Shape checks of a re-sent history that need no state. Every role is accepted (the

@@ -114,6 +114,18 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             writer.frame(requesters, ServerMessage::RequestChatHistory(request));
             return;
         }
+        Ok(Prepared::NeedEmbeds(request)) => {
+            app.metrics
+                .history_requests
+                .get_or_create(&ReasonLabel {
+                    reason: "missing_embeds",
+                })
+                .inc();
+            // Like a history request: the copy with the embeds may come back at once.
+            settle_messages(app, &owner, chat, ticket, Settled::AwaitingHistory).await;
+            writer.frame(requesters, ServerMessage::RequestChatEmbeds(request));
+            return;
+        }
         Ok(Prepared::Invalid(reason)) => {
             settle_messages(app, &owner, chat, ticket, Settled::Unanswered).await;
             return refuse(

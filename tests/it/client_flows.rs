@@ -397,3 +397,48 @@ async fn reasoning_streams_as_thinking_frames_and_never_reaches_the_answer_or_th
         "{seen:?}"
     );
 }
+
+#[tokio::test]
+async fn an_embed_the_cache_lacks_is_asked_for_and_used_once_it_comes() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut ws = app.connect_showing("gus", "chat-emb").await;
+    // A message quoting an embed (a reference block, as the client writes it) whose
+    // plaintext this server never saw (stored before a restart, say).
+    let content = "What does this page say?\n```json\n{\"type\": \"web_page\", \"embed_id\": \"emb-page\"}\n```";
+    ws.send_json(client_message("chat-emb", "m1", content, false))
+        .await;
+    let asked = outcome(&mut ws).await.need_embeds();
+    assert_eq!(asked.chat_id.as_str(), "chat-emb");
+    assert_eq!(asked.message_id.as_str(), "m1");
+    let ids: Vec<&str> = asked.embed_ids.iter().map(|e| e.as_str()).collect();
+    assert_eq!(ids, ["emb-page"]);
+    assert!(fake.requests().is_empty());
+
+    // The client re-sends the message with the embed from its store.
+    let mut again = client_message("chat-emb", "m1", content, false);
+    again["payload"]["embeds"] = json!([{
+        "embed_id": "emb-page", "type": "web_page", "status": "finished",
+        "content": "embed_id: emb-page\ntitle: Ferris\nsummary: Ferris is the Rust mascot",
+    }]);
+    ws.send_json(again).await;
+    outcome(&mut ws).await.answer();
+    let seen = messages(&fake.requests()[0]).pop().unwrap().1;
+    assert!(
+        seen.contains("summary: Ferris is the Rust mascot"),
+        "{seen}"
+    );
+    assert!(!seen.contains("unavailable"), "{seen}");
+    // Counted once: the re-send is not a second message.
+    ws.send_json(client_message("chat-emb", "m2", "thanks", false))
+        .await;
+    let count = ws
+        .recv_until(|m| match m {
+            ServerMessage::ChatMessageConfirmed(c) if c.message_id.as_str() == "m2" => {
+                Some(c.new_messages_v)
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(count, 3, "m1, its answer, m2");
+}

@@ -219,7 +219,7 @@ async fn embed_references_reach_the_model_as_toon_and_missing_ones_as_a_marker()
     let mut ws = app.connect_showing("dana", "chat-e").await;
     let content = "Compare these:\n```json\n{\"type\": \"web_page\", \"embed_id\": \"emb-1\"}\n```\n\
                    ```json\n{\"type\": \"code\", \"embed_id\": \"emb-gone\"}\n```\nThanks";
-    ws.send(&user_message_with("chat-e", "m1", content, |m| {
+    let with_embed = |m: &mut chatd_protocol::ChatMessageAdded| {
         m.embeds = vec![ClientEmbed {
             embed_id: EmbedId::parse("emb-1").unwrap(),
             embed_type: "web_page".into(),
@@ -228,8 +228,17 @@ async fn embed_references_reach_the_model_as_toon_and_missing_ones_as_a_marker()
             status: Some("finished".into()),
             version_number: 1,
         }];
-    }))
-    .await;
+    };
+    ws.send(&user_message_with("chat-e", "m1", content, with_embed))
+        .await;
+    // The cache lacks emb-gone: the client is asked for it once.
+    let asked = outcome(&mut ws).await.need_embeds();
+    assert_eq!(asked.message_id.as_str(), "m1");
+    assert_eq!(asked.embed_ids, vec![EmbedId::parse("emb-gone").unwrap()]);
+    assert!(fake.requests().is_empty(), "no model call while asking");
+    // The client does not have it either: the re-send is answered with a marker.
+    ws.send(&user_message_with("chat-e", "m1", content, with_embed))
+        .await;
     outcome(&mut ws).await.answer();
     let seen = &conversation(&fake.requests()[0])[0].1;
     assert!(

@@ -221,6 +221,7 @@ pub fn history_entry(
 pub enum Outcome {
     Answer(chatd_protocol::AiMessageUpdate),
     NeedHistory(chatd_protocol::RequestChatHistory),
+    NeedEmbeds(chatd_protocol::RequestChatEmbeds),
     Error(chatd_protocol::ErrorPayload),
 }
 
@@ -235,6 +236,12 @@ impl Outcome {
         match self {
             Outcome::NeedHistory(r) => r,
             other => panic!("expected request_chat_history, got {other:?}"),
+        }
+    }
+    pub fn need_embeds(self) -> chatd_protocol::RequestChatEmbeds {
+        match self {
+            Outcome::NeedEmbeds(r) => r,
+            other => panic!("expected request_chat_embeds, got {other:?}"),
         }
     }
     pub fn error(self) -> chatd_protocol::ErrorPayload {
@@ -264,6 +271,7 @@ pub async fn outcome(ws: &mut WsClient) -> Outcome {
                 }
             }
             ServerMessage::RequestChatHistory(r) => return Outcome::NeedHistory(r),
+            ServerMessage::RequestChatEmbeds(r) => return Outcome::NeedEmbeds(r),
             ServerMessage::Error(e) if e.chat_id.is_some() => return Outcome::Error(e),
             _ => {}
         }
