@@ -182,6 +182,9 @@ pub enum TurnEvent {
         text: Arc<str>,
     },
     Finished(TurnOutcome),
+    /// Follow-up suggestions a skill returned: postprocessing offers them first (no frame
+    /// of their own; the skill's embed shows them too).
+    SkillSuggestions(Vec<String>),
     /// A piece of the model's reasoning (a delta), before the answer text.
     Thinking {
         delta: String,

@@ -22,12 +22,10 @@ pub struct SkillsConfig {
     /// Pause before the one retry of a timeout or 5xx.
     #[serde(with = "humantime_serde")]
     pub retry_delay: Duration,
-    /// A rate-limit wait longer than this does not hold up the answer.
+    /// A call still running (or waiting on a rate limit) after this long does not hold up
+    /// the answer: its results follow as their own message.
     #[serde(with = "humantime_serde")]
     pub long_wait: Duration,
-    /// Give up on a rate-limited request after waiting this long in total.
-    #[serde(with = "humantime_serde")]
-    pub max_rate_limit_wait: Duration,
     /// Let `web-read` fetch private, loopback and link-local addresses (tests only).
     pub allow_private_targets: bool,
     /// Largest page `web-read` reads.

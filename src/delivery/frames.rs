@@ -171,7 +171,7 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
             frames.push((Audience::All, typing_ended(ctx)));
             frames
         }
-        TurnEvent::FollowUp { .. } => Vec::new(),
+        TurnEvent::FollowUp { .. } | TurnEvent::SkillSuggestions(_) => Vec::new(),
     }
 }
 

@@ -22,6 +22,8 @@ pub struct Input<'a> {
     /// Tags the chat had plus preprocessing's.
     pub tags: &'a [String],
     pub follow_ups_enabled: bool,
+    /// Follow-up suggestions the turn's skills returned: offered before the model's.
+    pub skill_suggestions: &'a [String],
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -74,7 +76,13 @@ pub async fn run(
 
 fn clean(raw: Raw, input: &Input<'_>) -> PostProcessed {
     let follow_ups = if input.follow_ups_enabled {
-        suggestions(raw.follow_up_request_suggestions, true)
+        let from_skills = input.skill_suggestions.iter().cloned();
+        suggestions(
+            from_skills
+                .chain(raw.follow_up_request_suggestions)
+                .collect(),
+            true,
+        )
     } else {
         Vec::new()
     };
@@ -136,6 +144,7 @@ mod tests {
             previous_summary: None,
             tags: &["rust".into()],
             follow_ups_enabled: true,
+            skill_suggestions: &["Compare both skill results".into()],
         };
         let raw = Raw {
             follow_up_request_suggestions: (0..9)
@@ -151,6 +160,10 @@ mod tests {
         };
         let out = clean(raw, &input);
         assert_eq!(out.follow_up_request_suggestions.len(), 6);
+        assert_eq!(
+            out.follow_up_request_suggestions[0], "Compare both skill results",
+            "a skill's suggestion comes first"
+        );
         assert_eq!(out.new_chat_request_suggestions, vec!["Plan a trip"]);
         assert_eq!(out.chat_summary.split_whitespace().count(), 20);
         assert_eq!(out.chat_tags, vec!["rust", "async"]);

@@ -10,6 +10,7 @@ use super::manifest::ResponseMode;
 use super::prefilter;
 use super::runner::{Ended, Invocation};
 use super::sanitize::Cleaned;
+use crate::pipeline::TurnEvent;
 use crate::pipeline::tools::toon;
 
 impl Invocation {
@@ -44,6 +45,10 @@ impl Invocation {
                     tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
                 }
             }
+        }
+        if !suggestions.is_empty() {
+            self.sink
+                .emit(&self.ctx, TurnEvent::SkillSuggestions(suggestions.clone()));
         }
         let (checked, withheld, flagged) = self.check_external(&groups, &instructions).await;
 

@@ -1,8 +1,10 @@
 //! One tool call of one skill: its requests (ids validated, at most
 //! `skills.max_parallel_requests` at a time), each with one retry for timeouts/5xx, none for
-//! 4xx, and rate limits that wait instead of failing (a long wait releases the answer and the
-//! results follow as their own message); the placeholder embed and `skill_execution_status`
-//! on each change; cancellation. What happens to the results is in `results.rs`.
+//! 4xx, and rate limits that wait for their reset however long it is (the user sees
+//! `waiting` and may cancel); a call that outlives `skills.long_wait` (waiting or working)
+//! releases the answer and its results follow as their own message; the placeholder embed
+//! and `skill_execution_status` on each change; cancellation. What happens to the results
+//! is in `results.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -103,6 +105,14 @@ pub struct Invocation {
     pub cancel: CancellationToken,
     /// Fired (once) when a rate-limit wait exceeds `skills.long_wait`.
     pub long_wait: std::sync::Mutex<Option<oneshot::Sender<Duration>>>,
+}
+
+/// Why a call's results will come after the answer.
+enum Later {
+    /// A rate limit holds a request for about this long.
+    RateLimited(Duration),
+    /// The call has been running longer than `skills.long_wait`.
+    Slow,
 }
 
 impl Invocation {
@@ -227,14 +237,15 @@ impl Invocation {
             let inner = this.clone();
             this.deps.tasks.spawn(async move { inner.complete().await })
         };
-        let wait = tokio::select! {
+        let later = tokio::select! {
             done = &mut worker => {
                 return done.unwrap_or_else(|e| {
                     tracing::error!(error = %e, "skill task failed");
                     toon(&json!({"status": "error", "error": "the skill failed inside chatd"}))
                 });
             }
-            Ok(wait) = rx => wait,
+            Ok(wait) = rx => Later::RateLimited(wait),
+            () = tokio::time::sleep(this.deps.config.long_wait) => Later::Slow,
         };
         let follow = this.clone();
         this.deps.tasks.spawn(async move {
@@ -242,11 +253,18 @@ impl Invocation {
                 follow.follow_up(&message).await;
             }
         });
+        let why = match later {
+            Later::RateLimited(wait) => format!(
+                "The {} provider is rate-limited for about {} s.",
+                this.skill.full_id,
+                wait.as_secs().max(1)
+            ),
+            Later::Slow => format!("The {} skill is still working.", this.skill.full_id),
+        };
         toon(&json!({
             "status": "pending",
             "message": format!(
-                "The {} provider is rate-limited for about {} s. Tell the user the results will follow in a separate message; do not invent them.",
-                this.skill.full_id, wait.as_secs().max(1)
+                "{why} Tell the user the results will follow in a separate message; do not invent them."
             ),
             "app_id": this.skill.app_id,
             "skill_id": this.skill.skill_id,
@@ -302,12 +320,11 @@ impl Invocation {
     }
 
     /// One request: checked for cancellation before the start, before a retry and after
-    /// the end; one retry for timeouts/5xx; rate limits wait (never fail) up to
-    /// `skills.max_rate_limit_wait`.
+    /// the end; one retry for timeouts/5xx; rate limits wait for their reset, however long
+    /// (never rejected; the user may cancel).
     async fn run_one(&self, params: &Value) -> Ended {
         let config = &self.deps.config;
         let mut retried = false;
-        let mut waited = Duration::ZERO;
         loop {
             if self.cancelled().await {
                 return Ended::Cancelled;
@@ -318,7 +335,7 @@ impl Invocation {
                 let wait = not_until.wait_time_from(governor::clock::Clock::now(
                     &governor::clock::DefaultClock::default(),
                 ));
-                if let Some(end) = self.wait(wait, &mut waited).await {
+                if let Some(end) = self.wait(wait).await {
                     return end;
                 }
                 continue;
@@ -345,7 +362,7 @@ impl Invocation {
                 }
                 Err(e) => {
                     if let Some(wait) = e.rate_limited() {
-                        if let Some(end) = self.wait(wait, &mut waited).await {
+                        if let Some(end) = self.wait(wait).await {
                             return end;
                         }
                         continue;
@@ -365,24 +382,24 @@ impl Invocation {
         }
     }
 
-    /// Waits out a rate limit (the user sees `waiting`); `Some` ends the request. A wait over
-    /// `skills.long_wait` releases the answer (see [`Invocation::run`]).
-    async fn wait(&self, wait: Duration, waited: &mut Duration) -> Option<Ended> {
+    /// Waits out a rate limit (the user sees `waiting` and when it ends); `Some` ends the
+    /// request (only a cancel does). A wait over `skills.long_wait` releases the answer at
+    /// once (see [`Invocation::run`]).
+    async fn wait(&self, wait: Duration) -> Option<Ended> {
         if wait > self.deps.config.long_wait
             && let Some(tx) = self.long_wait.lock().ok().and_then(|mut s| s.take())
         {
             let _ = tx.send(wait);
         }
-        *waited += wait;
-        if *waited > self.deps.config.max_rate_limit_wait {
-            return Some(Ended::Failed(format!(
-                "rate-limited for more than {:?}",
-                self.deps.config.max_rate_limit_wait
-            )));
-        }
+        let until =
+            crate::clock::unix_now().saturating_add(wait.as_secs().try_into().unwrap_or(i64::MAX));
         self.status(
             SkillStatus::Waiting,
-            json!({"embed_id": self.embed_id.as_str(), "retry_after_seconds": wait.as_secs_f64()}),
+            json!({
+                "embed_id": self.embed_id.as_str(),
+                "retry_after_seconds": wait.as_secs_f64(),
+                "waiting_until": until,
+            }),
             None,
         );
         tokio::select! {

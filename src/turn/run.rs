@@ -368,6 +368,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             previous_summary: opts.chat_summary.clone(),
             tags,
             follow_ups_enabled: opts.follow_ups_enabled,
+            skill_suggestions: writer.skill_suggestions(),
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));

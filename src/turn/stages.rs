@@ -98,6 +98,8 @@ pub(super) struct PostJob {
     pub(super) previous_summary: Option<String>,
     pub(super) tags: Vec<String>,
     pub(super) follow_ups_enabled: bool,
+    /// Follow-up suggestions the turn's skills returned (offered first).
+    pub(super) skill_suggestions: Vec<String>,
 }
 
 /// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
@@ -109,6 +111,7 @@ pub(super) async fn run_postprocessing(deps: Arc<TurnDeps>, writer: Arc<TurnWrit
         previous_summary: job.previous_summary.as_deref(),
         tags: &job.tags,
         follow_ups_enabled: job.follow_ups_enabled,
+        skill_suggestions: &job.skill_suggestions,
     };
     let model = deps.models.postprocessing();
     match postprocess::run(

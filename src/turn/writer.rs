@@ -26,6 +26,9 @@ use crate::delivery::outbox::EncodedFrame;
 use crate::delivery::{Audience, frames};
 use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
 
+/// Skill suggestions kept for postprocessing (it shows at most 6).
+const MAX_SKILL_SUGGESTIONS: usize = 12;
+
 /// What has been written so far. A std Mutex: held while one event is numbered, delivered
 /// to the devices' outboxes and queued for the log (no await), which keeps concurrent
 /// emitters (the answer and its skills) in one order.
@@ -37,6 +40,8 @@ struct Written {
     sequence: u64,
     /// `thinking_chunk` frames written (their own sequence).
     thinking: u64,
+    /// Follow-up suggestions the turn's skills returned, for postprocessing.
+    suggestions: Vec<String>,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
     /// When the turn started, until its first chunk is timed
@@ -99,6 +104,7 @@ impl TurnWriter {
                 index,
                 sequence,
                 thinking: 0,
+                suggestions: Vec::new(),
                 text: String::new(),
                 first_chunk_from: None,
             }),
@@ -179,6 +185,11 @@ impl TurnWriter {
         let _ = flushed.wait_for(|&f| f >= target).await;
     }
 
+    /// The follow-up suggestions the turn's skills returned so far.
+    pub fn skill_suggestions(&self) -> Vec<String> {
+        self.written().suggestions.clone()
+    }
+
     /// The automatic follow-up: admitted like a message (see [`super::follow_up`]).
     fn follow_up(&self, ctx: &TurnContext, text: Arc<str>) {
         let admit = super::follow_up::admit(self.deps.clone(), ctx.clone(), text);
@@ -206,6 +217,14 @@ impl TurnSink for TurnWriter {
             return self.follow_up(ctx, text);
         }
         let mut w = self.written();
+        if let TurnEvent::SkillSuggestions(list) = event {
+            for s in list {
+                if w.suggestions.len() < MAX_SKILL_SUGGESTIONS && !w.suggestions.contains(&s) {
+                    w.suggestions.push(s);
+                }
+            }
+            return;
+        }
         let sequence = match &event {
             TurnEvent::Chunk { .. } | TurnEvent::Finished(_) => {
                 w.sequence += 1;

@@ -960,4 +960,98 @@ async fn suggestions_go_to_the_user_and_added_instructions_to_the_model() {
         "Cite the rank of each result."
     );
     assert!(result.get("suggestions_follow_up_requests").is_none());
+    // They reach postprocessing: offered as the turn's follow-up suggestions.
+    let post = ws
+        .recv_until(|m| match m {
+            ServerMessage::PostProcessingCompleted(p) => Some(p.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(
+        post.follow_up_request_suggestions,
+        ["Compare the two options", "Show prices for each"]
+    );
+}
+
+/// A rate limit is never a rejection, however long its reset (here 3 minutes, past the
+/// old 120 s cap): the user sees `waiting` with the time, the answer goes on without the
+/// results, and the user may cancel the waiting skill.
+#[tokio::test]
+async fn a_three_minute_rate_limit_waits_and_the_user_may_cancel_it() {
+    let s = setup_with(|c| c.skills.long_wait = Duration::from_millis(100)).await;
+    offer(&s.fake, &["demo-find"]);
+    s.skill.respond(|_| SkillReply::Status {
+        status: 429,
+        retry_after: Some(180),
+    });
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "busy"}]),
+    )]));
+    s.fake.push(text("The results will follow."));
+    let mut ws = s.app.connect_showing("alice", "chat-3min").await;
+    ws.send(&user_message("chat-3min", "m1", "find it")).await;
+    let waiting = status(&mut ws, SkillStatus::Waiting).await;
+    assert_eq!(waiting.preview_data["retry_after_seconds"], 180.0);
+    assert!(waiting.preview_data["waiting_until"].as_i64().is_some());
+    let (frames, _) = collect_answer(&mut ws).await;
+    assert!(
+        !frames.iter().any(|f| matches!(f,
+            ServerMessage::SkillExecutionStatus(st) if st.status == SkillStatus::Error)),
+        "never rejected"
+    );
+    assert_eq!(
+        tool_result(&s.fake.requests()[1], "c1")["status"],
+        "pending"
+    );
+    let ack = cancel_skill(&mut ws, &waiting.skill_task_id).await;
+    assert_eq!(ack.status, "cancellation_requested");
+    status(&mut ws, SkillStatus::Cancelled).await;
+    assert_eq!(s.skill.seen().len(), 1, "not retried after the cancel");
+}
+
+/// Not only rate limits: a skill still working after `skills.long_wait` lets the answer
+/// finish, and its results come as the automatic follow-up message.
+#[tokio::test]
+async fn a_slow_skill_lets_the_answer_finish_and_its_results_follow() {
+    let s = setup_with(|c| c.skills.long_wait = Duration::from_millis(100)).await;
+    offer(&s.fake, &["demo-find"]);
+    let gate = Gate::new();
+    let held = gate.clone();
+    s.skill.respond(move |_| SkillReply::Hold {
+        gate: held.clone(),
+        then: Box::new(SkillReply::Json(json!({"results": [{"rank": 7}]}))),
+    });
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"query": "slow"}]),
+    )]));
+    s.fake
+        .push(text("Still searching; the results will follow."));
+    let mut ws = s.app.connect_showing("alice", "chat-slow").await;
+    ws.send(&user_message("chat-slow", "m1", "find it")).await;
+    let (_, answer) = collect_answer(&mut ws).await;
+    assert!(
+        answer
+            .full_content_so_far
+            .ends_with("the results will follow.")
+    );
+    let told = tool_result(&s.fake.requests()[1], "c1");
+    assert_eq!(told["status"], "pending");
+    assert!(
+        told["message"].as_str().unwrap().contains("still working"),
+        "{told}"
+    );
+    gate.release();
+    let (_, follow_up) = collect_answer(&mut ws).await;
+    assert_ne!(follow_up.task_id, answer.task_id);
+    assert!(
+        follow_up
+            .full_content_so_far
+            .starts_with("Done, here are the results of demo-find."),
+        "{}",
+        follow_up.full_content_so_far
+    );
 }
