@@ -1,6 +1,7 @@
-//! The end of a skill call: each result split by its output contract, external text checked
-//! for prompt injection, child and parent embeds sent and cached, and the tool message for the
-//! model (results grouped by request id, model-visible fields only, or "delivered").
+//! The results of a skill call: as each request ends, its results split by the output
+//! contract, external text checked for prompt injection, and child embeds sent and cached
+//! at once; at the end the parent embed and the tool message for the model (results grouped
+//! by request id, model-visible fields only, or "delivered").
 
 use chatd_protocol::{EmbedId, SkillStatus};
 use serde_json::{Map, Value, json};
@@ -13,93 +14,133 @@ use super::sanitize::Cleaned;
 use crate::pipeline::TurnEvent;
 use crate::pipeline::tools::toon;
 
+/// One request's results once processed (split, checked, its child embeds sent).
+pub(super) struct Processed {
+    id: Value,
+    /// The model's view of each result, or why the request failed.
+    agent: Result<Vec<Value>, String>,
+    /// The user's view of each result (kept in the parent embed of a non-composite skill).
+    user: Vec<Value>,
+    child_ids: Vec<EmbedId>,
+    suggestions: Vec<String>,
+    /// The request's added instructions, checked.
+    added: Vec<String>,
+    withheld: bool,
+    flagged: bool,
+}
+
 impl Invocation {
-    pub(super) async fn finish(&self, ended: Vec<Ended>) -> String {
+    /// One request that ended: its results split by the contract, their external text
+    /// checked, and (composite skills) a child embed per result sent at once, so the user
+    /// sees each request's results as it finishes, not after the slowest.
+    pub(super) async fn process(&self, id: Value, end: Ended) -> Processed {
         let contract = &self.skill.manifest.output;
-        // Split every result; collect the external texts for one injection check.
-        let mut groups: Vec<(Value, Result<Vec<Split>, String>)> = Vec::new();
-        let mut suggestions: Vec<String> = Vec::new();
-        let mut instructions: Vec<String> = Vec::new();
-        for (request, end) in self.requests.iter().zip(ended) {
-            let group = match end {
-                Ended::Results(output) => Ok({
-                    for s in output.suggestions {
-                        if !suggestions.contains(&s) {
-                            suggestions.push(s);
-                        }
-                    }
-                    instructions.extend(output.added_instructions);
-                    output.results
-                }
-                .iter()
-                .map(|r| contract::split(contract, &self.skill.patterns, r))
-                .collect::<Vec<_>>()),
-                Ended::Failed(e) => Err(e),
-                Ended::Cancelled => Err("cancelled".into()),
-            };
-            groups.push((request.id.clone(), group));
+        let mut done = Processed {
+            id,
+            agent: Ok(Vec::new()),
+            user: Vec::new(),
+            child_ids: Vec::new(),
+            suggestions: Vec::new(),
+            added: Vec::new(),
+            withheld: false,
+            flagged: false,
+        };
+        let output = match end {
+            Ended::Results(output) => output,
+            Ended::Failed(e) => {
+                done.agent = Err(e);
+                return done;
+            }
+            Ended::Cancelled => {
+                done.agent = Err("cancelled".into());
+                return done;
+            }
+        };
+        done.suggestions = output.suggestions;
+        let instructions: Vec<String> = output.added_instructions.into_iter().collect();
+        let splits: Vec<Split> = output
+            .results
+            .iter()
+            .map(|r| contract::split(contract, &self.skill.patterns, r))
+            .collect();
+        for s in &splits {
+            if !s.dropped.is_empty() {
+                tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
+            }
         }
-        for (_, group) in &groups {
-            for s in group.iter().flatten() {
-                if !s.dropped.is_empty() {
-                    tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
+        let (checked, withheld, flagged) = self.check_external(&splits, &instructions).await;
+        done.withheld = withheld;
+        done.flagged = flagged;
+        let mut texts = checked.into_iter();
+        let mut agent_results = Vec::with_capacity(splits.len());
+        for split in splits {
+            let mut agent: Map<String, Value> = split.agent.clone();
+            for (name, _) in &split.external {
+                if let Some(Cleaned { text, .. }) = texts.next() {
+                    agent.insert(name.clone(), Value::String(text));
                 }
+            }
+            if let Some(child_type) = &contract.child_type {
+                let child_id = EmbedId::random();
+                let mut content = split.user.clone();
+                content.insert("app_id".into(), json!(self.skill.app_id));
+                content.insert("skill_id".into(), json!(self.skill.skill_id));
+                let mut e = self.embed_event(
+                    child_id.clone(),
+                    child_type,
+                    toon(&Value::Object(content)),
+                    SkillStatus::Finished,
+                    1,
+                );
+                e.parent_embed_id = Some(self.embed_id.clone());
+                e.injection_flagged = flagged;
+                self.embed(e).await;
+                agent.insert("embed_id".into(), json!(child_id.as_str()));
+                done.child_ids.push(child_id);
+            }
+            done.user.push(Value::Object(split.user));
+            agent_results.push(Value::Object(agent));
+        }
+        // What is left of the checked texts are the request's added instructions.
+        done.added = texts.map(|c| c.text).collect();
+        done.agent = Ok(agent_results);
+        done
+    }
+
+    /// The end of the call: the parent embed with every request's results, the final
+    /// status, and the tool message for the model (results grouped by request id).
+    pub(super) async fn finish(&self, processed: Vec<Processed>) -> String {
+        let contract = &self.skill.manifest.output;
+        let mut suggestions: Vec<String> = Vec::new();
+        for s in processed.iter().flat_map(|p| &p.suggestions) {
+            if !suggestions.contains(s) {
+                suggestions.push(s.clone());
             }
         }
         if !suggestions.is_empty() {
             self.sink
                 .emit(&self.ctx, TurnEvent::SkillSuggestions(suggestions.clone()));
         }
-        let (checked, withheld, flagged) = self.check_external(&groups, &instructions).await;
-
-        // Child embeds (composite skills) and the parent.
-        let mut child_ids = Vec::new();
-        let mut agent_groups = Vec::new();
-        let mut result_count = 0usize;
-        let mut errors = Vec::new();
-        let mut texts = checked.into_iter();
-        for (id, group) in &groups {
-            let splits = match group {
-                Ok(s) => s,
-                Err(e) => {
-                    errors.push(e.clone());
-                    agent_groups.push(json!({"id": id, "error": e}));
-                    continue;
-                }
-            };
-            let mut agent_results = Vec::new();
-            for split in splits {
-                result_count += 1;
-                let mut agent: Map<String, Value> = split.agent.clone();
-                for (name, _) in &split.external {
-                    if let Some(Cleaned { text, .. }) = texts.next() {
-                        agent.insert(name.clone(), Value::String(text));
-                    }
-                }
-                if let Some(child_type) = &contract.child_type {
-                    let child_id = EmbedId::random();
-                    let mut content = split.user.clone();
-                    content.insert("app_id".into(), json!(self.skill.app_id));
-                    content.insert("skill_id".into(), json!(self.skill.skill_id));
-                    let mut e = self.embed_event(
-                        child_id.clone(),
-                        child_type,
-                        toon(&Value::Object(content)),
-                        SkillStatus::Finished,
-                        1,
-                    );
-                    e.parent_embed_id = Some(self.embed_id.clone());
-                    e.injection_flagged = flagged;
-                    self.embed(e).await;
-                    agent.insert("embed_id".into(), json!(child_id.as_str()));
-                    child_ids.push(child_id);
-                }
-                agent_results.push(Value::Object(agent));
-            }
-            agent_groups.push(json!({"id": id, "results": agent_results}));
-        }
-        // What is left of the checked texts are the skills' added instructions.
-        let added: Vec<String> = texts.map(|c| c.text).collect();
+        let withheld = processed.iter().any(|p| p.withheld);
+        let flagged = processed.iter().any(|p| p.flagged);
+        let child_ids: Vec<EmbedId> = processed.iter().flat_map(|p| p.child_ids.clone()).collect();
+        let added: Vec<String> = processed.iter().flat_map(|p| p.added.clone()).collect();
+        let errors: Vec<String> = processed
+            .iter()
+            .filter_map(|p| p.agent.as_ref().err().cloned())
+            .collect();
+        let result_count: usize = processed
+            .iter()
+            .filter_map(|p| p.agent.as_ref().ok())
+            .map(Vec::len)
+            .sum();
+        let agent_groups: Vec<Value> = processed
+            .iter()
+            .map(|p| match &p.agent {
+                Ok(results) => json!({"id": p.id, "results": results}),
+                Err(e) => json!({"id": p.id, "error": e}),
+            })
+            .collect();
         let all_failed = errors.len() == self.requests.len();
         let status = if all_failed {
             SkillStatus::Error
@@ -117,12 +158,7 @@ impl Invocation {
         }
         if contract.child_type.is_none() {
             // A single (non-composite) result lives in the parent itself.
-            let users: Vec<Value> = groups
-                .iter()
-                .filter_map(|(_, g)| g.as_ref().ok())
-                .flatten()
-                .map(|s| Value::Object(s.user.clone()))
-                .collect();
+            let users: Vec<Value> = processed.iter().flat_map(|p| p.user.clone()).collect();
             parent["results"] = Value::Array(users);
         }
         let mut e = self.embed_event(
@@ -188,13 +224,11 @@ impl Invocation {
     /// closed), and whether the user should review them (either layer found something).
     async fn check_external(
         &self,
-        groups: &[(Value, Result<Vec<Split>, String>)],
+        splits: &[Split],
         extra: &[String],
     ) -> (Vec<Cleaned>, bool, bool) {
-        let filtered: Vec<prefilter::Prefiltered> = groups
+        let filtered: Vec<prefilter::Prefiltered> = splits
             .iter()
-            .filter_map(|(_, g)| g.as_ref().ok())
-            .flatten()
             .flat_map(|s| s.external.iter().map(|(_, t)| prefilter::prefilter(t)))
             .chain(extra.iter().map(|t| prefilter::prefilter(t)))
             .collect();

@@ -10,13 +10,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
-use futures_util::future::join_all;
+use futures_util::StreamExt;
+use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
 use super::executor::{self, ExecError};
+use super::results::Processed;
 use super::{Deps, Skill};
 use crate::crypto::UserHash;
 use crate::pipeline::tools::toon;
@@ -272,12 +274,12 @@ impl Invocation {
     }
 
     async fn complete(&self) -> String {
-        let ended = self.run_requests().await;
+        let (processed, cancelled) = self.run_requests().await;
         self.deps.cancels.finish(&self.skill_task_id);
-        if self.cancelled().await || ended.iter().any(|e| matches!(e, Ended::Cancelled)) {
+        if cancelled || self.cancelled().await {
             return self.cancelled_result().await;
         }
-        self.finish(ended).await
+        self.finish(processed).await
     }
 
     /// The automatic follow-up assistant message for results that came after the turn:
@@ -303,15 +305,47 @@ impl Invocation {
         );
     }
 
-    async fn run_requests(&self) -> Vec<Ended> {
+    /// Runs the requests (at most `max_parallel_requests` at once); each one's results are
+    /// processed and shown as soon as it ends, with the progress in `skill_execution_status`.
+    /// Returns them in request order, and whether the call was cancelled.
+    async fn run_requests(&self) -> (Vec<Processed>, bool) {
         let gate = Semaphore::new(self.deps.config.max_parallel_requests);
-        let runs = self.requests.iter().map(|r| async {
-            let Ok(_permit) = gate.acquire().await else {
-                return Ended::Failed("the runner is shutting down".into());
-            };
-            self.run_one(&r.params).await
-        });
-        join_all(runs).await
+        let mut runs: FuturesUnordered<_> = self
+            .requests
+            .iter()
+            .enumerate()
+            .map(|(i, r)| {
+                let gate = &gate;
+                async move {
+                    let end = match gate.acquire().await {
+                        Ok(_permit) => self.run_one(&r.params).await,
+                        Err(_) => Ended::Failed("the runner is shutting down".into()),
+                    };
+                    let cancelled = matches!(end, Ended::Cancelled);
+                    (i, cancelled, self.process(r.id.clone(), end).await)
+                }
+            })
+            .collect();
+        let total = self.requests.len();
+        let mut slots: Vec<Option<Processed>> = (0..total).map(|_| None).collect();
+        let mut cancelled = false;
+        let mut completed = 0;
+        while let Some((i, was_cancelled, processed)) = runs.next().await {
+            cancelled |= was_cancelled;
+            completed += 1;
+            if completed < total && !cancelled {
+                self.status(
+                    SkillStatus::Processing,
+                    json!({"embed_id": self.embed_id.as_str(), "request_count": total,
+                           "completed_requests": completed}),
+                    None,
+                );
+            }
+            if let Some(slot) = slots.get_mut(i) {
+                *slot = Some(processed);
+            }
+        }
+        (slots.into_iter().flatten().collect(), cancelled)
     }
 
     /// Whether the call was cancelled (its turn, or `cancel_skill`).

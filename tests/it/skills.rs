@@ -1055,3 +1055,69 @@ async fn a_slow_skill_lets_the_answer_finish_and_its_results_follow() {
         follow_up.full_content_so_far
     );
 }
+
+/// A three-request call shows each request's results as it finishes: the first request's
+/// child embed arrives while the other two are still held at the provider, then the second,
+/// then the third, and the parent embed collects them at the end.
+#[tokio::test]
+async fn a_three_request_skill_shows_each_requests_results_as_it_finishes() {
+    let s = setup().await;
+    offer(&s.fake, &["demo-find"]);
+    let (second, third) = (Gate::new(), Gate::new());
+    let (g2, g3) = (second.clone(), third.clone());
+    s.skill.respond(move |seen| {
+        let query = seen.body["query"].as_str().unwrap_or_default().to_string();
+        let result = SkillReply::Json(json!({"results": [{"rank": 1, "title": query.clone()}]}));
+        match query.as_str() {
+            "two" => SkillReply::Hold {
+                gate: g2.clone(),
+                then: Box::new(result),
+            },
+            "three" => SkillReply::Hold {
+                gate: g3.clone(),
+                then: Box::new(result),
+            },
+            _ => result,
+        }
+    });
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-find",
+        json!([{"id": 1, "query": "one"}, {"id": 2, "query": "two"}, {"id": 3, "query": "three"}]),
+    )]));
+    s.fake.push(text("Here they are."));
+    let mut ws = s.app.connect_showing("alice", "chat-three").await;
+    ws.send(&user_message("chat-three", "m1", "find three"))
+        .await;
+    let child = |m: &ServerMessage| match m {
+        ServerMessage::SendEmbedData(e) if e.embed_type.as_deref() == Some("thing") => {
+            let v: Value = toon_format::decode_default(e.content.as_deref()?).ok()?;
+            v["title"].as_str().map(str::to_string)
+        }
+        _ => None,
+    };
+    // The first result is shown while two requests are still held.
+    assert_eq!(ws.recv_until(child).await, "one");
+    let progress = status(&mut ws, SkillStatus::Processing).await;
+    assert_eq!(progress.preview_data["completed_requests"], 1);
+    // The other two are held at the provider until released.
+    s.skill
+        .wait_until("two requests held", |k| k.in_flight() == 2)
+        .await;
+    second.release();
+    assert_eq!(ws.recv_until(child).await, "two");
+    third.release();
+    assert_eq!(ws.recv_until(child).await, "three");
+    let done = status(&mut ws, SkillStatus::Finished).await;
+    assert_eq!(done.preview_data["result_count"], 3);
+    let (_, answer) = collect_answer(&mut ws).await;
+    assert!(answer.full_content_so_far.ends_with("Here they are."));
+    let told = tool_result(&s.fake.requests()[1], "c1");
+    let ids: Vec<i64> = told["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|g| g["id"].as_i64().unwrap())
+        .collect();
+    assert_eq!(ids, [1, 2, 3], "grouped by request id, in request order");
+}
