@@ -21,7 +21,7 @@ use chatd_protocol::{
 use dashmap::DashMap;
 use futures_util::future::join_all;
 
-use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded};
+use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded, content_hash};
 use crate::crypto::UserHash;
 use crate::inbound::Inbound;
 use crate::pipeline::tokens::{self, Tokens};
@@ -239,6 +239,15 @@ async fn cache_embeds(
 ) -> Result<(), CacheFault> {
     let embeds: Vec<&ClientEmbed> = inbound.iter().flat_map(|i| i.embeds.iter()).collect();
     for embed in embeds {
+        // A copy whose content is not what its hash says is not used (nor cached).
+        if embed
+            .content_hash
+            .as_ref()
+            .is_some_and(|h| *h != content_hash(&embed.embed_type, &embed.content))
+        {
+            tracing::warn!(embed_id = %embed.embed_id, "ignoring an embed whose content_hash does not match");
+            continue;
+        }
         if cache.put_embed(user, chat, embed).await? == EmbedWrite::Foreign {
             tracing::warn!(embed_id = %embed.embed_id, "ignoring an embed id owned by another user");
         }

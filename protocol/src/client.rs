@@ -289,6 +289,10 @@ pub struct ClientEmbed {
     pub status: Option<String>,
     #[serde(default)]
     pub version_number: u64,
+    /// SHA-256 hex of the type, a zero byte and the content, as chatd sent it in
+    /// `send_embed_data`; when given, an embed whose content does not match is not used.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_hash: Option<String>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

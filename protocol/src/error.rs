@@ -58,6 +58,9 @@ pub enum ErrorCode {
     AnswerTooLong,
     /// The turn ran past `pipeline.turn_deadline`; it ends with the text so far.
     TurnDeadline,
+    /// An embed's `content_hash` does not match the content the server made (or the
+    /// plaintext the client re-sent): it is not stored or used.
+    ContentHashMismatch,
 }
 
 impl ErrorCode {
@@ -85,6 +88,7 @@ impl ErrorCode {
             ErrorCode::InvalidToken => "invalid_token",
             ErrorCode::AnswerTooLong => "answer_too_long",
             ErrorCode::TurnDeadline => "turn_deadline",
+            ErrorCode::ContentHashMismatch => "content_hash_mismatch",
         }
     }
 
@@ -111,6 +115,7 @@ impl ErrorCode {
         ErrorCode::InvalidToken,
         ErrorCode::AnswerTooLong,
         ErrorCode::TurnDeadline,
+        ErrorCode::ContentHashMismatch,
     ];
 }
 

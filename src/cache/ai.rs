@@ -49,7 +49,22 @@ pub struct CachedEmbed {
 /// The status of an embed the client was asked for and did not have.
 const UNAVAILABLE: &str = "unavailable";
 
+/// SHA-256 (hex) over an embed's type, a zero byte and its content: the `content_hash`
+/// chatd sends with an embed and checks when the client stores or re-sends it.
+pub fn content_hash(embed_type: &str, content: &str) -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    h.update(embed_type.as_bytes());
+    h.update([0u8]);
+    h.update(content.as_bytes());
+    hex::encode(h.finalize())
+}
+
 impl CachedEmbed {
+    pub fn content_hash(&self) -> String {
+        content_hash(&self.embed_type, &self.content)
+    }
+
     /// The client was asked for this embed and did not have it (not asked again; any copy
     /// the client sends later replaces it, whatever its version).
     pub fn is_unavailable(&self) -> bool {
@@ -317,6 +332,7 @@ impl AiCache {
             content: String::new(),
             status: Some(UNAVAILABLE.into()),
             version_number: 0,
+            content_hash: None,
         };
         self.put_embed(user, chat, &tombstone).await
     }

@@ -1,10 +1,11 @@
 //! The client's embed messages: encrypted embeds and their wrapped keys go to the permanent
 //! store unread (the sender gets an acknowledgement, the other devices the update), and an
-//! embed is served back to its owner. A foreign id is `forbidden` with nothing changed.
+//! embed is served back to its owner. A foreign id is `forbidden` with nothing changed; a
+//! `content_hash` that is not the one of the content chatd made is refused.
 
 use chatd_protocol::{
-    EmbedKeysStored, EmbedUpdate, RequestEmbed, SendEmbedData, ServerMessage, StoreEmbed,
-    StoreEmbedKeys,
+    EmbedKeysStored, EmbedUpdate, ErrorCode, ErrorPayload, RequestEmbed, SendEmbedData,
+    ServerMessage, StoreEmbed, StoreEmbedKeys,
 };
 
 use super::Session;
@@ -19,6 +20,14 @@ impl Session {
         if m.encrypted_content.as_deref().is_none_or(str::is_empty) {
             return self.invalid("encrypted_content is required", None);
         }
+        if !self.content_hash_matches(&m).await {
+            let mut p = ErrorPayload::new(
+                ErrorCode::ContentHashMismatch,
+                "content_hash is not the hash of the content chatd made for this embed version",
+            );
+            p.details = Some(format!("embed {}", m.embed_id));
+            return self.reply(ServerMessage::Error(p));
+        }
         match self.app.store.put_embed(user, &m).await {
             Ok(()) => {
                 let update = EmbedUpdate {
@@ -32,6 +41,31 @@ impl Session {
                 self.broadcast(self.others(), &ServerMessage::EmbedUpdate(update));
             }
             Err(e) => self.store_failed(e, None, None),
+        }
+    }
+
+    /// The `content_hash` the client sends with an embed it stores must be the one of the
+    /// content chatd made for that version (when chatd still has it; a version the client
+    /// made itself, or one chatd no longer caches, cannot be checked here).
+    async fn content_hash_matches(&self, m: &StoreEmbed) -> bool {
+        let Some(sent) = &m.content_hash else {
+            return true;
+        };
+        match self
+            .app
+            .turn
+            .ai_cache
+            .get_embed(&self.user_hash(), &m.embed_id)
+            .await
+        {
+            Ok(Some(made)) if !made.is_unavailable() && made.version_number == m.version_number => {
+                made.content_hash() == *sent
+            }
+            Ok(_) => true,
+            Err(e) => {
+                tracing::warn!(error = %e, "cannot check an embed's content_hash; storing it");
+                true
+            }
         }
     }
 

@@ -13,7 +13,6 @@ use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
 use futures_util::StreamExt;
 use futures_util::stream::FuturesUnordered;
 use serde_json::{Value, json};
-use sha2::{Digest, Sha256};
 use tokio::sync::{Semaphore, oneshot};
 use tokio_util::sync::CancellationToken;
 
@@ -147,6 +146,7 @@ impl Invocation {
             content: e.content.clone(),
             status: Some(e.status.as_str().to_string()),
             version_number: e.version_number,
+            content_hash: None,
         };
         if let Err(err) = self
             .deps
@@ -167,7 +167,7 @@ impl Invocation {
         version: u64,
     ) -> EmbedEvent {
         EmbedEvent {
-            content_hash: content_hash(embed_type, &content),
+            content_hash: crate::cache::ai::content_hash(embed_type, &content),
             embed_id,
             embed_type: embed_type.to_string(),
             content,
@@ -475,13 +475,4 @@ impl Drop for Invocation {
     fn drop(&mut self) {
         self.deps.cancels.finish(&self.skill_task_id);
     }
-}
-
-/// SHA-256 (hex) over an embed's type and content as the server made them.
-pub fn content_hash(embed_type: &str, content: &str) -> String {
-    let mut h = Sha256::new();
-    h.update(embed_type.as_bytes());
-    h.update([0u8]);
-    h.update(content.as_bytes());
-    h.finalize().iter().map(|b| format!("{b:02x}")).collect()
 }

@@ -442,3 +442,21 @@ async fn an_embed_the_cache_lacks_is_asked_for_and_used_once_it_comes() {
         .await;
     assert_eq!(count, 3, "m1, its answer, m2");
 }
+
+#[tokio::test]
+async fn a_resent_embed_whose_hash_does_not_match_is_not_used() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut ws = app.connect_showing("hal", "chat-h").await;
+    let content = "Look:\n```json\n{\"type\": \"web_page\", \"embed_id\": \"emb-x\"}\n```";
+    let mut first = client_message("chat-h", "m1", content, false);
+    first["payload"]["embeds"] = json!([{
+        "embed_id": "emb-x", "type": "web_page", "content": "title: tampered",
+        "content_hash": chatd::cache::ai::content_hash("web_page", "title: original"),
+    }]);
+    ws.send_json(first).await;
+    // Not cached: the server still lacks it and asks.
+    let asked = outcome(&mut ws).await.need_embeds();
+    let ids: Vec<&str> = asked.embed_ids.iter().map(|e| e.as_str()).collect();
+    assert_eq!(ids, ["emb-x"]);
+}

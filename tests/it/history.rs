@@ -227,6 +227,7 @@ async fn embed_references_reach_the_model_as_toon_and_missing_ones_as_a_marker()
                 .into(),
             status: Some("finished".into()),
             version_number: 1,
+            content_hash: None,
         }];
     };
     ws.send(&user_message_with("chat-e", "m1", content, with_embed))

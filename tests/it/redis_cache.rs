@@ -68,6 +68,7 @@ async fn nothing_in_redis_is_plaintext() {
                 content: "title: embed-secret-title-5150".into(),
                 status: None,
                 version_number: 1,
+                content_hash: None,
             }];
         },
     ))
@@ -396,6 +397,7 @@ async fn chatd_on_a_redis_cluster_caches_turns_in_the_users_slot() {
             content: "title: cluster".into(),
             status: None,
             version_number: 1,
+            content_hash: None,
         }];
     }))
     .await;

@@ -1121,3 +1121,47 @@ async fn a_three_request_skill_shows_each_requests_results_as_it_finishes() {
         .collect();
     assert_eq!(ids, [1, 2, 3], "grouped by request id, in request order");
 }
+
+/// An embed's `content_hash` is checked when the client stores it (against the content
+/// chatd made for that version) and when it re-sends the plaintext (against the content).
+#[tokio::test]
+async fn an_embeds_content_hash_is_checked_when_stored_and_when_used() {
+    let s = setup().await;
+    offer(&s.fake, &["demo-vault"]);
+    s.skill
+        .respond(|_| SkillReply::Json(json!({"results": [{"note": "private"}]})));
+    s.fake.push(calls(vec![call(
+        "c1",
+        "demo-vault",
+        json!([{"query": "x"}]),
+    )]));
+    s.fake.push(text("Shown."));
+    let mut ws = s.app.connect_showing("alice", "chat-hash").await;
+    ws.send(&user_message("chat-hash", "m1", "show")).await;
+    let (frames, _) = collect_answer(&mut ws).await;
+    let parent = frames
+        .iter()
+        .rev()
+        .find_map(|f| match f {
+            ServerMessage::SendEmbedData(e) if e.status.as_deref() == Some("finished") => {
+                Some(e.as_ref().clone())
+            }
+            _ => None,
+        })
+        .unwrap();
+    let store = |hash: &str| {
+        json!({"type": "store_embed", "payload": {
+            "embed_id": parent.embed_id.as_str(), "encrypted_type": "enc-type",
+            "encrypted_content": "enc-content", "status": "finished",
+            "hashed_chat_id": chatd::store::hash_id("chat-hash"),
+            "version_number": parent.version_number, "content_hash": hash,
+        }})
+    };
+    ws.send_json(store("0000")).await;
+    let refused = ws.recv_until(crate::support::error_code).await;
+    assert_eq!(refused, ErrorCode::ContentHashMismatch);
+    let made = parent.content_hash.clone().unwrap();
+    ws.send_json(store(&made)).await;
+    ws.recv_until(|m| matches!(m, ServerMessage::EmbedStored(_)).then_some(()))
+        .await;
+}

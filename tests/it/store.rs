@@ -509,6 +509,7 @@ async fn delete_chat_removes_every_trace_from_the_store_and_redis() {
                 content: "title: x".into(),
                 status: None,
                 version_number: 1,
+                content_hash: None,
             }];
         },
     ))

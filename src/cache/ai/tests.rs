@@ -47,6 +47,7 @@ async fn embeds_version_and_owner_rules() {
         content: "title: One".into(),
         status: Some("finished".into()),
         version_number: 2,
+        content_hash: None,
     };
     assert_eq!(
         cache.put_embed(&a, &chat, &e).await.unwrap(),
