@@ -102,9 +102,7 @@ impl Config {
         if k.vault_timeout.is_zero() {
             return invalid("keys.vault_timeout", "must be longer than zero");
         }
-        if self.auth.token_ttl.is_zero() {
-            return invalid("auth.token_ttl", "must be longer than zero");
-        }
+        self.auth.validate()?;
         if self.llm.context_window < 1024 {
             return invalid("llm.context_window", "must be at least 1024 tokens");
         }

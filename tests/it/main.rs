@@ -20,6 +20,7 @@ mod links;
 mod module_graph;
 mod node_loss;
 mod offline;
+mod oidc;
 mod pipeline;
 mod private_logs;
 mod redis_cache;
