@@ -51,6 +51,11 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     pub read_buffer_bytes: usize,
     pub outbox_capacity: usize,
+    /// Bytes queued per socket before the client counts as behind.
+    pub outbox_bytes: usize,
+    /// How long a socket's queue may stay over `outbox_bytes` before it is closed (4001).
+    #[serde(with = "humantime_serde")]
+    pub slow_consumer_grace: Duration,
     pub allowed_origins: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,

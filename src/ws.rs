@@ -13,6 +13,7 @@ use axum::response::{IntoResponse, Response};
 
 use crate::auth::source::{SUBPROTOCOL, offers_chatd};
 use crate::auth::{AuthError, TokenSource, token_from_request};
+use crate::delivery::outbox::StreamMode;
 use crate::state::AppState;
 
 pub async fn upgrade(
@@ -61,6 +62,13 @@ pub async fn upgrade(
                 .into_response();
         }
     };
+    let mode = match StreamMode::parse(query.get("stream").map(String::as_str)) {
+        Ok(mode) => mode,
+        Err(reason) => {
+            tracing::info!(status = 400, reason, "handshake refused");
+            return (StatusCode::BAD_REQUEST, reason).into_response();
+        }
+    };
     let session_id = query
         .get("sessionId")
         .filter(|s| !s.is_empty() && s.len() <= 128)
@@ -78,7 +86,9 @@ pub async fn upgrade(
         .max_message_size(server.max_message_bytes)
         .max_frame_size(server.max_message_bytes)
         .on_upgrade(move |socket| {
-            tracker.track_future(connection::run(app, socket, user, session_id, expires_at))
+            tracker.track_future(connection::run(
+                app, socket, user, session_id, expires_at, mode,
+            ))
         })
 }
 

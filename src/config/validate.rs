@@ -32,6 +32,12 @@ impl Config {
         if s.outbox_capacity == 0 {
             return invalid("server.outbox_capacity", "must be at least 1");
         }
+        if s.outbox_bytes < 16 * 1024 {
+            return invalid("server.outbox_bytes", "must be at least 16384");
+        }
+        if s.slow_consumer_grace.is_zero() {
+            return invalid("server.slow_consumer_grace", "must be longer than zero");
+        }
         let l = &self.limits;
         if l.connection_rate == 0 || l.user_rate == 0 {
             return invalid("limits", "rates must be at least 1 per second");

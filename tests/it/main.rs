@@ -27,6 +27,7 @@ mod redis_cache;
 mod resume;
 mod shutdown;
 mod skills;
+mod slow_consumers;
 mod speculation;
 mod store;
 mod store_contract;
