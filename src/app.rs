@@ -13,7 +13,7 @@ use tokio_util::task::TaskTracker;
 
 use chatd_protocol::{ServerMessage, ServerShuttingDown};
 
-use crate::auth::TokenKeys;
+use crate::auth::{Authenticator, TokenKeys};
 use crate::cache::ai::AiCache;
 use crate::cache::memory::MemoryBackend;
 use crate::cache::redis::RedisBackend;
@@ -50,6 +50,8 @@ pub enum BuildError {
     },
     #[error(transparent)]
     Auth(#[from] crate::auth::AuthError),
+    #[error("auth.jwks_url: {0}")]
+    Jwks(#[from] crate::auth::jwks::JwksError),
     #[error(transparent)]
     Llm(#[from] crate::llm::LlmError),
     #[error("cache: {0}")]
@@ -264,9 +266,13 @@ impl App {
             shutdown: turns_shutdown.clone(),
         });
         let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
+        let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);
+        if let Some(jwks) = auth.jwks() {
+            connections.spawn(jwks.clone().run_refresher(connections_shutdown.clone()));
+        }
         let state = Arc::new(AppState {
             llm_probe,
-            keys,
+            auth,
             metrics,
             owners: Default::default(),
             turn,

@@ -1,6 +1,12 @@
-//! Session tokens: HS256 JWTs with `sub` = user id and `exp`. Owns the token secret
-//! (from config, a secret file, or generated once into the data directory with mode 0600)
-//! and where a token may come from on the upgrade request (query, cookie, bearer header).
+//! Session tokens: chatd's own HS256 JWTs with `sub` = user id and `exp`, and, when
+//! `auth.jwks_url` is set, an OpenID Connect provider's RS256/ES256 tokens (`oidc.rs`, its
+//! keys in `jwks.rs`). Owns the token secret (from config, a secret file, or generated once
+//! into the data directory with mode 0600) and the [`Authenticator`] that picks the
+//! verifier by the token's algorithm. Where a token comes from is `source.rs`.
+
+pub mod jwks;
+pub mod oidc;
+pub mod source;
 
 use std::fmt;
 use std::io::Write;
@@ -12,6 +18,8 @@ use secrecy::ExposeSecret;
 use serde::{Deserialize, Serialize};
 
 use crate::config::Config;
+
+pub use source::{TokenSource, token_from_request};
 
 /// An authenticated user's id (the token's `sub`).
 #[derive(Clone, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -51,12 +59,26 @@ impl fmt::Debug for UserId {
 
 #[derive(Debug, thiserror::Error)]
 pub enum AuthError {
-    #[error("no token: send ?token=, a chatd_token cookie or an Authorization: Bearer header")]
+    #[error(
+        "no token: send ?token=, the subprotocols `chatd` and `bearer.<token>`, the session cookie or an Authorization: Bearer header"
+    )]
     Missing,
     #[error("token expired")]
     Expired,
     #[error("token invalid")]
     Invalid,
+    #[error("token algorithm not accepted")]
+    Algorithm,
+    #[error("token signed by an unknown key")]
+    UnknownKey,
+    #[error("token issuer not accepted")]
+    Issuer,
+    #[error("token audience not accepted")]
+    Audience,
+    #[error("token lacks the configured user claim")]
+    UserClaim,
+    #[error("the identity provider's keys cannot be fetched; try again")]
+    KeysUnavailable,
     #[error("user id must be 1-128 characters of [A-Za-z0-9_.@:-]")]
     BadUserId,
     #[error("token secret: {0}")]
@@ -137,6 +159,34 @@ impl TokenKeys {
     }
 }
 
+/// Verifies a token of either kind: HS256 with chatd's secret, RS256/ES256 with the
+/// identity provider's keys (when configured). Anything else is invalid.
+pub struct Authenticator {
+    own: TokenKeys,
+    oidc: Option<oidc::Oidc>,
+}
+
+impl Authenticator {
+    pub fn new(own: TokenKeys, oidc: Option<oidc::Oidc>) -> Self {
+        Self { own, oidc }
+    }
+
+    /// The identity provider's key set, when one is configured (its refresh task).
+    pub fn jwks(&self) -> Option<&std::sync::Arc<jwks::Jwks>> {
+        self.oidc.as_ref().map(oidc::Oidc::jwks)
+    }
+
+    /// The token's user and its `exp` (unix seconds).
+    pub async fn verify(&self, token: &str) -> Result<(UserId, u64), AuthError> {
+        let header = jsonwebtoken::decode_header(token).map_err(|_| AuthError::Invalid)?;
+        match (header.alg, &self.oidc) {
+            (Algorithm::HS256, _) => self.own.verify_until(token),
+            (_, Some(oidc)) => oidc.verify(token, &header).await,
+            (_, None) => Err(AuthError::Algorithm),
+        }
+    }
+}
+
 fn trim_ascii(b: &[u8]) -> &[u8] {
     b.trim_ascii()
 }
@@ -181,45 +231,6 @@ pub fn load_or_create_secret(path: &Path) -> Result<Vec<u8>, AuthError> {
     }
 }
 
-/// Where the upgrade request carried its token, tried in order: `?token=`, the
-/// `chatd_token` cookie, `Authorization: Bearer`.
-pub fn token_from_request<'a>(
-    query_token: Option<&'a str>,
-    headers: &'a axum::http::HeaderMap,
-) -> Option<(&'a str, TokenSource)> {
-    if let Some(t) = query_token.filter(|t| !t.is_empty()) {
-        return Some((t, TokenSource::Query));
-    }
-    for value in headers.get_all(axum::http::header::COOKIE) {
-        let Ok(value) = value.to_str() else { continue };
-        for pair in value.split(';') {
-            if let Some((name, v)) = pair.trim().split_once('=')
-                && name == "chatd_token"
-                && !v.is_empty()
-            {
-                return Some((v, TokenSource::Cookie));
-            }
-        }
-    }
-    headers
-        .get(axum::http::header::AUTHORIZATION)
-        .and_then(|v| v.to_str().ok())
-        .and_then(|v| v.strip_prefix("Bearer "))
-        .map(str::trim)
-        .filter(|t| !t.is_empty())
-        .map(|t| (t, TokenSource::Bearer))
-}
-
-/// Where the upgrade request's token came from. A cookie is the one a browser sends by
-/// itself, to any page's request: only that one needs the origin checked against
-/// cross-site use.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum TokenSource {
-    Query,
-    Cookie,
-    Bearer,
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -249,29 +260,5 @@ mod tests {
             assert_eq!(mode & 0o777, 0o600);
         }
         std::fs::remove_dir_all(&dir).unwrap();
-    }
-
-    #[test]
-    fn token_sources_in_order() {
-        let mut headers = axum::http::HeaderMap::new();
-        headers.insert("cookie", "a=b; chatd_token=fromcookie".parse().unwrap());
-        headers.insert("authorization", "Bearer frombearer".parse().unwrap());
-        assert_eq!(
-            token_from_request(Some("q"), &headers),
-            Some(("q", TokenSource::Query))
-        );
-        assert_eq!(
-            token_from_request(None, &headers),
-            Some(("fromcookie", TokenSource::Cookie))
-        );
-        headers.remove("cookie");
-        assert_eq!(
-            token_from_request(None, &headers),
-            Some(("frombearer", TokenSource::Bearer))
-        );
-        assert_eq!(
-            token_from_request(None, &axum::http::HeaderMap::new()),
-            None
-        );
     }
 }

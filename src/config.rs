@@ -12,11 +12,13 @@ use secrecy::SecretString;
 use serde::Deserialize;
 
 /// The defaults, compiled into the binary.
+mod auth;
 mod cluster;
 mod kv_ref;
 mod skills;
 mod validate;
 
+pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 pub use kv_ref::KvRef;
 pub use skills::{SkillsConfig, WebSearchConfig};
@@ -49,6 +51,11 @@ pub struct ServerConfig {
     pub max_message_bytes: usize,
     pub read_buffer_bytes: usize,
     pub outbox_capacity: usize,
+    /// Bytes queued per socket before the client counts as behind.
+    pub outbox_bytes: usize,
+    /// How long a socket's queue may stay over `outbox_bytes` before it is closed (4001).
+    #[serde(with = "humantime_serde")]
+    pub slow_consumer_grace: Duration,
     pub allowed_origins: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,
@@ -62,17 +69,6 @@ pub struct LimitsConfig {
     pub user_rate: u32,
     pub user_burst: u32,
     pub max_queued_per_chat: usize,
-}
-
-#[derive(Debug, Clone, Deserialize)]
-#[serde(deny_unknown_fields)]
-pub struct AuthConfig {
-    #[serde(default)]
-    pub secret: Option<SecretString>,
-    #[serde(default)]
-    pub secret_file: Option<PathBuf>,
-    #[serde(with = "humantime_serde")]
-    pub token_ttl: Duration,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]

@@ -29,6 +29,9 @@ pub struct Metrics {
     pub connections_open: Gauge,
     pub frames_in: Family<TypeLabel, Counter>,
     pub frames_out: Family<TypeLabel, Counter>,
+    /// Queued `ai_message_update` frames replaced by a newer one of their task (a client
+    /// behind the stream gets only the newest text).
+    pub frames_coalesced: Counter,
     pub errors: Family<CodeLabel, Counter>,
     pub turns: Family<OutcomeLabel, Counter>,
     /// Turns this node took over from a node that stopped renewing their lease.
@@ -83,6 +86,12 @@ impl Metrics {
             "frames_out",
             "Frames sent, by message type",
             frames_out.clone(),
+        );
+        let frames_coalesced = Counter::default();
+        registry.register(
+            "frames_coalesced",
+            "Queued answer updates replaced by a newer one for a client behind the stream",
+            frames_coalesced.clone(),
         );
         let history_requests = Family::<ReasonLabel, Counter>::default();
         registry.register(
@@ -178,6 +187,7 @@ impl Metrics {
             connections_open,
             frames_in,
             frames_out,
+            frames_coalesced,
             errors,
             turns,
             lost_turns,

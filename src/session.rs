@@ -69,8 +69,8 @@ impl Session {
     }
 
     /// A fresh token for this socket: it must be valid and the same user's.
-    fn refresh_token(&self, m: chatd_protocol::RefreshToken) {
-        match self.app.keys.verify_until(&m.token) {
+    async fn refresh_token(&self, m: chatd_protocol::RefreshToken) {
+        match self.app.auth.verify(&m.token).await {
             Ok((user, exp)) if user == self.device.user => {
                 self.token_expires_at
                     .fetch_max(exp, std::sync::atomic::Ordering::AcqRel);
@@ -205,7 +205,7 @@ impl Session {
             ClientMessage::GetChatMessages(m) => self.queue_sync(SyncJob::Messages(m)),
             ClientMessage::RequestChatContentBatch(m) => self.queue_sync(SyncJob::Batch(m)),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
-            ClientMessage::RefreshToken(m) => self.refresh_token(m),
+            ClientMessage::RefreshToken(m) => self.refresh_token(m).await,
         }
     }
 

@@ -6,7 +6,7 @@ use governor::DefaultKeyedRateLimiter;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::auth::{TokenKeys, UserId};
+use crate::auth::{Authenticator, UserId};
 use crate::config::Config;
 use crate::metrics::Metrics;
 use crate::store::Store;
@@ -24,7 +24,8 @@ pub struct Tasks {
 /// State shared by every connection and turn.
 pub struct AppState {
     pub config: Config,
-    pub keys: TokenKeys,
+    /// Verifies session tokens (chatd's own, and an identity provider's when configured).
+    pub auth: Authenticator,
     pub metrics: Arc<Metrics>,
     /// Chat owners the store confirmed (a bounded read cache).
     pub owners: crate::store::owners::Owners,

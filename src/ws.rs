@@ -1,5 +1,6 @@
 //! The WebSocket endpoint `GET /v1/ws`: origin check and authentication before the
-//! upgrade (401/403 as plain HTTP), socket limits, then the connection loop.
+//! upgrade (401/403 as plain HTTP; 503 while an identity provider's keys cannot be
+//! fetched), the `chatd` subprotocol, socket limits, then the connection loop.
 
 pub mod connection;
 
@@ -10,7 +11,9 @@ use axum::extract::{Query, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 
+use crate::auth::source::{SUBPROTOCOL, offers_chatd};
 use crate::auth::{AuthError, TokenSource, token_from_request};
+use crate::delivery::outbox::StreamMode;
 use crate::state::AppState;
 
 pub async fn upgrade(
@@ -19,25 +22,51 @@ pub async fn upgrade(
     headers: HeaderMap,
     ws: WebSocketUpgrade,
 ) -> Response {
-    let token = token_from_request(query.get("token").map(String::as_str), &headers);
+    let auth = &app.config.auth;
+    let token = token_from_request(
+        query.get("token").map(String::as_str),
+        &headers,
+        &auth.cookie_name,
+    );
     let cookie = token.is_some_and(|(_, source)| source == TokenSource::Cookie);
     if let Err(reason) = origin_allowed(&app.config.server.allowed_origins, &headers, cookie) {
         tracing::info!(status = 403, reason, "handshake refused");
         return (StatusCode::FORBIDDEN, reason).into_response();
     }
-    let (user, expires_at) = match token
-        .ok_or(AuthError::Missing)
-        .and_then(|(t, _)| app.keys.verify_until(t))
+    // A browser fails a handshake whose answer selects none of the offered subprotocols;
+    // a token subprotocol alone would leave chatd nothing to select but the token itself.
+    if token.is_some_and(|(_, source)| source == TokenSource::Subprotocol)
+        && !offers_chatd(&headers)
     {
+        let reason = "offer the `chatd` subprotocol beside `bearer.<token>`";
+        tracing::info!(status = 400, reason, "handshake refused");
+        return (StatusCode::BAD_REQUEST, reason).into_response();
+    }
+    let verified = match token {
+        Some((t, _)) => app.auth.verify(t).await,
+        None => Err(AuthError::Missing),
+    };
+    let (user, expires_at) = match verified {
         Ok(verified) => verified,
         Err(e) => {
-            tracing::info!(status = 401, reason = %e, "handshake refused");
+            let status = match e {
+                AuthError::KeysUnavailable => StatusCode::SERVICE_UNAVAILABLE,
+                _ => StatusCode::UNAUTHORIZED,
+            };
+            tracing::info!(status = status.as_u16(), reason = %e, "handshake refused");
             return (
-                StatusCode::UNAUTHORIZED,
+                status,
                 [(header::WWW_AUTHENTICATE, "Bearer")],
                 e.to_string(),
             )
                 .into_response();
+        }
+    };
+    let mode = match StreamMode::parse(query.get("stream").map(String::as_str)) {
+        Ok(mode) => mode,
+        Err(reason) => {
+            tracing::info!(status = 400, reason, "handshake refused");
+            return (StatusCode::BAD_REQUEST, reason).into_response();
         }
     };
     let session_id = query
@@ -47,7 +76,9 @@ pub async fn upgrade(
         .unwrap_or_else(|| uuid::Uuid::new_v4().to_string());
     let server = &app.config.server;
     let tracker = app.tasks.connections.clone();
-    ws.read_buffer_size(server.read_buffer_bytes)
+    // Selects `chatd` when the client offered it (it must, beside a token subprotocol).
+    ws.protocols([SUBPROTOCOL])
+        .read_buffer_size(server.read_buffer_bytes)
         // Frames are collected up to this size and written on the writer's flush (see
         // `connection::write_loop`): one syscall per batch, not per frame.
         .write_buffer_size(WRITE_BUFFER_BYTES)
@@ -55,14 +86,16 @@ pub async fn upgrade(
         .max_message_size(server.max_message_bytes)
         .max_frame_size(server.max_message_bytes)
         .on_upgrade(move |socket| {
-            tracker.track_future(connection::run(app, socket, user, session_id, expires_at))
+            tracker.track_future(connection::run(
+                app, socket, user, session_id, expires_at, mode,
+            ))
         })
 }
 
 /// Bytes of frames buffered before the socket is written (a flush writes sooner).
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
-/// Cross-site WebSocket hijacking: a browser sends the `chatd_token` cookie with a
+/// Cross-site WebSocket hijacking: a browser sends the session cookie with a
 /// handshake any page starts, so a cookie sign-in is taken only from an origin in
 /// `server.allowed_origins`, or, when that list is empty, from the server's own origin
 /// (the `Host` the request was sent to). `Origin: null` (sandboxed frames, `file:` pages)

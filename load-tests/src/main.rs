@@ -26,7 +26,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::client::Kind;
-use crate::scenarios::{active, idle, storm, stream, ttft};
+use crate::scenarios::{active, idle, slow, storm, stream, ttft};
 
 #[derive(Parser)]
 #[command(name = "chatd-load", about = "chatd benchmarks and load tests")]
@@ -183,6 +183,21 @@ enum Command {
         #[arg(long, value_enum, value_delimiter = ',', default_value = "floor,chatd")]
         relays: Vec<Relay>,
     },
+    /// Slow consumers: live answers with extra devices showing them that read, or never
+    /// read (stalled); chatd's RSS and the fast clients' times in each case.
+    Slow {
+        #[arg(long, default_value_t = 20)]
+        chats: usize,
+        /// Extra devices in all (spread over the chats' users).
+        #[arg(long, default_value_t = 100)]
+        extra: usize,
+        #[arg(long, default_value_t = 3000)]
+        tokens: usize,
+        #[arg(long, default_value_t = 1)]
+        pace_ms: u64,
+        #[arg(long, default_value = "20s", value_parser = humantime_dur)]
+        duration: Duration,
+    },
     /// (internal) Runs one server under test; prints `LISTEN addr`.
     #[command(hide = true)]
     Serve {
@@ -322,6 +337,25 @@ fn main() -> anyhow::Result<()> {
                         rate,
                         tokens,
                         kinds: kinds(&relays),
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Slow {
+                chats,
+                extra,
+                tokens,
+                pace_ms,
+                duration,
+            } => {
+                slow::run(
+                    slow::Params {
+                        chats,
+                        extra,
+                        tokens,
+                        pace: Duration::from_millis(pace_ms),
+                        duration,
                     },
                     &out,
                 )

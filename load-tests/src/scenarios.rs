@@ -4,6 +4,7 @@
 
 pub mod active;
 pub mod idle;
+pub mod slow;
 pub mod storm;
 pub mod stream;
 pub mod ttft;

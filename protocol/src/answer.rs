@@ -59,7 +59,10 @@ pub struct AiTypingEnded {
 
 /// One frame of a streamed answer. `full_content_so_far` is cumulative; `sequence` is
 /// strictly increasing per task (correction frames included); the last frame has
-/// `is_final_chunk: true` and the turn's outcome fields.
+/// `is_final_chunk: true` and the turn's outcome fields. A socket opened with
+/// `?stream=delta` gets non-final frames with `delta: true`: only the new text, in
+/// `content_delta` (append it), and `full_content_so_far` empty; a frame without `delta`
+/// carries the full text (replace), as the final frame always does.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AiMessageUpdate {
     pub task_id: TaskId,
@@ -70,6 +73,13 @@ pub struct AiMessageUpdate {
     pub full_content_so_far: String,
     pub sequence: u64,
     pub is_final_chunk: bool,
+    /// Delta streaming (`?stream=delta`): this frame carries only the text added since the
+    /// device's previous frame of the task, in `content_delta`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub delta: bool,
+    /// With `delta: true`: the text to append.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub content_delta: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]

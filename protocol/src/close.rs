@@ -16,7 +16,9 @@ pub enum CloseCode {
     MessageTooBig,
     /// 1011: unexpected server error.
     InternalError,
-    /// 4001: the client read too slowly and its outbox filled up (`server.outbox_capacity`).
+    /// 4001: the client read too slowly: its outbox stayed over `server.outbox_bytes` for
+    /// `server.slow_consumer_grace`, reached twice it, or `server.outbox_capacity` frames, or
+    /// a write to its socket blocked for 10 s.
     SlowConsumer,
     /// 4002: the session token reached its `exp` (send `refresh_token` before it does, or
     /// reconnect with a fresh token).

@@ -121,3 +121,53 @@ fn cluster_mode_refuses_what_nodes_would_not_share_naming_the_key() {
     c.cluster.lease = Duration::from_millis(10);
     assert_eq!(key_of(&c), "cluster.lease");
 }
+
+#[test]
+fn oidc_sign_in_needs_issuer_and_audience() {
+    let key_of = |edit: &dyn Fn(&mut Config)| {
+        let mut c = Config::defaults().unwrap();
+        edit(&mut c);
+        match c.validate() {
+            Ok(()) => None,
+            Err(ConfigError::Invalid { key, .. }) => Some(key),
+            Err(e) => panic!("{e}"),
+        }
+    };
+    let c = Config::defaults().unwrap();
+    assert_eq!(c.auth.cookie_name, "chatd_token");
+    assert_eq!(c.auth.user_claim, "sub");
+    assert!(c.auth.jwks_url.is_empty());
+    let url = |c: &mut Config| c.auth.jwks_url = "https://idp.example/jwks.json".into();
+    assert_eq!(key_of(&|c| url(c)), Some("auth.issuer"));
+    assert_eq!(
+        key_of(&|c| {
+            url(c);
+            c.auth.issuer = "https://idp.example".into();
+        }),
+        Some("auth.audience")
+    );
+    assert_eq!(
+        key_of(&|c| {
+            url(c);
+            c.auth.issuer = "https://idp.example".into();
+            c.auth.audience = "chatd".into();
+        }),
+        None
+    );
+    assert_eq!(
+        key_of(&|c| c.auth.issuer = "https://idp.example".into()),
+        Some("auth.jwks_url")
+    );
+    assert_eq!(
+        key_of(&|c| c.auth.jwks_url = "ftp://idp.example".into()),
+        Some("auth.jwks_url")
+    );
+    assert_eq!(
+        key_of(&|c| c.auth.cookie_name = "a b".into()),
+        Some("auth.cookie_name")
+    );
+    assert_eq!(
+        key_of(&|c| c.auth.user_claim = " ".into()),
+        Some("auth.user_claim")
+    );
+}

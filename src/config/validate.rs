@@ -32,6 +32,12 @@ impl Config {
         if s.outbox_capacity == 0 {
             return invalid("server.outbox_capacity", "must be at least 1");
         }
+        if s.outbox_bytes < 16 * 1024 {
+            return invalid("server.outbox_bytes", "must be at least 16384");
+        }
+        if s.slow_consumer_grace.is_zero() {
+            return invalid("server.slow_consumer_grace", "must be longer than zero");
+        }
         let l = &self.limits;
         if l.connection_rate == 0 || l.user_rate == 0 {
             return invalid("limits", "rates must be at least 1 per second");
@@ -102,9 +108,7 @@ impl Config {
         if k.vault_timeout.is_zero() {
             return invalid("keys.vault_timeout", "must be longer than zero");
         }
-        if self.auth.token_ttl.is_zero() {
-            return invalid("auth.token_ttl", "must be longer than zero");
-        }
+        self.auth.validate()?;
         if self.llm.context_window < 1024 {
             return invalid("llm.context_window", "must be at least 1024 tokens");
         }

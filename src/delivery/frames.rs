@@ -199,6 +199,8 @@ pub fn chunk(
         full_content_so_far: text,
         sequence,
         is_final_chunk,
+        delta: false,
+        content_delta: None,
         model_name: Some(ctx.model_name.clone()),
         category: ctx.category.clone(),
         interrupted_by_revocation: false,

@@ -85,6 +85,8 @@ fn chunk(u: &AiMessageUpdate, previous: &str) -> LogEntry {
         full_content_so_far: text.to_string(),
         sequence: u.sequence,
         is_final_chunk: u.is_final_chunk,
+        delta: false,
+        content_delta: None,
         model_name: u.model_name.clone(),
         category: u.category.clone(),
         interrupted_by_revocation: u.interrupted_by_revocation,

@@ -106,6 +106,8 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         full_content_so_far: text.clone(),
         sequence: sequence + 1,
         is_final_chunk: true,
+        delta: false,
+        content_delta: None,
         model_name: model_name.clone(),
         category: category.clone(),
         interrupted_by_revocation: false,

@@ -13,7 +13,7 @@ use futures_util::{SinkExt, StreamExt};
 
 use crate::auth::UserId;
 use crate::delivery::Device;
-use crate::delivery::outbox::{Outbox, OutboxReceiver, outbox};
+use crate::delivery::outbox::{Outbox, OutboxReceiver, OutboxSettings, StreamMode, outbox};
 use crate::session::Session;
 use crate::state::AppState;
 
@@ -21,8 +21,11 @@ use crate::state::AppState;
 const CLOSE_HANDSHAKE: Duration = Duration::from_secs(3);
 /// How long one write may block (a client that stops reading entirely).
 const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most frames written before one flush.
+/// Most frames written before one flush...
 const WRITE_BATCH: usize = 32;
+/// ...and bytes: a client that stops reading holds at most about this much in the socket
+/// library's buffer, besides its outbox.
+const WRITE_BATCH_BYTES: usize = 16 * 1024;
 
 #[tracing::instrument(skip_all, fields(user_id = %user))]
 pub async fn run(
@@ -31,8 +34,16 @@ pub async fn run(
     user: UserId,
     session_id: String,
     expires_at: u64,
+    mode: StreamMode,
 ) {
-    let (out, out_rx) = outbox(app.config.server.outbox_capacity, app.metrics.clone());
+    let server = &app.config.server;
+    let settings = OutboxSettings {
+        capacity: server.outbox_capacity,
+        max_bytes: server.outbox_bytes,
+        grace: server.slow_consumer_grace,
+        mode,
+    };
+    let (out, out_rx) = outbox(settings, app.metrics.clone());
     let device = Arc::new(Device::new(session_id, user, out.clone()));
     let delivery = &app.turn.delivery;
     delivery.register(device.clone()).await;
@@ -42,7 +53,7 @@ pub async fn run(
     session.send_pending().await;
     let shutdown = app.tasks.connections_shutdown.clone();
     let reader = read_loop(stream, &session, &out, &shutdown);
-    let writer = write_loop(sink, out_rx);
+    let writer = write_loop(sink, out_rx, &out);
     tokio::join!(reader, writer);
     delivery.unregister(&device.user_hash, device.conn_id).await;
     app.metrics.connections_open.dec();
@@ -141,36 +152,44 @@ fn close_code_for(e: &axum::Error) -> Option<CloseCode> {
     None
 }
 
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut rx: OutboxReceiver) {
+async fn write_loop(mut sink: SplitSink<WebSocket, Message>, rx: OutboxReceiver, out: &Outbox) {
+    let stayed_over = rx.stayed_over();
+    tokio::pin!(stayed_over);
     loop {
+        let batch = tokio::select! {
+            biased;
+            _ = rx.close.cancelled() => break,
+            () = &mut stayed_over => break slow_consumer(out, "queue over server.outbox_bytes"),
+            batch = rx.next_batch(WRITE_BATCH, WRITE_BATCH_BYTES) => batch,
+        };
+        // Frames queued meanwhile go out in the same socket write (one flush).
+        let write = async {
+            for frame in batch {
+                sink.feed(Message::Text(frame.text)).await?;
+            }
+            sink.flush().await
+        };
+        // A write the client does not read blocks; the queue behind it may then stay over
+        // its bound. Either way the socket is closed with 4001 (the frames already handed
+        // to the socket library stay in its buffer, ahead of the close frame).
         tokio::select! {
             biased;
-            frame = rx.rx.recv() => {
-                let Some(frame) = frame else { break };
-                // Frames queued meanwhile go out in the same socket write (one flush).
-                let write = async {
-                    sink.feed(Message::Text(frame.text)).await?;
-                    for _ in 1..WRITE_BATCH {
-                        let Ok(next) = rx.rx.try_recv() else { break };
-                        sink.feed(Message::Text(next.text)).await?;
-                    }
-                    sink.flush().await
-                };
-                match tokio::time::timeout(WRITE_TIMEOUT, write).await {
-                    Ok(Ok(())) => {}
-                    _ => {
-                        rx.close.cancel();
-                        return;
-                    }
+            written = tokio::time::timeout(WRITE_TIMEOUT, write) => match written {
+                Ok(Ok(())) => {}
+                Ok(Err(e)) => {
+                    tracing::debug!(error = %e, "socket write failed");
+                    rx.close.cancel();
+                    return;
                 }
-            }
-            _ = rx.close.cancelled() => break,
+                Err(_) => break slow_consumer(out, "write blocked"),
+            },
+            () = &mut stayed_over => break slow_consumer(out, "queue over server.outbox_bytes"),
         }
     }
     // Flush what is queued unless the client is too slow, then send the close frame.
     let code = rx.close_code().unwrap_or(CloseCode::Normal);
     if code != CloseCode::SlowConsumer {
-        while let Ok(frame) = rx.rx.try_recv() {
+        for frame in rx.drain() {
             if tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Text(frame.text)))
                 .await
                 .map_or(true, |r| r.is_err())
@@ -184,4 +203,9 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, mut rx: OutboxRecei
         reason: code.reason().into(),
     }));
     let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.send(close)).await;
+}
+
+fn slow_consumer(out: &Outbox, why: &'static str) {
+    tracing::warn!(why, "closing slow consumer");
+    out.close_with(CloseCode::SlowConsumer);
 }

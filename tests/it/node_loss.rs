@@ -80,6 +80,8 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         full_content_so_far: "Partial answer.\n\n".into(),
         sequence: 1,
         is_final_chunk: false,
+        delta: false,
+        content_delta: None,
         model_name: Some("ghost-model".into()),
         category: None,
         interrupted_by_revocation: false,

@@ -16,6 +16,8 @@ fn update(text: &str, sequence: u64, is_final_chunk: bool) -> ServerMessage {
         full_content_so_far: text.into(),
         sequence,
         is_final_chunk,
+        delta: false,
+        content_delta: None,
         model_name: None,
         category: None,
         interrupted_by_revocation: false,

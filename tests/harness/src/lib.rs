@@ -4,6 +4,7 @@
 //! - [`openbao::OpenBao`]: `bao server -dev` with transit enabled
 //! - [`postgres::Postgres`]: a throwaway PostgreSQL cluster (`initdb` + `postgres`)
 //! - [`blackhole::Blackhole`]: accepts TCP and never answers
+//! - [`fake_idp::FakeIdp`]: an OpenID Connect provider's JWK set (rotatable) and its signing keys
 //! - [`fake_llm::FakeLlm`]: an OpenAI-compatible streaming HTTP server with scripted replies
 //! - [`fake_skill::FakeSkill`]: remote skills, web pages and a search API, scripted
 //! - [`ws_client::WsClient`]: a typed WebSocket client on `chatd-protocol`
@@ -17,6 +18,7 @@
 
 pub mod blackhole;
 pub mod chatd_proc;
+pub mod fake_idp;
 pub mod fake_llm;
 pub mod fake_skill;
 pub mod openbao;

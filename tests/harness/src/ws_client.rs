@@ -41,6 +41,35 @@ impl WsClient {
     pub async fn connect_request(
         request: tungstenite::handshake::client::Request,
     ) -> Result<WsClient, Refused> {
+        Self::connect_with_protocol(request).await.map(|(ws, _)| ws)
+    }
+
+    /// As [`WsClient::connect_request`], also returning the subprotocol the server selected
+    /// (`Sec-WebSocket-Protocol` of its answer; the client library has already checked
+    /// that it is one the request offered).
+    pub async fn connect_with_protocol(
+        request: tungstenite::handshake::client::Request,
+    ) -> Result<(WsClient, Option<String>), Refused> {
+        match Self::handshake(request).await? {
+            Ok(accepted) => Ok(accepted),
+            Err((status, _)) => Err(Refused::Http(status)),
+        }
+    }
+
+    /// The status and body (chatd's reason) of a refused upgrade; fails if it was accepted.
+    pub async fn refusal(
+        request: tungstenite::handshake::client::Request,
+    ) -> anyhow::Result<(u16, String)> {
+        match Self::handshake(request).await {
+            Ok(Err(refused)) => Ok(refused),
+            Ok(Ok(_)) => bail!("the server accepted the upgrade"),
+            Err(e) => bail!("no HTTP answer: {e:?}"),
+        }
+    }
+
+    async fn handshake(
+        request: tungstenite::handshake::client::Request,
+    ) -> Result<Result<(WsClient, Option<String>), (u16, String)>, Refused> {
         let host = request.uri().host().unwrap_or("127.0.0.1").to_string();
         let port = request.uri().port_u16().unwrap_or(80);
         let tcp = TcpStream::connect((host.as_str(), port))
@@ -49,8 +78,22 @@ impl WsClient {
         tcp.set_nodelay(true)
             .map_err(|e| Refused::Other(e.to_string()))?;
         match tokio_tungstenite::client_async(request, MaybeTlsStream::Plain(tcp)).await {
-            Ok((ws, _)) => Ok(WsClient { ws }),
-            Err(tungstenite::Error::Http(resp)) => Err(Refused::Http(resp.status().as_u16())),
+            Ok((ws, response)) => {
+                let protocol = response
+                    .headers()
+                    .get("sec-websocket-protocol")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_string);
+                Ok(Ok((WsClient { ws }, protocol)))
+            }
+            Err(tungstenite::Error::Http(resp)) => {
+                let body = resp
+                    .body()
+                    .as_deref()
+                    .map(|b| String::from_utf8_lossy(b).into_owned())
+                    .unwrap_or_default();
+                Ok(Err((resp.status().as_u16(), body)))
+            }
             Err(e) => Err(Refused::Other(e.to_string())),
         }
     }
