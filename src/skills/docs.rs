@@ -31,15 +31,40 @@ pub fn search(query: &str, limit: usize) -> Vec<Value> {
     scored
         .into_iter()
         .take(limit)
-        .map(|(score, file, p)| {
-            let text: String = p.chars().take(400).collect();
-            json!({"file": file, "score": score, "text": text})
-        })
+        .map(|(score, file, p)| json!({"file": file, "score": score, "text": excerpt(p, &terms)}))
         .collect()
+}
+
+/// At most 400 characters of a paragraph, from the first line that holds a query term (a
+/// long table keeps the row that matched).
+fn excerpt(paragraph: &str, terms: &[String]) -> String {
+    let from = paragraph
+        .split_inclusive('\n')
+        .scan(0, |offset, line| {
+            let start = *offset;
+            *offset += line.len();
+            Some((start, line))
+        })
+        .find(|(_, line)| {
+            let lower = line.to_lowercase();
+            terms.iter().any(|t| lower.contains(t.as_str()))
+        })
+        .map_or(0, |(start, _)| start);
+    paragraph[from..].chars().take(400).collect()
 }
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn an_excerpt_starts_at_the_line_that_matched() {
+        let table = format!(
+            "| a | b |\n{}| `GET /readyz` | ready |\n",
+            "| row | x |\n".repeat(60)
+        );
+        let text = super::excerpt(&table, &["readyz".to_string()]);
+        assert!(text.starts_with("| `GET /readyz`"), "{text}");
+    }
+
     #[test]
     fn finds_the_readiness_endpoint() {
         let hits = super::search("readyz dependencies", 3);

@@ -27,6 +27,7 @@ mod private_logs;
 mod redis_cache;
 mod resume;
 mod shutdown;
+mod skill_flows;
 mod skills;
 mod slow_consumers;
 mod speculation;
