@@ -164,6 +164,9 @@ pub struct PipelineConfig {
     #[serde(with = "humantime_serde")]
     pub turn_deadline: Duration,
     pub postprocessing: bool,
+    /// Postprocessing's `harmful_response` at or above which the answer is reprocessed
+    /// (0: never).
+    pub harmful_response_threshold: u8,
     /// Open the likely main call while preprocessing runs (see `pipeline::speculation`).
     pub speculative_main_call: bool,
 }

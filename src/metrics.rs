@@ -36,6 +36,8 @@ pub struct Metrics {
     pub turns: Family<OutcomeLabel, Counter>,
     /// Turns this node took over from a node that stopped renewing their lease.
     pub lost_turns: Counter,
+    /// Answers generated again after postprocessing judged them harmful.
+    pub reprocessed_answers: Counter,
     pub turn_seconds: Histogram,
     pub ttft_seconds: Histogram,
     pub history_requests: Family<ReasonLabel, Counter>,
@@ -121,6 +123,12 @@ impl Metrics {
             "Turns taken over from a lost node (ended with node_lost)",
             lost_turns.clone(),
         );
+        let reprocessed_answers = Counter::default();
+        registry.register(
+            "reprocessed_answers",
+            "Answers generated again and replaced after postprocessing judged them harmful",
+            reprocessed_answers.clone(),
+        );
         let turn_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
         registry.register(
             "turn_duration_seconds",
@@ -191,6 +199,7 @@ impl Metrics {
             errors,
             turns,
             lost_turns,
+            reprocessed_answers,
             turn_seconds,
             ttft_seconds,
             history_requests,

@@ -12,6 +12,7 @@ pub mod instructions;
 pub mod models;
 pub mod postprocess;
 pub mod preprocess;
+pub mod reprocess;
 pub mod speculation;
 pub mod tokens;
 pub mod tools;
@@ -185,6 +186,11 @@ pub enum TurnEvent {
     /// Follow-up suggestions a skill returned: postprocessing offers them first (no frame
     /// of their own; the skill's embed shows them too).
     SkillSuggestions(Vec<String>),
+    /// The answer generated again after postprocessing judged it harmful: the whole text
+    /// replaces the final one on every device (after the final frame).
+    Corrected {
+        text: Arc<str>,
+    },
     /// A piece of the model's reasoning (a delta), before the answer text.
     Thinking {
         delta: String,

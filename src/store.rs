@@ -181,6 +181,15 @@ pub trait Store: Send + Sync {
         message: &'a EncryptedMessage,
     ) -> BoxFuture<'a, Result<MessageAdded, StoreError>>;
 
+    /// Replaces the body of a stored assistant or system message (a corrected answer);
+    /// raises `messages_v`. `NotFound` when the owner has no such message in the chat.
+    fn replace_message<'a>(
+        &'a self,
+        owner: &'a UserId,
+        chat: &'a ChatId,
+        message: &'a EncryptedMessage,
+    ) -> BoxFuture<'a, Result<ChatVersions, StoreError>>;
+
     /// One chat's metadata (`None`: not the owner's).
     fn chat<'a>(
         &'a self,

@@ -2,6 +2,7 @@
 //! finishing and handing over to the messages queued behind it.
 
 pub mod admission;
+mod correction;
 pub mod deps;
 pub mod follow_up;
 pub mod log;

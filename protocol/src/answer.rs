@@ -48,6 +48,14 @@ pub struct ThinkingComplete {
     pub message_id: MessageId,
 }
 
+/// Why an answer was replaced after its final frame.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
+#[serde(rename_all = "snake_case")]
+pub enum Correction {
+    /// Postprocessing judged the answer harmful; it was generated again with a caution.
+    HarmfulResponse,
+}
+
 /// After a turn's final frame, to every device: the assistant stopped typing.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct AiTypingEnded {
@@ -107,6 +115,10 @@ pub struct AiMessageUpdate {
     /// that link repair replaced by search links on their own text.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub replaced_links: Vec<ReplacedLink>,
+    /// The answer was generated again and this whole text replaces the one the final frame
+    /// had (sent after it, to every device; store it in place of the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub correction: Option<Correction>,
 }
 
 /// A broken link of an answer, replaced by a search link on its text.

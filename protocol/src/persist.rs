@@ -103,6 +103,10 @@ pub struct AiResponseCompleted {
     pub message: EncryptedMessage,
     #[serde(default)]
     pub versions: ClientVersions,
+    /// Replaces the stored assistant message with this id (an answer the server corrected
+    /// after its final frame: `ai_message_update` with `correction`); raises `messages_v`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub replace: bool,
 }
 
 /// `update_post_processing_metadata`: encrypted suggestions, summary and tags.

@@ -134,6 +134,12 @@ impl Config {
                 "harm_threshold and misuse_threshold must be between 1 and 10",
             );
         }
+        if p.harmful_response_threshold > 10 {
+            return invalid(
+                "pipeline.harmful_response_threshold",
+                "must be between 0 (off) and 10",
+            );
+        }
         if !(0.0..=1.0).contains(&p.injection_caution_threshold) {
             return invalid(
                 "pipeline.injection_caution_threshold",

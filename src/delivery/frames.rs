@@ -6,7 +6,7 @@
 
 use chatd_protocol::{
     AiBackgroundResponseCompleted, AiMessageUpdate, AiTaskWaiting, AiTypingEnded, AiTypingStarted,
-    ErrorCode, ErrorPayload, PostProcessingCompleted, PreprocessingStep, ReplacedLink,
+    Correction, ErrorCode, ErrorPayload, PostProcessingCompleted, PreprocessingStep, ReplacedLink,
     SendEmbedData, ServerMessage, SkillExecutionStatus, ThinkingChunk, ThinkingComplete,
 };
 
@@ -97,6 +97,11 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
                 ..SendEmbedData::new(e.embed_id)
             }));
             all(msg)
+        }
+        TurnEvent::Corrected { text } => {
+            let mut msg = chunk(ctx, text.to_string(), sequence, true);
+            msg.correction = Some(Correction::HarmfulResponse);
+            vec![(Audience::All, ServerMessage::AiMessageUpdate(msg))]
         }
         TurnEvent::Thinking { delta } => {
             let msg = ServerMessage::ThinkingChunk(ThinkingChunk {
@@ -211,6 +216,7 @@ pub fn chunk(
         completion_tokens: None,
         trimmed_history_messages: 0,
         replaced_links: Vec::new(),
+        correction: None,
     }
 }
 

@@ -57,7 +57,7 @@ pub struct AnswerLimits {
 pub const BYTES_PER_TOKEN: usize = 8;
 
 impl AnswerLimits {
-    fn max_bytes(&self) -> usize {
+    pub(crate) fn max_bytes(&self) -> usize {
         (self.max_output_tokens as usize).saturating_mul(BYTES_PER_TOKEN)
     }
 }
@@ -107,9 +107,21 @@ struct Progress {
 
 impl AnswerStream<'_> {
     /// Streams the answer to `request`, emitting `Chunk` events; returns the outcome
-    /// (the caller emits `Finished`). `early`, when given, is `request`'s first model call,
+    /// (the caller emits `Finished`) and the request with the tool rounds' calls and results
+    /// (what the answer was written from: reprocessing asks again from there). `early`, when given, is `request`'s first model call,
     /// already opened (a speculative main call that preprocessing confirmed).
-    pub async fn run(&self, mut request: LlmRequest, early: Option<Early<'_>>) -> TurnOutcome {
+    pub async fn run(
+        &self,
+        mut request: LlmRequest,
+        early: Option<Early<'_>>,
+    ) -> (TurnOutcome, LlmRequest) {
+        let outcome = self.rounds(&mut request, early).await;
+        (outcome, request)
+    }
+
+    /// The model calls of an answer; `request` ends holding the context the final text
+    /// was written in (each tool round's calls and results appended).
+    async fn rounds(&self, request: &mut LlmRequest, early: Option<Early<'_>>) -> TurnOutcome {
         let mut early = early;
         let mut p = Progress {
             chunker: ParagraphChunker::default(),
@@ -128,7 +140,7 @@ impl AnswerStream<'_> {
                 request.tool_choice = ToolChoice::None;
             }
             let round_start = p.chunker.text().len();
-            let calls = match self.round(&request, early.take(), &mut p).await {
+            let calls = match self.round(request, early.take(), &mut p).await {
                 RoundEnd::Done(calls) => calls,
                 RoundEnd::Interrupted(why) => return self.outcome(&p, Some(why), None),
                 RoundEnd::Failed(e) => return self.finish(p, None, Some(e)),

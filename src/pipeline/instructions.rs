@@ -36,6 +36,8 @@ pub struct Prompts {
     pub preprocessing: String,
     /// `{previous_summary}` is filled in per turn.
     pub postprocessing: String,
+    /// Added when an answer is generated again after postprocessing judged it harmful.
+    pub harmful_response_caution: String,
     pub rejection: Rejections,
 }
 

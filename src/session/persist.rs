@@ -264,6 +264,9 @@ impl Session {
         if self.claimed_by_another(chat).await {
             return self.store_failed(StoreError::Forbidden, Some(chat), Some(&message.message_id));
         }
+        if m.replace {
+            return self.replace_answer(chat, message).await;
+        }
         match self.app.store.add_message(user, chat, &message).await {
             Ok(added) => {
                 // The cache is current before the sender hears "stored".
@@ -300,6 +303,39 @@ impl Session {
             }
             Err(e) => self.store_failed(e, Some(chat), Some(&message.message_id)),
         }
+    }
+
+    /// A corrected answer replaces the stored one (same id); the other devices get it.
+    async fn replace_answer(&self, chat: &ChatId, message: EncryptedMessage) {
+        let user = &self.device.user;
+        let versions = match self.app.store.replace_message(user, chat, &message).await {
+            Ok(v) => v,
+            Err(e) => return self.store_failed(e, Some(chat), Some(&message.message_id)),
+        };
+        self.reload_sync_cache(chat, versions.messages_v).await;
+        if let Err(e) = self
+            .app
+            .turn
+            .ai_cache
+            .drop_pending(&self.device.user_hash, message.message_id.as_str())
+            .await
+        {
+            tracing::warn!(error = %e, "cannot clear a pending answer");
+        }
+        self.reply(ServerMessage::AiResponseStorageConfirmed(
+            AiResponseStorageConfirmed {
+                chat_id: chat.clone(),
+                message_id: message.message_id.clone(),
+                stored: true,
+                versions,
+            },
+        ));
+        let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
+            chat_id: chat.clone(),
+            message,
+            versions,
+        }));
+        self.broadcast(self.others(), &new);
     }
 
     pub(super) async fn update_post_processing_metadata(&self, m: UpdatePostProcessingMetadata) {

@@ -351,23 +351,31 @@ impl Session {
             blobs.push(serde_json::to_vec(message).ok()?);
             Some(blobs)
         });
-        let blobs = match appended {
-            Some(b) => b,
-            None => {
-                let loaded = self
-                    .app
-                    .store
-                    .messages(&self.device.user, std::slice::from_ref(chat))
-                    .await;
-                let Ok(loaded) = loaded else { return };
-                let messages: Vec<EncryptedMessage> = loaded.into_iter().map(|(_, m)| m).collect();
-                let Some(b) = encode_blobs(&messages, messages_v) else {
-                    return;
-                };
-                b
+        match appended {
+            Some(blobs) => {
+                if let Err(e) = backend.sync_put(&hash, chat, blobs, ttl).await {
+                    tracing::debug!(error = %e, "cannot refresh the sync cache");
+                }
             }
+            None => self.reload_sync_cache(chat, messages_v).await,
+        }
+    }
+
+    /// Re-reads a chat's messages from the store into the sync cache (best effort).
+    pub(super) async fn reload_sync_cache(&self, chat: &ChatId, messages_v: u64) {
+        let loaded = self
+            .app
+            .store
+            .messages(&self.device.user, std::slice::from_ref(chat))
+            .await;
+        let Ok(loaded) = loaded else { return };
+        let messages: Vec<EncryptedMessage> = loaded.into_iter().map(|(_, m)| m).collect();
+        let Some(blobs) = encode_blobs(&messages, messages_v) else {
+            return;
         };
-        if let Err(e) = backend.sync_put(&hash, chat, blobs, ttl).await {
+        let backend = self.app.turn.ai_cache.backend();
+        let ttl = self.app.config.cache.sync_ttl;
+        if let Err(e) = backend.sync_put(&self.user_hash(), chat, blobs, ttl).await {
             tracing::debug!(error = %e, "cannot refresh the sync cache");
         }
     }

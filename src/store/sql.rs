@@ -719,6 +719,43 @@ macro_rules! impl_store {
                 Box::pin(self.do_chats_page(owner, after, limit))
             }
 
+            fn replace_message<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+                message: &'a EncryptedMessage,
+            ) -> BoxFuture<'a, Result<ChatVersions, StoreError>> {
+                Box::pin(async move {
+                    let body = encode(message)?;
+                    let mut tx = self.pool.begin().await?;
+                    let changed = sqlx::query(
+                        "UPDATE messages SET body = $1 WHERE message_id = $2 AND owner = $3 \
+                         AND chat_id = $4 AND role <> 'user'",
+                    )
+                    .bind(&body)
+                    .bind(message.message_id.as_str())
+                    .bind(owner.as_str())
+                    .bind(chat.as_str())
+                    .execute(&mut *tx)
+                    .await?
+                    .rows_affected();
+                    if changed == 0 {
+                        return Err(StoreError::NotFound);
+                    }
+                    let row = sqlx::query(
+                        "UPDATE chats SET messages_v = messages_v + 1 WHERE chat_id = $1 AND owner = $2 \
+                         RETURNING messages_v, title_v, last_edited_overall_timestamp",
+                    )
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let versions = versions_from_row(&row)?;
+                    tx.commit().await?;
+                    Ok(versions)
+                })
+            }
+
             fn chats_at<'a>(
                 &'a self,
                 owner: &'a UserId,

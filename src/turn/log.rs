@@ -97,6 +97,7 @@ fn chunk(u: &AiMessageUpdate, previous: &str) -> LogEntry {
         completion_tokens: u.completion_tokens,
         trimmed_history_messages: u.trimmed_history_messages,
         replaced_links: u.replaced_links.clone(),
+        correction: u.correction,
     };
     LogEntry::Chunk { append, update }
 }

@@ -118,6 +118,7 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         completion_tokens: None,
         trimmed_history_messages: 0,
         replaced_links: Vec::new(),
+        correction: None,
     };
     writer.frame(
         Audience::Showing(lease.chat.clone()),

@@ -13,6 +13,7 @@ use chatd_protocol::{
 };
 
 use super::TurnTicket;
+use super::correction::Reprocess;
 use super::deps::TurnDeps;
 use super::stages::{
     PostJob, Settled, reject, remember_answer, repair_links, run_postprocessing, settle_messages,
@@ -276,9 +277,11 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             (main, None)
         }
     };
+    // The context the answer was written in, kept for reprocessing (see `stages`).
+    let mut answered_from = None;
     let mut outcome = match main {
         Some((request, dropped)) if !ticket.cancel.is_cancelled() => {
-            let mut outcome = AnswerStream {
+            let (mut outcome, request) = AnswerStream {
                 llm: plan.model.client.as_ref(),
                 sink,
                 ctx: &ctx,
@@ -295,6 +298,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             .run(request, early)
             .await;
             outcome.trimmed_history = dropped;
+            answered_from = Some(request);
             outcome
         }
         _ => match pre.rejection {
@@ -369,6 +373,12 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             tags,
             follow_ups_enabled: opts.follow_ups_enabled,
             skill_suggestions: writer.skill_suggestions(),
+            reprocess: answered_from
+                .filter(|_| app.pipeline.harmful_response_threshold > 0)
+                .map(|request| Reprocess {
+                    llm: plan.model.client.clone(),
+                    request,
+                }),
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));

@@ -10,6 +10,7 @@ use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::TurnTicket;
+use super::correction::{Reprocess, replace_harmful_answer};
 use super::deps::TurnDeps;
 use super::writer::TurnWriter;
 use crate::cache::ai::CachedMessage;
@@ -100,6 +101,8 @@ pub(super) struct PostJob {
     pub(super) follow_ups_enabled: bool,
     /// Follow-up suggestions the turn's skills returned (offered first).
     pub(super) skill_suggestions: Vec<String>,
+    /// The answer's model and context, when a harmful answer may be generated again.
+    pub(super) reprocess: Option<Reprocess>,
 }
 
 /// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
@@ -123,7 +126,17 @@ pub(super) async fn run_postprocessing(deps: Arc<TurnDeps>, writer: Arc<TurnWrit
     )
     .await
     {
-        Ok(done) => writer.emit(&job.ctx, TurnEvent::PostProcessed(done)),
+        Ok(mut done) => {
+            let threshold = deps.pipeline.harmful_response_threshold;
+            if threshold > 0 && done.harmful_response >= threshold {
+                // Judged harmful: generated again, and no follow-ups to the first answer.
+                done.follow_up_request_suggestions.clear();
+                if let Some(r) = job.reprocess {
+                    replace_harmful_answer(&deps, &writer, &job.ctx, r).await;
+                }
+            }
+            writer.emit(&job.ctx, TurnEvent::PostProcessed(done));
+        }
         Err(StageError::Cancelled) => {}
         Err(e) => {
             tracing::warn!(error = %e, "postprocessing failed; the answer stands");

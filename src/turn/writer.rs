@@ -226,7 +226,7 @@ impl TurnSink for TurnWriter {
             return;
         }
         let sequence = match &event {
-            TurnEvent::Chunk { .. } | TurnEvent::Finished(_) => {
+            TurnEvent::Chunk { .. } | TurnEvent::Finished(_) | TurnEvent::Corrected { .. } => {
                 w.sequence += 1;
                 w.sequence
             }

@@ -25,6 +25,7 @@ mod oidc;
 mod pipeline;
 mod private_logs;
 mod redis_cache;
+mod reprocess;
 mod resume;
 mod shutdown;
 mod skill_flows;

@@ -92,6 +92,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         completion_tokens: None,
         trimmed_history_messages: 0,
         replaced_links: Vec::new(),
+        correction: None,
     };
     let showing = chatd::delivery::Audience::Showing(chat.clone());
     for (audience, frame, previous) in [

@@ -58,6 +58,7 @@ pub fn completed(chat: &str, message: &str, content: &str) -> ClientMessage {
         chat_id: chat_id(chat),
         message: assistant(message, content),
         versions: ClientVersions::default(),
+        replace: false,
     }))
 }
 

@@ -326,6 +326,33 @@ async fn contract(store: Arc<dyn Store>) {
         .update_chat(&b, &c1, &titled("bob", "kb"))
         .await
         .unwrap();
+    // A corrected answer replaces the stored one (same id) and raises messages_v; a user's
+    // message cannot be replaced, nor another user's anything.
+    let c9 = chat("chat-9");
+    let user_msg = message("m9-u", Role::User, "cipher-u", 300);
+    let answer = message("m9-a", Role::Assistant, "cipher-a", 301);
+    store.add_message(&a, &c9, &user_msg).await.unwrap();
+    store.add_message(&a, &c9, &answer).await.unwrap();
+    let corrected = message("m9-a", Role::Assistant, "cipher-corrected", 301);
+    let v = store.replace_message(&a, &c9, &corrected).await.unwrap();
+    assert_eq!(v.messages_v, 3);
+    let stored = store.messages(&a, std::slice::from_ref(&c9)).await.unwrap();
+    assert_eq!(
+        stored,
+        vec![
+            (c9.clone(), user_msg.clone()),
+            (c9.clone(), corrected.clone())
+        ]
+    );
+    let edited_user = message("m9-u", Role::User, "cipher-x", 300);
+    assert!(matches!(
+        store.replace_message(&a, &c9, &edited_user).await,
+        Err(StoreError::NotFound)
+    ));
+    assert!(matches!(
+        store.replace_message(&b, &c9, &corrected).await,
+        Err(StoreError::NotFound)
+    ));
 }
 
 #[tokio::test]
@@ -337,7 +364,7 @@ async fn sqlite_store_meets_the_contract() {
     contract(store).await;
     // Migrations are idempotent: reopening applies nothing and keeps the data.
     let again = chatd::store::open(&url).await.unwrap();
-    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 24);
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
     let wal = dir.path().join("store.db-wal");
     assert!(wal.exists(), "SQLite runs in WAL mode");
 }
@@ -351,7 +378,7 @@ async fn postgres_store_meets_the_contract() {
     assert_eq!(store.backend_name(), "postgres");
     contract(store).await;
     let again = chatd::store::open(&url).await.unwrap();
-    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 24);
+    assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
     let versions = pg
         .psql("contract", "SELECT count(*) FROM _sqlx_migrations")
         .await

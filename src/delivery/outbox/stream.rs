@@ -138,6 +138,7 @@ mod tests {
             completion_tokens: None,
             trimmed_history_messages: 0,
             replaced_links: Vec::new(),
+            correction: None,
         }
     }
 

@@ -33,6 +33,7 @@ fn update(task: &str, text: &str, sequence: u64, is_final_chunk: bool) -> Server
         completion_tokens: None,
         trimmed_history_messages: 0,
         replaced_links: Vec::new(),
+        correction: None,
     })
 }
 

@@ -28,6 +28,7 @@ fn update(text: &str, sequence: u64, is_final_chunk: bool) -> ServerMessage {
         completion_tokens: None,
         trimmed_history_messages: 0,
         replaced_links: Vec::new(),
+        correction: None,
     })
 }
 
