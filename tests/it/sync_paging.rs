@@ -1,7 +1,8 @@
 //! After the login sync: phase 1 opens the chat last opened on any device (kept through
 //! `set_active_chat`, forgotten with the chat), and the client pages the rest with
 //! `load_more_chats`, `get_chat_messages` and `request_chat_content_batch`, with bounded
-//! page sizes and another user's chats never shown (not told apart from unknown ones).
+//! page sizes and another user's chats never shown (not told apart from unknown ones); a
+//! user with 5,000 chats gets 10 chats' content and 100 chats' metadata at login, then pages.
 
 use chatd_protocol::{ErrorCode, ServerMessage, SyncPhase};
 use serde_json::json;
@@ -104,4 +105,97 @@ async fn another_users_chats_are_not_found_by_any_page() {
     }
     let got = sync(&mut bob, request(SyncPhase::All)).await;
     assert_eq!(got.last_chat, None);
+}
+
+/// 5,000 stored chats: the login sync sends the content of 10 and the metadata of 100; the
+/// client pages every other chat's metadata (pages of 100) and fetches content on demand.
+#[tokio::test]
+async fn five_thousand_chats_sync_in_pages() {
+    use chatd::store::ChatPatch;
+    use chatd_protocol::{ChatId, EncryptedMessage, MessageId, Role};
+
+    let app = spawn_app(unlimited).await;
+    let user = chatd::auth::UserId::parse("max").unwrap();
+    let store = app.state.store.clone();
+    let mut fills = tokio::task::JoinSet::new();
+    for worker in 0..8usize {
+        let (store, user) = (store.clone(), user.clone());
+        fills.spawn(async move {
+            for c in (worker..5000).step_by(8) {
+                let chat = ChatId::parse(format!("chat-{c:04}")).unwrap();
+                let patch = ChatPatch {
+                    encrypted_title: Some(format!("enc-title-{c}")),
+                    encrypted_chat_key: Some("enc-key".into()),
+                    last_edited: Some(1_700_000_000 + c as i64),
+                    ..ChatPatch::default()
+                };
+                store.update_chat(&user, &chat, &patch).await.unwrap();
+                let message = EncryptedMessage {
+                    message_id: MessageId::parse(format!("m-{c:04}")).unwrap(),
+                    role: Role::User,
+                    encrypted_content: format!("enc-message-{c}"),
+                    created_at: 1_700_000_000 + c as i64,
+                    encrypted_sender_name: None,
+                    encrypted_category: None,
+                    encrypted_model_name: None,
+                    encrypted_thinking_content: None,
+                    encrypted_thinking_signature: None,
+                    encrypted_pii_mappings: None,
+                    has_thinking: None,
+                    thinking_token_count: None,
+                    user_message_id: None,
+                    status: None,
+                };
+                store.add_message(&user, &chat, &message).await.unwrap();
+            }
+        });
+    }
+    fills.join_all().await;
+
+    let mut ws = app.connect("max").await;
+    let got = sync(&mut ws, request(SyncPhase::All)).await;
+    assert_eq!(got.content.len(), 10, "phase 1b: 10 chats' content");
+    assert_eq!(got.metadata.len(), 100, "phase 2: 100 chats' metadata");
+    assert_eq!(
+        got.last_chat.as_ref().map(|c| c.as_str()),
+        Some("chat-4999")
+    );
+
+    let mut listed = std::collections::BTreeSet::new();
+    let mut offset = 0;
+    loop {
+        ws.send_json(
+            json!({"type": "load_more_chats", "payload": {"offset": offset, "limit": 100}}),
+        )
+        .await;
+        let ServerMessage::LoadMoreChatsResponse(page) =
+            expect(&mut ws, "load_more_chats_response").await
+        else {
+            unreachable!()
+        };
+        assert_eq!(page.total_chat_count, 5000);
+        listed.extend(page.chats.into_iter().map(|c| c.chat_id));
+        offset += 100;
+        if !page.has_more {
+            break;
+        }
+    }
+    assert_eq!(listed.len(), 5000, "every chat listed once");
+    ws.send_json(json!({"type": "request_chat_content_batch",
+        "payload": {"chat_ids": ["chat-0000", "chat-2500", "chat-4998"]}}))
+        .await;
+    let ServerMessage::ChatContentBatchResponse(batch) =
+        expect(&mut ws, "chat_content_batch_response").await
+    else {
+        unreachable!()
+    };
+    let contents: Vec<&str> = batch
+        .chats
+        .iter()
+        .map(|c| c.messages[0].encrypted_content.as_str())
+        .collect();
+    assert_eq!(
+        contents,
+        ["enc-message-0", "enc-message-2500", "enc-message-4998"]
+    );
 }
