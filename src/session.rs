@@ -170,19 +170,16 @@ impl Session {
                     return;
                 }
                 let chat = m.chat_id.clone();
-                let changed = chat.as_ref().is_some_and(|c| !self.device.shows(c));
+                // The next login's sync opens this chat first (on any device); remembered
+                // before the acknowledgement, so a sync after it sees it.
+                if let Some(c) = &chat
+                    && !self.device.shows(c)
+                    && let Err(e) = self.app.store.set_last_opened(&self.device.user, c).await
+                {
+                    tracing::warn!(error = %e, "cannot remember the chat last opened");
+                }
                 self.set_active_chat(m);
                 if let Some(chat) = chat {
-                    // The next login's sync opens this chat first (on any device).
-                    if changed
-                        && let Err(e) = self
-                            .app
-                            .store
-                            .set_last_opened(&self.device.user, &chat)
-                            .await
-                    {
-                        tracing::warn!(error = %e, "cannot remember the chat last opened");
-                    }
                     self.catch_up(&chat).await;
                 }
             }

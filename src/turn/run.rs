@@ -383,6 +383,9 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
     }
+    // The turn's frames are out (logged and published) before the chat's next turn writes
+    // its own: devices on other nodes get them in turn order.
+    writer.flushed().await;
 }
 
 /// Ends a turn that could not start: a typed error to the devices that asked.
