@@ -4,6 +4,7 @@
 
 mod embeds;
 mod message;
+mod ownership;
 mod paging;
 mod persist;
 mod resume;

@@ -2,19 +2,18 @@
 //! permanent store unread, the sender gets an acknowledgement, the user's other devices
 //! learn of the change. Every id is checked against the owner (in the store's queries, and
 //! for a chat no client stored yet, against its first writer's claim); a foreign id is
-//! `forbidden` with nothing changed. Embeds are in `embeds.rs`.
+//! `forbidden` with nothing changed (see `ownership.rs`). Embeds are in `embeds.rs`.
 
 use chatd_protocol::{
     AiResponseCompleted, AiResponseStorageConfirmed, ChatDeleted, ChatId, ChatMessageConfirmed,
     ChatMetadataStored, ChatTitleUpdated, DeleteChat, DeleteMessage, EncryptedChatMetadata,
     EncryptedChatMetadataUpdate, EncryptedMessage, EncryptedMetadataStored, ErrorCode,
-    ErrorPayload, MessageDeleted, MessageId, NewEncryptedMessage, Role, ServerMessage,
+    ErrorPayload, MessageDeleted, NewEncryptedMessage, Role, ServerMessage,
     UpdatePostProcessingMetadata, UpdateTitle,
 };
 
 use super::Session;
 use crate::clock::unix_now;
-use crate::crypto::UserHash;
 use crate::delivery::Audience;
 use crate::store::{ChatPatch, StoreError};
 
@@ -22,116 +21,6 @@ use crate::store::{ChatPatch, StoreError};
 const MAX_EMBEDS_TO_DELETE: usize = 1000;
 
 impl Session {
-    pub(super) fn user_hash(&self) -> UserHash {
-        UserHash::of(&self.device.user)
-    }
-
-    pub(super) fn invalid(&self, reason: impl Into<String>, chat: Option<&ChatId>) {
-        let mut p = ErrorPayload::new(ErrorCode::InvalidPayload, reason);
-        p.chat_id = chat.cloned();
-        self.reply(ServerMessage::Error(p));
-    }
-
-    /// Answers a store failure with its typed error frame.
-    pub(super) fn store_failed(
-        &self,
-        e: StoreError,
-        chat: Option<&ChatId>,
-        message: Option<&MessageId>,
-    ) {
-        let (code, text) = match &e {
-            StoreError::Forbidden => (ErrorCode::Forbidden, "this id belongs to another user"),
-            StoreError::NotFound => (ErrorCode::NotFound, "no such chat, message or embed"),
-            StoreError::ChatKeyMismatch => (
-                ErrorCode::ChatKeyMismatch,
-                "encrypted_chat_key differs from the chat's stored key; set allow_chat_key_rotation to replace it",
-            ),
-            StoreError::StaleVersion { .. } => (
-                ErrorCode::StaleVersion,
-                "version_number is lower than the stored embed's",
-            ),
-            StoreError::Unavailable(_) => {
-                tracing::warn!(error = %e, "store unavailable");
-                (
-                    ErrorCode::StoreUnavailable,
-                    "the store is unavailable; retry later",
-                )
-            }
-            StoreError::Corrupt(_) => {
-                tracing::error!(error = %e, "store data unreadable");
-                (ErrorCode::InternalError, "internal error")
-            }
-        };
-        let mut p = ErrorPayload::new(code, text);
-        if let StoreError::StaleVersion { sent, stored } = e {
-            p.details = Some(format!("sent {sent}, stored {stored}"));
-        }
-        p.chat_id = chat.cloned();
-        p.message_id = message.cloned();
-        self.reply(ServerMessage::Error(p));
-    }
-
-    /// Checks with the permanent store (the one record of who owns a chat) that the user
-    /// may use `chat`. Answers the error frame itself and fails closed when the store is
-    /// down.
-    pub(super) async fn stored_chat_allowed(
-        &self,
-        chat: &ChatId,
-        message: Option<&MessageId>,
-    ) -> bool {
-        if self.app.owners.known(&self.device.user, chat) {
-            return true;
-        }
-        match self.app.store.authorize(&self.device.user, chat).await {
-            // Not stored by anyone: the first writer's claim decides.
-            Ok(()) => match self
-                .app
-                .turn
-                .ai_cache
-                .claimed_by_another(&self.device.user_hash, chat)
-                .await
-            {
-                Ok(false) => true,
-                Ok(true) => {
-                    self.store_failed(StoreError::Forbidden, Some(chat), message);
-                    false
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "cannot read a chat's claim");
-                    self.store_failed(StoreError::Unavailable(e.to_string()), Some(chat), message);
-                    false
-                }
-            },
-            Err(e) => {
-                self.store_failed(e, Some(chat), message);
-                false
-            }
-        }
-    }
-
-    /// True when another user claimed this chat before any client stored it (its first
-    /// writer owns it). With the cache down the store alone decides (a stored chat's owner
-    /// is checked there), so the user's ciphertext is not refused for an outage.
-    async fn claimed_by_another(&self, chat: &ChatId) -> bool {
-        match self
-            .app
-            .turn
-            .ai_cache
-            .claimed_by_another(&self.device.user_hash, chat)
-            .await
-        {
-            Ok(claimed) => claimed,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot read a chat's claim; the store decides");
-                false
-            }
-        }
-    }
-
-    pub(super) fn others(&self) -> Audience {
-        Audience::AllExcept(self.device.conn_id)
-    }
-
     pub(super) async fn encrypted_chat_metadata(&self, m: EncryptedChatMetadata) {
         let user = &self.device.user;
         let chat = &m.chat_id;
@@ -264,55 +153,35 @@ impl Session {
         if self.claimed_by_another(chat).await {
             return self.store_failed(StoreError::Forbidden, Some(chat), Some(&message.message_id));
         }
-        if m.replace {
-            return self.replace_answer(chat, message).await;
-        }
-        match self.app.store.add_message(user, chat, &message).await {
-            Ok(added) => {
-                // The cache is current before the sender hears "stored".
-                if added.is_new {
-                    self.refresh_sync_cache(chat, &message, added.versions.messages_v)
-                        .await;
-                }
-                // Stored: no longer pending for the user's next connections.
-                if let Err(e) = self
-                    .app
-                    .turn
-                    .ai_cache
-                    .drop_pending(&self.device.user_hash, message.message_id.as_str())
-                    .await
-                {
-                    tracing::warn!(error = %e, "cannot clear a pending answer");
-                }
-                self.reply(ServerMessage::AiResponseStorageConfirmed(
-                    AiResponseStorageConfirmed {
-                        chat_id: chat.clone(),
-                        message_id: message.message_id.clone(),
-                        stored: added.is_new,
-                        versions: added.versions,
-                    },
-                ));
-                if added.is_new {
-                    let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
-                        chat_id: chat.clone(),
-                        message,
-                        versions: added.versions,
-                    }));
-                    self.broadcast(self.others(), &new);
-                }
-            }
-            Err(e) => self.store_failed(e, Some(chat), Some(&message.message_id)),
-        }
-    }
-
-    /// A corrected answer replaces the stored one (same id); the other devices get it.
-    async fn replace_answer(&self, chat: &ChatId, message: EncryptedMessage) {
-        let user = &self.device.user;
-        let versions = match self.app.store.replace_message(user, chat, &message).await {
-            Ok(v) => v,
+        // A corrected answer (`replace`) takes the stored one's place; otherwise a message
+        // id already stored is acknowledged without writing.
+        let stored = if m.replace {
+            self.app
+                .store
+                .replace_message(user, chat, &message)
+                .await
+                .map(|versions| (true, versions))
+        } else {
+            self.app
+                .store
+                .add_message(user, chat, &message)
+                .await
+                .map(|added| (added.is_new, added.versions))
+        };
+        let (written, versions) = match stored {
+            Ok(s) => s,
             Err(e) => return self.store_failed(e, Some(chat), Some(&message.message_id)),
         };
-        self.reload_sync_cache(chat, versions.messages_v).await;
+        // The cache is current before the sender hears "stored".
+        match (written, m.replace) {
+            (true, false) => {
+                self.refresh_sync_cache(chat, &message, versions.messages_v)
+                    .await
+            }
+            (true, true) => self.reload_sync_cache(chat, versions.messages_v).await,
+            (false, _) => {}
+        }
+        // Stored: no longer pending for the user's next connections.
         if let Err(e) = self
             .app
             .turn
@@ -326,16 +195,18 @@ impl Session {
             AiResponseStorageConfirmed {
                 chat_id: chat.clone(),
                 message_id: message.message_id.clone(),
-                stored: true,
+                stored: written,
                 versions,
             },
         ));
-        let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
-            chat_id: chat.clone(),
-            message,
-            versions,
-        }));
-        self.broadcast(self.others(), &new);
+        if written {
+            let new = ServerMessage::NewEncryptedMessage(Box::new(NewEncryptedMessage {
+                chat_id: chat.clone(),
+                message,
+                versions,
+            }));
+            self.broadcast(self.others(), &new);
+        }
     }
 
     pub(super) async fn update_post_processing_metadata(&self, m: UpdatePostProcessingMetadata) {
