@@ -362,8 +362,8 @@ export class ChatdClient extends EventTarget {
     this.unstored = new Map();
     /** @type {Map<string, EmbedView>} */
     this.embeds = new Map();
-    /** @type {Set<string>} user messages this client sent and not yet saw confirmed */
-    this.sending = new Set();
+    /** @type {Map<string, {chat_id: string, content: string, created_at: number}>} user messages sent here, not yet stored */
+    this.sending = new Map();
     /** @type {ReturnType<typeof setTimeout>|undefined} */
     this.timer = undefined;
     this.lastSeen = 0;
@@ -430,6 +430,9 @@ export class ChatdClient extends EventTarget {
     this.setState('open');
     this.schedulePing();
     if (this.activeChat) this.send({ type: 'set_active_chat', payload: { chat_id: this.activeChat } });
+    // Messages sent while the socket was down, or not yet confirmed: sent (again). The server
+    // answers a message id once, so a copy it already has only gets confirmed.
+    for (const [id, m] of this.sending) this.sendAdded(m.chat_id, id, m.content, m.created_at, null);
     // Answers that were streaming when the page or the socket went away.
     for (const s of /** @type {StreamRecord[]} */ (await this.store.all('streams'))) {
       if (this.finished.has(s.task_id)) continue;
@@ -624,7 +627,7 @@ export class ChatdClient extends EventTarget {
       message_id: messageId, chat_id: chatId, role: 'user', created_at: createdAt, at: Date.now(), stored: false,
       encrypted_content: await seal(key, content, AAD.message(chatId, messageId)),
     }));
-    this.sending.add(messageId);
+    this.sending.set(messageId, { chat_id: chatId, content, created_at: createdAt });
     const chat = /** @type {ChatRecord|undefined} */ (await this.store.get('chats', chatId));
     if (chat) {
       chat.updated_at = createdAt;
