@@ -544,8 +544,11 @@ export class ChatdClient extends EventTarget {
     const key = this.chatKeys.get(chatId);
     /** @type {Map<string, ChatMessage>} */
     const out = new Map();
+    /** @type {Map<string, string>} answer id -> the user message it answers */
+    const answers = new Map();
     for (const r of /** @type {MessageRecord[]} */ (await this.store.byChat('messages', chatId))) {
       if (!key) break;
+      if (r.role !== 'user' && r.user_message_id) answers.set(r.message_id, r.user_message_id);
       try {
         out.set(r.message_id, {
           message_id: r.message_id, chat_id: chatId, role: r.role, created_at: r.created_at, state: 'done',
@@ -559,7 +562,23 @@ export class ChatdClient extends EventTarget {
     for (const m of [...this.unstored.values(), ...this.answers.values()]) {
       if (m.chat_id === chatId && !out.has(m.message_id)) out.set(m.message_id, { ...m });
     }
-    return [...out.values()].sort((a, b) => a.at - b.at);
+    for (const a of this.answers.values()) if (a.chat_id === chatId) answers.set(a.message_id, a.user_message_id);
+    // Clocks of devices (and whole seconds from the server) do not order a chat: each answer
+    // follows the message it answers; the rest goes by time.
+    const byAt = (/** @type {ChatMessage} */ a, /** @type {ChatMessage} */ b) => a.at - b.at;
+    const all = [...out.values()].sort(byAt);
+    const placed = (/** @type {ChatMessage} */ m) => {
+      const q = answers.get(m.message_id);
+      return m.role !== 'user' && q !== undefined && out.get(q)?.role === 'user';
+    };
+    /** @type {ChatMessage[]} */
+    const ordered = [];
+    for (const m of all) {
+      if (placed(m)) continue;
+      ordered.push(m);
+      if (m.role === 'user') ordered.push(...all.filter((a) => placed(a) && answers.get(a.message_id) === m.message_id));
+    }
+    return ordered;
   }
 
   /** Embeds of a chat (decrypted), by id. @param {string} chatId @returns {Promise<EmbedView[]>} */
@@ -725,8 +744,10 @@ export class ChatdClient extends EventTarget {
   /** A stored message from the server. @param {string} chatId @param {any} m */
   async mergeMessage(chatId, m) {
     if (!m || !m.encrypted_content) return;
+    // A copy this device has keeps its local time (the server's is whole seconds).
+    const existing = /** @type {MessageRecord|undefined} */ (await this.store.get('messages', m.message_id));
     await this.store.put('messages', /** @type {MessageRecord} */ ({
-      message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
+      at: existing?.at, message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
       encrypted_content: m.encrypted_content, user_message_id: m.user_message_id,
       encrypted_model_name: m.encrypted_model_name, encrypted_category: m.encrypted_category, stored: true,
     }));

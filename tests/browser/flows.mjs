@@ -41,6 +41,19 @@ try {
   b.setDefaultTimeout(30000);
   watch(a, 'device A');
   watch(b, 'device B');
+  // Everything the pages send: request URLs and bodies, WebSocket URLs and frames.
+  const sent = [];
+  const tokens = [];
+  for (const page of [a, b]) {
+    page.on('request', (r) => sent.push({ url: r.url(), body: r.postData() ?? '' }));
+    page.on('response', async (r) => {
+      if (r.url().endsWith('/v1/dev/token')) tokens.push((await r.json()).token);
+    });
+    page.on('websocket', (ws) => {
+      sent.push({ url: ws.url(), body: '', websocket: true });
+      ws.on('framesent', (f) => sent.push({ url: ws.url(), body: String(f.payload), websocket: true }));
+    });
+  }
 
   console.log('flow: sign in and see an answer stream; a second device sees the same answer');
   await signIn(a, base, USER, PASSPHRASE);
@@ -107,12 +120,29 @@ try {
   await need('skill-hung-up');
   await chats.nth(1).waitFor();
 
+  console.log('flow: a broken link is repaired, and the page says so');
+  await say(a, 'Give me a link to a page');
+  await a.locator(assistant('done')).filter({ hasText: 'ends after the link' }).locator('[data-testid=links-repaired]').waitFor();
+  const repaired = a.locator(assistant('done')).filter({ hasText: 'ends after the link' }).locator('a');
+  assert.match(await repaired.getAttribute('href'), /^https:\/\/search\.brave\.com\/search\?q=/);
+
   console.log('flow: cancel an answer while it streams');
   await say(a, 'One more, stall and be cancelled');
   await a.locator(assistant('streaming')).filter({ hasText: 'starts with' }).waitFor();
   await a.click('[data-testid=cancel]');
   await a.locator(assistant('done')).filter({ hasText: 'Stopped.' }).waitFor();
   await need('forget-stall');
+
+  console.log('flow: the passphrase never leaves the browser; the token is in no URL but the WebSocket\'s');
+  assert.ok(tokens.length >= 2 && sent.length > 20);
+  for (const { url, body, websocket } of sent) {
+    assert.ok(!url.includes(PASSPHRASE) && !body.includes(PASSPHRASE), `the passphrase was sent to ${url}`);
+    for (const token of tokens) {
+      if (!websocket) assert.ok(!url.includes(token), `a token in the URL ${url}`);
+      assert.ok(!body.includes(token), `a token in what was sent to ${url}`);
+    }
+  }
+  assert.ok(sent.some((s) => s.websocket && s.url.includes(tokens[0])));
 
   console.log('flow: nothing typed or answered is in the server\'s store or Redis in plaintext');
   await need('scan');

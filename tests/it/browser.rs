@@ -33,6 +33,8 @@ struct Script {
     answers: Mutex<Vec<String>>,
     gates: Mutex<VecDeque<Gate>>,
     n: AtomicUsize,
+    /// A page that answers 404 (the link repair replaces links to it).
+    broken_link: String,
 }
 
 /// The text of the last user message of a model request.
@@ -47,7 +49,7 @@ fn last_user(request: &Value) -> String {
 
 /// Every answer has two paragraphs (the chunker sends the first on its own); a message
 /// saying "stall" holds the answer after the first until the test releases it; "find
-/// slowly" calls the slow skill first.
+/// slowly" calls the slow skill first; "link" answers with a link to a page that is gone.
 fn scripted(script: &Arc<Script>, request: &Value) -> Reply {
     let user = last_user(request);
     let has_tool = request["messages"]
@@ -61,7 +63,15 @@ fn scripted(script: &Arc<Script>, request: &Value) -> Reply {
         )]);
     }
     let n = script.n.fetch_add(1, Ordering::SeqCst);
-    let (one, two) = if user.contains("find slowly") {
+    let (one, two) = if user.contains("link") {
+        (
+            format!(
+                "Answer {n} starts with [a page that is gone]({}).\n\n",
+                script.broken_link
+            ),
+            format!("Answer {n} ends after the link."),
+        )
+    } else if user.contains("find slowly") {
         (
             format!("Answer {n} starts with a **mango** fact.\n\n"),
             format!("Answer {n} ends here, without the slow search."),
@@ -156,9 +166,18 @@ async fn the_demo_page_in_a_real_browser() {
     let redis = RedisServer::start().await.unwrap();
     let fake = FakeLlm::start().await.unwrap();
     let skill = FakeSkill::start().await.unwrap();
-    skill.respond(|_| SkillReply::Hang);
+    skill.respond(|seen| match seen.path.starts_with("/page/") {
+        true => SkillReply::Status {
+            status: 404,
+            retry_after: None,
+        },
+        false => SkillReply::Hang,
+    });
     let apps = manifests(&skill);
-    let script = Arc::new(Script::default());
+    let script = Arc::new(Script {
+        broken_link: format!("{}/page/gone", skill.url()),
+        ..Script::default()
+    });
     let s = script.clone();
     fake.set_responder(move |request| Some(scripted(&s, request)));
     stages(&fake);
@@ -175,7 +194,9 @@ backend = "redis"
 redis_url = "{redis}"
 
 [links]
-enabled = false
+enabled = true
+allow_private_targets = true
+timeout = "5s"
 
 [pipeline]
 speculative_main_call = false

@@ -151,7 +151,8 @@ async function openChat(chatId) {
   $('#suggestions').replaceChildren();
   $('#notices').replaceChildren();
   for (const e of await client.chatEmbeds(chatId)) embeds.set(e.embed_id, e);
-  for (const m of await client.messages(chatId)) upsertMessage(m);
+  // In the client's order (each answer after its question), whatever the clocks say.
+  for (const m of await client.messages(chatId)) upsertMessage(m, true);
   renderChats(await client.listChats());
 }
 
@@ -164,8 +165,11 @@ async function send(text) {
   await client.sendMessage(/** @type {string} */ (current), text.trim());
 }
 
-/** @param {import('/chatd-client.js').ChatMessage} m */
-function upsertMessage(m) {
+/**
+ * Shows a message, or updates it; a new one goes by its time unless `append`.
+ * @param {import('/chatd-client.js').ChatMessage} m @param {boolean} [append]
+ */
+function upsertMessage(m, append = false) {
   let node = nodes.get(m.message_id);
   if (!node) {
     node = document.createElement('article');
@@ -180,7 +184,7 @@ function upsertMessage(m) {
     node.append(body, cards);
     nodes.set(m.message_id, node);
     const list = $('#messages');
-    const after = [...list.children].find((n) => Number(n.dataset.at) > m.at);
+    const after = append ? undefined : [...list.children].find((n) => Number(n.dataset.at) > m.at);
     list.insertBefore(node, after ?? null);
   }
   node.dataset.role = m.role;
@@ -204,10 +208,10 @@ function upsertMessage(m) {
   }
   for (const e of embeds.values()) if (e.message_id === m.message_id) placeEmbed(e);
   if (m.state === 'done') updateCancel();
-  list().scrollTop = list().scrollHeight;
+  messagesBox().scrollTop = messagesBox().scrollHeight;
 }
 
-const list = () => $('#messages');
+const messagesBox = () => $("#messages");
 
 /** A fenced embed reference (`{"type": "app_skill_use", "embed_id": ...}`) shows as its card below the text. @param {string} lang @param {string} code */
 function embedReference(lang, code) {
