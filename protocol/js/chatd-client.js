@@ -415,6 +415,7 @@ export class ChatdClient extends EventTarget {
     this.stopped = true;
     clearTimeout(this.timer);
     this.ws?.close(1000);
+    this.store.db.close();
     this.setState('closed');
   }
 

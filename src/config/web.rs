@@ -64,3 +64,28 @@ impl Config {
         self.web.dev_login.resolve(self.is_embedded())
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn toggles_read_true_false_and_auto() {
+        #[derive(Deserialize)]
+        struct T {
+            t: Toggle,
+        }
+        let read = |v: &str| from_toml(v).map(|t: T| t.t).ok();
+        assert_eq!(read("t = true").unwrap(), Toggle::On);
+        assert_eq!(read("t = false").unwrap(), Toggle::Off);
+        assert_eq!(read("t = \"auto\"").unwrap(), Toggle::Auto);
+        assert!(read("t = \"maybe\"").is_none());
+    }
+
+    fn from_toml<T: serde::de::DeserializeOwned>(s: &str) -> Result<T, Box<figment::Error>> {
+        use figment::providers::Format;
+        figment::Figment::from(figment::providers::Toml::string(s))
+            .extract()
+            .map_err(Box::new)
+    }
+}

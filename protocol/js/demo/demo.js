@@ -53,12 +53,7 @@ async function signIn(e) {
   const passphrase = $('[data-testid=login-passphrase]').value;
   const status = $('#login-status');
   status.textContent = 'Signing in…';
-  // Only the user name leaves the page; the token comes back in the body.
-  const res = await fetch('/v1/dev/token', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ user }),
-  });
+  const res = await mint(user);
   if (!res.ok) {
     status.textContent = res.status === 404
       ? 'This server has no development sign-in ([web] dev_login).'
@@ -75,6 +70,15 @@ async function signIn(e) {
   await enter(user, token, key);
 }
 
+/** A development token for `user`: only the user name leaves the page; the token comes back in the body. @param {string} user */
+function mint(user) {
+  return fetch('/v1/dev/token', {
+    method: 'POST',
+    headers: { 'content-type': 'application/json' },
+    body: JSON.stringify({ user }),
+  });
+}
+
 async function signOut() {
   const saved = JSON.parse(sessionStorage.getItem(SESSION) ?? 'null');
   client?.close();
@@ -88,7 +92,15 @@ async function enter(user, token, key) {
   $('#login').hidden = true;
   $('#app').hidden = false;
   $('#whoami').textContent = `Signed in as ${user}`;
-  client = await ChatdClient.open({ url: wsUrl, token, userId: user, masterKey: key });
+  // An expired token is replaced by a new development sign-in (without one: sign in again).
+  const refreshToken = async () => {
+    const res = await mint(user);
+    if (!res.ok) throw new Error(`sign-in refused: ${res.status}`);
+    const fresh = (await res.json()).token;
+    sessionStorage.setItem(SESSION, JSON.stringify({ user, token: fresh }));
+    return fresh;
+  };
+  client = await ChatdClient.open({ url: wsUrl, token, userId: user, masterKey: key, refreshToken });
   const on = (/** @type {string} */ type, /** @type {(d: any) => void} */ f) =>
     client?.addEventListener(type, (e) => f(/** @type {CustomEvent} */ (e).detail));
   on('connection', (d) => {
