@@ -73,6 +73,7 @@ try {
     await watchFirstToken(page);
     await page.waitForSelector('#connection[data-state=open]');
     await page.click('[data-testid=new-chat]');
+    await page.waitForFunction(() => !document.querySelector('[data-testid=message]'));
     // The reloaded tab showed the last chat's answers: count only the new chat's.
     const sendAt = await page.evaluate(() => {
       /** @type {any} */ (window).__marks.first = undefined;
