@@ -39,8 +39,7 @@ try {
   const b = await (await chrome.newContext()).newPage();
   a.setDefaultTimeout(30000);
   b.setDefaultTimeout(30000);
-  watch(a, 'device A');
-  watch(b, 'device B');
+  const problems = [...[watch(a, 'device A'), watch(b, 'device B')]];
   // Everything the pages send: request URLs and bodies, WebSocket URLs and frames.
   const sent = [];
   const tokens = [];
@@ -143,6 +142,8 @@ try {
     }
   }
   assert.ok(sent.some((s) => s.websocket && s.url.includes(tokens[0])));
+
+  assert.deepEqual(problems.flat(), [], 'script errors or CSP violations on the pages');
 
   console.log('flow: nothing typed or answered is in the server\'s store or Redis in plaintext');
   await need('scan');

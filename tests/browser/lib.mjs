@@ -57,10 +57,22 @@ export function stopInput() {
   lines.close();
 }
 
-/** Logs page errors and failed requests, so a failing flow says why. */
+/**
+ * Logs page errors and console errors, so a failing flow says why; returns the list of
+ * problems a flow must not have: script errors and Content-Security-Policy violations.
+ */
 export function watch(page, name) {
-  page.on('pageerror', (e) => console.log(`[${name}] page error: ${e.message}`));
-  page.on('console', (m) => m.type() === 'error' && console.log(`[${name}] console: ${m.text()}`));
+  const problems = [];
+  page.on('pageerror', (e) => {
+    console.log(`[${name}] page error: ${e.message}`);
+    problems.push(`page error: ${e.message}`);
+  });
+  page.on('console', (m) => {
+    if (m.type() !== 'error') return;
+    console.log(`[${name}] console: ${m.text()}`);
+    if (m.text().includes('Content Security Policy')) problems.push(`CSP: ${m.text()}`);
+  });
+  return problems;
 }
 
 /** Signs in on the demo page and waits for the chat screen. */
