@@ -330,6 +330,7 @@ export async function forgetUser(userId) {
  * - `suggestions` `{chat_id, follow_ups: string[], new_chat: string[]}`
  * - `task` `{chat_id, task_id, state: 'started'|'queued'|'waiting'|'done'}`
  * - `history_resent` `{chat_id, message_id, messages: number}` (answered `request_chat_history`)
+ * - `chat_key` `{chat_id}` a chat's key became usable: its stored messages can be read now
  * - `sync` `{phase}` a sync phase landed in IndexedDB
  * - `error` `{code, message, chat_id?, message_id?}`
  */
@@ -500,6 +501,8 @@ export class ChatdClient extends EventTarget {
     if (!this.chatKeys.has(c.chat_id) && c.encrypted_chat_key) {
       try {
         this.chatKeys.set(c.chat_id, await unwrap(this.options.masterKey, c.encrypted_chat_key, AAD.chatKey(c.chat_id)));
+        // Messages that arrived before the key (a sync sends content before metadata) open now.
+        this.emit('chat_key', { chat_id: c.chat_id });
       } catch {
         this.fail('decryption_failed', 'a chat key does not open with this master key (another passphrase?)', { chat_id: c.chat_id });
         return;
@@ -742,13 +745,20 @@ export class ChatdClient extends EventTarget {
     await this.openChatRecord(c);
   }
 
-  /** A stored message from the server. @param {string} chatId @param {any} m */
-  async mergeMessage(chatId, m) {
+  /**
+   * A stored message from the server: from a sync (`index`: its place in the chat, oldest
+   * first) or another device, now.
+   * @param {string} chatId @param {any} m @param {number} [index]
+   */
+  async mergeMessage(chatId, m, index) {
     if (!m || !m.encrypted_content) return;
-    // A copy this device has keeps its local time (the server's is whole seconds).
+    // A copy this device has keeps its local time; a synced one goes by the server's order
+    // within its second (the server's times are whole seconds); one relayed now, by now.
     const existing = /** @type {MessageRecord|undefined} */ (await this.store.get('messages', m.message_id));
+    const at = existing?.at ?? this.unstored.get(m.message_id)?.at
+      ?? (index === undefined ? Date.now() : m.created_at * 1000 + Math.min(index, 999));
     await this.store.put('messages', /** @type {MessageRecord} */ ({
-      at: existing?.at, message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
+      at, message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
       encrypted_content: m.encrypted_content, user_message_id: m.user_message_id,
       encrypted_model_name: m.encrypted_model_name, encrypted_category: m.encrypted_category, stored: true,
     }));
@@ -758,7 +768,7 @@ export class ChatdClient extends EventTarget {
       try {
         const content = await unseal(key, m.encrypted_content, AAD.message(chatId, m.message_id));
         if (!this.answers.has(m.message_id)) {
-          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at: order(m.created_at, m.role), state: 'done' } });
+          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at, state: 'done' } });
         }
       } catch {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: m.message_id });
@@ -792,7 +802,7 @@ export class ChatdClient extends EventTarget {
   async mergeContent(chats, embeds, keys) {
     for (const c of chats) {
       if (c.versions) await this.editChat(c.chat_id, (r) => { r.versions = c.versions; r.stored = true; });
-      for (const m of c.messages ?? []) await this.mergeMessage(c.chat_id, m);
+      for (const [i, m] of (c.messages ?? []).entries()) await this.mergeMessage(c.chat_id, m, i);
     }
     for (const e of embeds ?? []) await this.mergeEmbed(e, keys ?? []);
     await this.emitChats();

@@ -106,6 +106,8 @@ try {
   assert.equal(await a.locator('#notices').innerText(), '', 'the re-send was not silent');
   await a.locator('[data-testid=suggestion]').first().waitFor();
   if (screenshot) await a.screenshot({ path: screenshot });
+  const kiwi = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
+  const kiwiAnswers = await a.locator(assistant('done')).allInnerTexts();
 
   console.log('flow: stop a slow skill from its card');
   await a.click('[data-testid=new-chat]');
@@ -142,6 +144,17 @@ try {
     }
   }
   assert.ok(sent.some((s) => s.websocket && s.url.includes(tokens[0])));
+
+  console.log('flow: a new device signs in and gets every chat by phased sync, decrypted with the same passphrase');
+  const c = await (await chrome.newContext()).newPage();
+  c.setDefaultTimeout(30000);
+  problems.push(watch(c, 'device C'));
+  await signIn(c, base, USER, PASSPHRASE);
+  await count(c, '[data-testid=chat-list-item]', 2);
+  await c.locator(`[data-testid=chat-list-item][data-chat-id="${kiwi}"]`).click();
+  await count(c, assistant('done'), 3);
+  assert.deepEqual(await c.locator(assistant('done')).allInnerTexts(), kiwiAnswers);
+  assert.equal(await c.locator(`[data-testid=chat-list-item][data-chat-id="${kiwi}"]`).innerText(), 'Kiwis and other fruit');
 
   assert.deepEqual(problems.flat(), [], 'script errors or CSP violations on the pages');
 

@@ -111,6 +111,10 @@ async function enter(user, token, key) {
     if (d.state === 'open') c.dataset.opened = String(Number(c.dataset.opened ?? 0) + 1);
   });
   on('chats', (d) => renderChats(d.chats));
+  on('chat_key', async (d) => {
+    if (d.chat_id !== current || !client) return;
+    for (const m of await client.messages(d.chat_id)) upsertMessage(m, true);
+  });
   on('message', (d) => d.message.chat_id === current && upsertMessage(d.message));
   on('embed', (d) => {
     embeds.set(d.embed.embed_id, d.embed);
@@ -199,6 +203,9 @@ function upsertMessage(m, append = false) {
     const after = append ? undefined : [...list.children].find((n) => Number(n.dataset.at) > m.at);
     list.insertBefore(node, after ?? null);
   }
+  // Opening a chat lays its messages out in the client's order, also those that events
+  // showed while it loaded them.
+  else if (append) $('#messages').append(node);
   node.dataset.role = m.role;
   node.dataset.state = m.state;
   const body = /** @type {HTMLElement} */ (node.querySelector('.body'));
