@@ -171,6 +171,11 @@ impl Authenticator {
         Self { own, oidc }
     }
 
+    /// Mints one of chatd's own session tokens (the development sign-in, `chatd token`).
+    pub fn mint(&self, user: &UserId, ttl: Duration) -> Result<String, AuthError> {
+        self.own.mint(user, ttl)
+    }
+
     /// The identity provider's key set, when one is configured (its refresh task).
     pub fn jwks(&self) -> Option<&std::sync::Arc<jwks::Jwks>> {
         self.oidc.as_ref().map(oidc::Oidc::jwks)

@@ -17,11 +17,13 @@ mod cluster;
 mod kv_ref;
 mod skills;
 mod validate;
+mod web;
 
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 pub use kv_ref::KvRef;
 pub use skills::{SkillsConfig, WebSearchConfig};
+pub use web::{Toggle, WebConfig};
 
 pub const DEFAULT_TOML: &str = include_str!("../config/default.toml");
 
@@ -40,6 +42,7 @@ pub struct Config {
     pub store: StoreConfig,
     pub links: LinksConfig,
     pub cluster: ClusterConfig,
+    pub web: WebConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]

@@ -1,5 +1,6 @@
 //! The HTTP surface: `/v1/ws` (WebSocket), `/healthz` (process up), `/readyz`
-//! (dependencies reachable), `/metrics` (Prometheus text).
+//! (dependencies reachable), `/metrics` (Prometheus text); the browser side (`/`,
+//! `/chatd-client.js`, `/v1/dev/token`) comes from [`web`].
 
 use std::sync::Arc;
 
@@ -12,12 +13,15 @@ use serde_json::json;
 
 use crate::state::AppState;
 
+pub mod web;
+
 pub fn router(app: Arc<AppState>) -> Router {
     Router::new()
         .route("/v1/ws", get(crate::ws::upgrade))
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .merge(web::routes(&app))
         .with_state(app)
 }
 

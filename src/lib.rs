@@ -8,6 +8,7 @@
 //! - [`pipeline`] turns a chat message into a streamed answer (internal types only);
 //! - [`llm`] is the model boundary;
 //! - [`skills`] are the tools the model calls (manifests, runner, embeds, injection check);
+//! - [`http::web`] serves the demo page and the reference browser client;
 //! - [`auth`] mints and checks session tokens; [`metrics`] exports Prometheus metrics.
 
 pub mod app;

@@ -150,6 +150,7 @@ async fn serve(config: Config) -> anyhow::Result<()> {
     let embedded = config.is_embedded();
     let data_dir = config.server.data_dir.display().to_string();
     let memory_cache = config.cache.backend == chatd::config::CacheBackendKind::Memory;
+    let (demo, dev_login) = (config.demo_enabled(), config.dev_login_enabled());
     let app = App::build(config).await?;
     let addr = app.local_addr()?;
     tracing::info!(%data_dir, "data directory (token secret, local master key, SQLite store)");
@@ -167,6 +168,15 @@ async fn serve(config: Config) -> anyhow::Result<()> {
         );
     }
     tracing::info!(%addr, "chatd listening; WebSocket at ws://{addr}/v1/ws");
+    if demo {
+        tracing::info!(dev_login, "demo page at http://{addr}/ (web.demo)");
+    }
+    if dev_login && !embedded {
+        tracing::warn!(
+            "web.dev_login is on: POST /v1/dev/token mints a token for any user name; \
+             never on a server others can reach"
+        );
+    }
     let shutdown = CancellationToken::new();
     let signal = shutdown.clone();
     let waiter = async move {

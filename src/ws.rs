@@ -29,7 +29,7 @@ pub async fn upgrade(
         &auth.cookie_name,
     );
     let cookie = token.is_some_and(|(_, source)| source == TokenSource::Cookie);
-    if let Err(reason) = origin_allowed(&app.config.server.allowed_origins, &headers, cookie) {
+    if let Err(reason) = origin_allowed(&app.config, &headers, cookie) {
         tracing::info!(status = 403, reason, "handshake refused");
         return (StatusCode::FORBIDDEN, reason).into_response();
     }
@@ -95,14 +95,32 @@ pub async fn upgrade(
 /// Bytes of frames buffered before the socket is written (a flush writes sooner).
 const WRITE_BUFFER_BYTES: usize = 16 * 1024;
 
+/// The origin rule of `config` (see [`origin_rule`]): with the demo page on and no
+/// `server.allowed_origins`, browsers are allowed from the server's own origin only.
+pub fn origin_allowed(
+    config: &crate::config::Config,
+    headers: &HeaderMap,
+    cookie: bool,
+) -> Result<(), &'static str> {
+    let allowed = &config.server.allowed_origins;
+    origin_rule(
+        allowed,
+        allowed.is_empty() && config.demo_enabled(),
+        headers,
+        cookie,
+    )
+}
+
 /// Cross-site WebSocket hijacking: a browser sends the session cookie with a
 /// handshake any page starts, so a cookie sign-in is taken only from an origin in
 /// `server.allowed_origins`, or, when that list is empty, from the server's own origin
-/// (the `Host` the request was sent to). `Origin: null` (sandboxed frames, `file:` pages)
-/// is always refused. With a configured list, every browser origin must be in it; a
-/// request without `Origin` (not a browser) is not checked.
-fn origin_allowed(
+/// (the `Host` the request was sent to). `own_only` (the demo page is served, no list)
+/// applies that to every browser request, whatever carries the token. `Origin: null`
+/// (sandboxed frames, `file:` pages) is always refused. With a configured list, every
+/// browser origin must be in it; a request without `Origin` (not a browser) is not checked.
+fn origin_rule(
     allowed: &[String],
+    own_only: bool,
     headers: &HeaderMap,
     cookie: bool,
 ) -> Result<(), &'static str> {
@@ -121,7 +139,7 @@ fn origin_allowed(
             false => Err("origin not allowed"),
         };
     }
-    if !cookie {
+    if !cookie && !own_only {
         return Ok(());
     }
     let own = headers
@@ -135,7 +153,8 @@ fn origin_allowed(
         });
     match own {
         true => Ok(()),
-        false => Err("origin not allowed for cookie sign-in: set server.allowed_origins"),
+        false if cookie => Err("origin not allowed for cookie sign-in: set server.allowed_origins"),
+        false => Err("origin not allowed: the demo page is on; set server.allowed_origins"),
     }
 }
 
@@ -148,21 +167,26 @@ mod tests {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, "chat.example".parse().unwrap());
         // No Origin: not a browser; nothing to check.
-        assert!(origin_allowed(&[], &h, true).is_ok());
+        assert!(origin_rule(&[], false, &h, true).is_ok());
         let allowed = vec!["https://app.example".to_string()];
-        assert!(origin_allowed(&allowed, &h, false).is_ok());
+        assert!(origin_rule(&allowed, false, &h, false).is_ok());
         h.insert(header::ORIGIN, "https://app.example".parse().unwrap());
-        assert!(origin_allowed(&allowed, &h, true).is_ok());
+        assert!(origin_rule(&allowed, false, &h, true).is_ok());
         h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
-        assert!(origin_allowed(&allowed, &h, false).is_err());
+        assert!(origin_rule(&allowed, false, &h, false).is_err());
         // The default (no list): a cookie only from the server's own origin; a token in
         // the URL or a header is no ambient credential, so any origin may carry it.
-        assert!(origin_allowed(&[], &h, true).is_err());
-        assert!(origin_allowed(&[], &h, false).is_ok());
+        assert!(origin_rule(&[], false, &h, true).is_err());
+        assert!(origin_rule(&[], false, &h, false).is_ok());
         h.insert(header::ORIGIN, "https://chat.example".parse().unwrap());
-        assert!(origin_allowed(&[], &h, true).is_ok());
+        assert!(origin_rule(&[], false, &h, true).is_ok());
+        // The demo page on, no list: every browser from the server's own origin only.
+        assert!(origin_rule(&[], true, &h, false).is_ok());
+        h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
+        assert!(origin_rule(&[], true, &h, false).is_err());
+        assert!(origin_rule(&allowed, true, &h, false).is_err());
         h.insert(header::ORIGIN, "null".parse().unwrap());
-        assert!(origin_allowed(&[], &h, false).is_err());
-        assert!(origin_allowed(&allowed, &h, false).is_err());
+        assert!(origin_rule(&[], false, &h, false).is_err());
+        assert!(origin_rule(&allowed, false, &h, false).is_err());
     }
 }

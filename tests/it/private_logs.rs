@@ -24,6 +24,8 @@ async fn trace_log_of_one_turn(level_var: &str) -> String {
         .env_remove("RUST_LOG")
         .env(level_var, "trace")
         .env("CHATD__SERVER__LISTEN", &listen)
+        // Its own data directory: the user's (the default) may hold another build's store.
+        .env("CHATD__SERVER__DATA_DIR", dir.path().join("data"))
         .env("CHATD__AUTH__SECRET", "private-logs-secret")
         .env("CHATD__LLM__SIMULATED_PACE", "1ms")
         .env("CHATD__LINKS__ENABLED", "false")

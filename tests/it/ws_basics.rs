@@ -96,10 +96,23 @@ async fn origin_allowlist_is_enforced_on_upgrade() {
 
 /// Cross-site WebSocket hijacking: by default a cookie sign-in is taken only from the
 /// server's own origin, `Origin: null` never; a token in the URL is no ambient
-/// credential, so another origin may carry it.
+/// credential, so another origin may carry it, unless the demo page is on (then every
+/// browser must come from the server's own origin).
 #[tokio::test]
 async fn a_cookie_from_another_origin_is_refused_by_default() {
-    let app = spawn_app(|_| {}).await;
+    for demo in [false, true] {
+        cookie_and_origin_rules(demo).await;
+    }
+}
+
+async fn cookie_and_origin_rules(demo: bool) {
+    let app = spawn_app(|c| {
+        c.web.demo = match demo {
+            true => chatd::config::Toggle::On,
+            false => chatd::config::Toggle::Off,
+        }
+    })
+    .await;
     let token = app.token("alice");
     let with = |origin: &str, cookie: bool| {
         let query = if cookie {
@@ -121,7 +134,8 @@ async fn a_cookie_from_another_origin_is_refused_by_default() {
         ("null", true, false),
         ("null", false, false),
         (own.as_str(), true, true),
-        ("https://evil.example", false, true),
+        ("https://evil.example", false, !demo),
+        (own.as_str(), false, true),
     ] {
         match WsClient::connect_request(with(origin, cookie)).await {
             Ok(mut ws) if allowed => expect_pong(&mut ws).await,

@@ -1,6 +1,7 @@
 //! A chatd process (the built binary) on a free port with a config file the test writes:
 //! its log captured to a file, ready once `/readyz` answers 200, SIGKILLed on `kill()` and
-//! on drop. For the multi-node tests: several of these share one Redis and one PostgreSQL.
+//! on drop, restartable on the same port and data. For the multi-node tests: several of
+//! these share one Redis and one PostgreSQL.
 
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -14,6 +15,8 @@ pub struct ChatdProcess {
     port: u16,
     child: Option<Child>,
     dir: tempfile::TempDir,
+    bin: PathBuf,
+    env: Vec<(String, String)>,
 }
 
 impl ChatdProcess {
@@ -29,27 +32,47 @@ impl ChatdProcess {
             data.display()
         );
         std::fs::write(&file, format!("{server}{config}"))?;
-        let log = std::fs::File::create(dir.path().join("chatd.log"))?;
-        let mut cmd = Command::new(bin);
+        let mut node = ChatdProcess {
+            port,
+            child: None,
+            dir,
+            bin: bin.to_path_buf(),
+            env: env
+                .iter()
+                .map(|(k, v)| (k.to_string(), v.clone()))
+                .collect(),
+        };
+        node.spawn().await?;
+        Ok(node)
+    }
+
+    /// Starts the process again after [`ChatdProcess::kill`]: the same port, configuration
+    /// and data directory (token secret, keys, SQLite store); the log goes on in the same file.
+    pub async fn restart(&mut self) -> anyhow::Result<()> {
+        self.kill().await;
+        self.spawn().await
+    }
+
+    async fn spawn(&mut self) -> anyhow::Result<()> {
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(self.log_path())?;
+        let mut cmd = Command::new(&self.bin);
         cmd.arg("serve")
             .arg("--config")
-            .arg(&file)
-            .current_dir(dir.path())
+            .arg(self.dir.path().join("chatd.toml"))
+            .current_dir(self.dir.path())
             .env_remove("CHATD_LOG")
             .env_remove("RUST_LOG")
             .stdout(Stdio::null())
             .stderr(log)
             .kill_on_drop(true);
-        for (k, v) in env {
+        for (k, v) in &self.env {
             cmd.env(k, v);
         }
-        let child = cmd.spawn().context("starting chatd")?;
-        let node = ChatdProcess {
-            port,
-            child: Some(child),
-            dir,
-        };
-        let url = node.http_url("/readyz");
+        self.child = Some(cmd.spawn().context("starting chatd")?);
+        let url = self.http_url("/readyz");
         wait_until("chatd /readyz", || {
             let url = url.clone();
             async move {
@@ -59,8 +82,12 @@ impl ChatdProcess {
             }
         })
         .await
-        .with_context(|| format!("chatd log:\n{}", node.log_text()))?;
-        Ok(node)
+        .with_context(|| format!("chatd log:\n{}", self.log_text()))
+    }
+
+    /// The data directory (token secret, local keys, the SQLite store).
+    pub fn data_dir(&self) -> PathBuf {
+        self.dir.path().join("data")
     }
 
     pub fn port(&self) -> u16 {

@@ -1,0 +1,428 @@
+//! The demo page and the reference client in a real browser: headless Chromium (Debian's)
+//! driven by `playwright-core` (`tests/browser/flows.mjs`, run with `node`) against a real
+//! chatd process with redis-server, the fake LLM and a fake skill provider. The script
+//! prints `@need <action>` when the servers must act (release a stalled answer, restart
+//! chatd with an empty cache, check what the model saw, scan for plaintext) and waits for
+//! `ok`; this test does it and answers. A missing node, Chromium or playwright-core fails.
+//!
+//! Also: the page's security headers, the development sign-in and its origin rule.
+
+use std::collections::VecDeque;
+use std::path::PathBuf;
+use std::process::Stdio;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chatd_test_harness::chatd_proc::ChatdProcess;
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply, function_reply};
+use chatd_test_harness::fake_skill::{FakeSkill, SkillReply};
+use chatd_test_harness::process::find_binary;
+use chatd_test_harness::redis::RedisServer;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncWriteExt, BufReader};
+
+use crate::skills::{call, calls, manifests};
+use crate::support::conversation;
+
+const BIN: &str = env!("CARGO_BIN_EXE_chatd");
+
+/// The answers the fake model gave (raw markdown), in order, and the gates of stalled ones.
+#[derive(Default)]
+struct Script {
+    answers: Mutex<Vec<String>>,
+    gates: Mutex<VecDeque<Gate>>,
+    n: AtomicUsize,
+    /// A page that answers 404 (the link repair replaces links to it).
+    broken_link: String,
+}
+
+/// The text of the last user message of a model request.
+fn last_user(request: &Value) -> String {
+    conversation(request)
+        .into_iter()
+        .rev()
+        .find(|(role, _)| role == "user")
+        .map(|(_, c)| c)
+        .unwrap_or_default()
+}
+
+/// Every answer has two paragraphs (the chunker sends the first on its own); a message
+/// saying "stall" holds the answer after the first until the test releases it; "find
+/// slowly" calls the slow skill first; "link" answers with a link to a page that is gone.
+fn scripted(script: &Arc<Script>, request: &Value) -> Reply {
+    let user = last_user(request);
+    let has_tool = request["messages"]
+        .as_array()
+        .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    if user.contains("find slowly") && !has_tool {
+        return calls(vec![call(
+            "c1",
+            "demo-find",
+            json!([{"query": "ripest mango"}]),
+        )]);
+    }
+    let n = script.n.fetch_add(1, Ordering::SeqCst);
+    let (one, two) = if user.contains("link") {
+        (
+            format!(
+                "Answer {n} starts with [a page that is gone]({}).\n\n",
+                script.broken_link
+            ),
+            format!("Answer {n} ends after the link."),
+        )
+    } else if user.contains("find slowly") {
+        (
+            format!("Answer {n} starts with a **mango** fact.\n\n"),
+            format!("Answer {n} ends here, without the slow search."),
+        )
+    } else {
+        (
+            format!("Answer {n} starts with a **kiwi** fact and `code`.\n\n"),
+            format!("Answer {n} ends with a list:\n\n- green\n- brown"),
+        )
+    };
+    script.answers.lock().unwrap().push(format!("{one}{two}"));
+    if user.to_lowercase().contains("stall") {
+        let gate = Gate::new();
+        script.gates.lock().unwrap().push_back(gate.clone());
+        return Reply::Stall {
+            chunks: vec![one],
+            gate,
+            then: Box::new(Reply::Text {
+                chunks: vec![two],
+                delay: Duration::ZERO,
+                usage: None,
+            }),
+        };
+    }
+    Reply::Text {
+        chunks: vec![one, two],
+        delay: Duration::ZERO,
+        usage: None,
+    }
+}
+
+const TITLE: &str = "Kiwis and other fruit";
+const SUGGESTION: &str = "Ask about kiwi seeds";
+
+fn stages(fake: &FakeLlm) {
+    fake.set_stage_responder(|name, request| {
+        let text = request.to_string();
+        match name {
+            "preprocess" => Some(function_reply(
+                "preprocess",
+                json!({"harmful_or_illegal_score": 0, "misuse_risk_score": 0, "language": "en",
+                    "category": "general_knowledge", "complexity": "simple", "title": TITLE,
+                    "icon_names": ["apple"],
+                    "relevant_app_skills": if text.contains("find slowly") { json!(["demo-find"]) } else { json!([]) }}),
+            )),
+            "postprocess" => Some(function_reply(
+                "postprocess",
+                json!({"follow_up_request_suggestions": (1..=6).map(|i| format!("{SUGGESTION} {i}")).collect::<Vec<_>>(),
+                    "new_chat_request_suggestions": (1..=6).map(|i| format!("New fruit idea {i}")).collect::<Vec<_>>(),
+                    "chat_summary": "The user asked about kiwis.", "chat_tags": ["kiwi"],
+                    "harmful_response": 0, "topic_shift": false}),
+            )),
+            _ => None,
+        }
+    });
+}
+
+/// The bytes of every file under `dir` (the SQLite store with its WAL).
+fn files_under(dir: &std::path::Path) -> Vec<(PathBuf, Vec<u8>)> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let path = entry.path();
+        if path.is_dir() {
+            out.extend(files_under(&path));
+        } else {
+            out.push((path.clone(), std::fs::read(&path).unwrap()));
+        }
+    }
+    out
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    !needle.is_empty()
+        && haystack
+            .windows(needle.len())
+            .any(|w| w == needle.as_bytes())
+}
+
+/// The parts of a text worth searching for: each line of at least 12 characters, without
+/// markdown markers (the store would hold them as typed).
+fn needles(text: &str) -> Vec<String> {
+    text.lines()
+        .map(str::trim)
+        .filter(|l| l.len() >= 12)
+        .map(str::to_string)
+        .collect()
+}
+
+#[tokio::test]
+async fn the_demo_page_in_a_real_browser() {
+    let node = find_binary("node", &[], "apt-get install nodejs").unwrap();
+    let redis = RedisServer::start().await.unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let skill = FakeSkill::start().await.unwrap();
+    skill.respond(|seen| match seen.path.starts_with("/page/") {
+        true => SkillReply::Status {
+            status: 404,
+            retry_after: None,
+        },
+        false => SkillReply::Hang,
+    });
+    let apps = manifests(&skill);
+    let script = Arc::new(Script {
+        broken_link: format!("{}/page/gone", skill.url()),
+        ..Script::default()
+    });
+    let s = script.clone();
+    fake.set_responder(move |request| Some(scripted(&s, request)));
+    stages(&fake);
+    let config = format!(
+        r#"
+[llm]
+provider = "openai_compatible"
+base_url = "{llm}"
+api_key = "unused"
+model = "fake-model"
+
+[cache]
+backend = "redis"
+redis_url = "{redis}"
+
+[links]
+enabled = true
+allow_private_targets = true
+timeout = "5s"
+
+[pipeline]
+speculative_main_call = false
+
+[skills]
+apps_dir = "{apps}"
+allow_private_targets = true
+timeout = "60s"
+
+[web]
+demo = true
+dev_login = true
+"#,
+        llm = fake.base_url(),
+        redis = redis.url(),
+        apps = apps.path().display(),
+    );
+    let mut chatd = ChatdProcess::start(std::path::Path::new(BIN), &config, &[])
+        .await
+        .unwrap();
+
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    // The README's picture of the page: rewritten with CHATD_BLESS=1 (or when missing), else
+    // taken into the target directory (pixels differ a little from run to run).
+    let picture = root.join("protocol/js/demo.png");
+    let screenshot = match std::env::var_os("CHATD_BLESS").is_some() || !picture.exists() {
+        true => picture,
+        false => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo.png"),
+    };
+    let mut child = tokio::process::Command::new(node)
+        .arg(root.join("tests/browser/flows.mjs"))
+        .env("CHATD_URL", chatd.http_url("/"))
+        .env("CHATD_SCREENSHOT", &screenshot)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::inherit())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut lines = BufReader::new(child.stdout.take().unwrap()).lines();
+    let mut typed: Vec<String> = Vec::new();
+    let mut output = Vec::new();
+    let flows = async {
+        while let Some(line) = lines.next_line().await.unwrap() {
+            println!("{line}");
+            output.push(line.clone());
+            if let Some(text) = line.strip_prefix("@typed ") {
+                typed.push(serde_json::from_str(text).unwrap());
+                continue;
+            }
+            let Some(need) = line.strip_prefix("@need ") else {
+                continue;
+            };
+            let (action, arg) = need.split_once(' ').unwrap_or((need, "null"));
+            let arg: Value = serde_json::from_str(arg).unwrap();
+            match action {
+                "release" => {
+                    let gate = script.gates.lock().unwrap().pop_front().unwrap();
+                    gate.reached().await;
+                    gate.release();
+                }
+                "forget-stall" => {
+                    script.gates.lock().unwrap().pop_front().unwrap();
+                }
+                "restart-empty" => {
+                    chatd.kill().await;
+                    assert_eq!(redis.cli(&["FLUSHALL"]).await.unwrap().trim(), "OK");
+                    chatd.restart().await.unwrap();
+                }
+                "check-context" => {
+                    // The model saw the whole chat although the server's cache was empty:
+                    // the page re-sent it from IndexedDB.
+                    let answers = script.answers.lock().unwrap().clone();
+                    let asked: Vec<String> = serde_json::from_value(arg).unwrap();
+                    let last = fake.requests().last().cloned().unwrap();
+                    let seen = conversation(&last);
+                    let want = vec![
+                        ("user".to_string(), asked[0].clone()),
+                        ("assistant".to_string(), answers[0].clone()),
+                        ("user".to_string(), asked[1].clone()),
+                        ("assistant".to_string(), answers[1].clone()),
+                        ("user".to_string(), asked[2].clone()),
+                    ];
+                    assert_eq!(seen, want, "the model's context after the restart");
+                }
+                "skill-in-flight" => {
+                    skill
+                        .wait_until("the slow skill reached its provider", |k| {
+                            k.in_flight() == 1
+                        })
+                        .await;
+                }
+                "skill-hung-up" => {
+                    skill
+                        .wait_until("the provider saw the skill stopped", |k| k.hangups() == 1)
+                        .await;
+                }
+                "scan" => scan(&chatd, &redis, &typed, &script).await,
+                other => panic!("the browser script asked for `{other}`"),
+            }
+            stdin.write_all(b"ok\n").await.unwrap();
+            stdin.flush().await.unwrap();
+        }
+    };
+    tokio::time::timeout(Duration::from_secs(240), flows)
+        .await
+        .expect("the browser flows did not finish within 240 s");
+    let status = child.wait().await.unwrap();
+    assert!(
+        status.success(),
+        "the browser script failed ({status}); chatd log:\n{}",
+        chatd.log_text()
+    );
+    assert_eq!(
+        output.last().map(String::as_str),
+        Some("browser flows passed")
+    );
+}
+
+/// Nothing typed (the passphrase included), answered, titled or suggested is in the store or
+/// Redis in plaintext, nor in chatd's log.
+async fn scan(chatd: &ChatdProcess, redis: &RedisServer, typed: &[String], script: &Script) {
+    let mut secrets: Vec<String> = typed.to_vec();
+    for answer in script.answers.lock().unwrap().iter() {
+        secrets.extend(needles(answer));
+    }
+    secrets.push(TITLE.into());
+    secrets.push(format!("{SUGGESTION} 1"));
+    secrets.push("The user asked about kiwis.".into());
+    assert!(secrets.len() > 10, "too little to search for: {secrets:?}");
+    let mut places = files_under(&chatd.data_dir());
+    for (key, value) in redis.dump().await.unwrap() {
+        places.push((PathBuf::from(format!("redis:{key}")), value));
+    }
+    places.push((PathBuf::from("chatd.log"), chatd.log_text().into_bytes()));
+    assert!(
+        places
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().contains("chatd.db"))
+    );
+    assert!(
+        places
+            .iter()
+            .any(|(p, _)| p.to_string_lossy().starts_with("redis:"))
+    );
+    for (place, bytes) in &places {
+        for secret in &secrets {
+            assert!(
+                !contains(bytes, secret),
+                "plaintext {secret:?} found in {}",
+                place.display()
+            );
+        }
+    }
+}
+
+/// The page and the client carry a Content-Security-Policy without inline script; the
+/// development sign-in mints a token in the body (never a URL) and refuses other origins;
+/// with the demo on, the WebSocket takes browsers from the server's own origin only.
+#[tokio::test]
+async fn the_page_is_served_with_its_security_headers() {
+    let app = crate::support::spawn_app(|c| {
+        c.web.demo = chatd::config::Toggle::On;
+        c.web.dev_login = chatd::config::Toggle::On;
+    })
+    .await;
+    let http = reqwest::Client::new();
+    for (path, kind) in [
+        ("/", "text/html"),
+        ("/chatd-client.js", "text/javascript"),
+        ("/demo/demo.js", "text/javascript"),
+        ("/demo/markdown.js", "text/javascript"),
+        ("/demo/demo.css", "text/css"),
+    ] {
+        let res = http.get(app.http_url(path)).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{path}");
+        let h = res.headers();
+        assert!(h["content-type"].to_str().unwrap().starts_with(kind));
+        let csp = h["content-security-policy"].to_str().unwrap();
+        assert!(csp.contains("script-src 'self'") && !csp.contains("unsafe-inline"));
+        assert_eq!(h["x-content-type-options"], "nosniff");
+    }
+    let page = http
+        .get(app.http_url("/"))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    // No inline script: every script is a file of this origin.
+    assert!(
+        !page.contains("<script>")
+            && page.contains(r#"<script type="module" src="/demo/demo.js">"#)
+    );
+    assert!(chatd::http::web::demo_asset_bytes() < 150 * 1024);
+
+    let own = format!("http://{}", app.addr);
+    let mint = |origin: &str| {
+        http.post(app.http_url("/v1/dev/token"))
+            .header("origin", origin)
+            .json(&json!({"user": "alice"}))
+            .send()
+    };
+    let res = mint(&own).await.unwrap();
+    assert_eq!(res.status(), 200);
+    assert_eq!(res.headers()["cache-control"], "no-store");
+    let body: Value = res.json().await.unwrap();
+    let token = body["token"].as_str().unwrap();
+    let (user, _) = app.state.auth.verify(token).await.unwrap();
+    assert_eq!(user.as_str(), "alice");
+    assert_eq!(mint("https://evil.example").await.unwrap().status(), 403);
+    let bad = http
+        .post(app.http_url("/v1/dev/token"))
+        .json(&json!({"user": "no spaces"}))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(bad.status(), 400);
+
+    // Off by default outside embedded mode, and the demo off in cluster mode.
+    let mut config = chatd::config::Config::defaults().unwrap();
+    assert!(config.demo_enabled() && config.dev_login_enabled());
+    config.cache.backend = chatd::config::CacheBackendKind::Redis;
+    assert!(config.demo_enabled() && !config.dev_login_enabled());
+    config.cluster.enabled = true;
+    assert!(!config.demo_enabled());
+}
