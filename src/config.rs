@@ -171,7 +171,18 @@ pub struct PipelineConfig {
     /// (0: never).
     pub harmful_response_threshold: u8,
     /// Open the likely main call while preprocessing runs (see `pipeline::speculation`).
-    pub speculative_main_call: bool,
+    pub speculative_main_call: Speculation,
+}
+
+/// `pipeline.speculative_main_call`: whether the likely main call is opened while
+/// preprocessing runs. A wrong guess is one more (dropped) request to the provider.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Speculation {
+    /// Only for models whose requests cost nothing (local endpoints, the simulated model).
+    Auto,
+    On,
+    Off,
 }
 
 /// Background link validation (`[links]`).

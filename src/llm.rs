@@ -155,6 +155,11 @@ pub trait LlmClient: Send + Sync {
     fn probe(&self) -> BoxFuture<'_, Result<(), LlmError>> {
         Box::pin(std::future::ready(Ok(())))
     }
+    /// Whether a request costs money: a provider reached over the network. A local model
+    /// (the simulated one, or an endpoint on this machine or a private network) does not.
+    fn is_metered(&self) -> bool {
+        true
+    }
 }
 
 /// Builds the configured client.

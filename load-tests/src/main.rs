@@ -17,6 +17,7 @@ mod history_bench;
 mod procs;
 mod report;
 mod scenarios;
+mod speculation_bench;
 mod stats;
 mod sync_bench;
 
@@ -108,6 +109,11 @@ enum Command {
         /// Measured full syncs.
         #[arg(long, default_value_t = 5)]
         runs: usize,
+    },
+    /// How often the speculative main call is wasted, over a mixed workload.
+    Speculation {
+        #[arg(long, default_value_t = 200)]
+        chats: usize,
     },
     /// Added time to first token over the fake LLM, floor relay vs chatd.
     Ttft {
@@ -253,6 +259,7 @@ fn main() -> anyhow::Result<()> {
                 messages_per_chat,
                 runs,
             } => sync_bench::run(store, chats, messages_per_chat, runs).await,
+            Command::Speculation { chats } => speculation_bench::run(chats).await,
             Command::Ttft {
                 rounds,
                 turns,

@@ -27,6 +27,8 @@ pub struct OpenAiClient {
     models_url: String,
     api_key: Option<SecretString>,
     idle_timeout: Duration,
+    /// The endpoint is on this machine or a private network (see `is_metered`).
+    local: bool,
 }
 
 impl OpenAiClient {
@@ -43,6 +45,7 @@ impl OpenAiClient {
             models_url: format!("{}/models", config.base_url.trim_end_matches('/')),
             api_key: config.api_key.clone(),
             idle_timeout: config.idle_timeout,
+            local: is_local(&config.base_url),
         })
     }
 
@@ -75,7 +78,27 @@ impl OpenAiClient {
     }
 }
 
+/// A base URL whose host is `localhost`, a loopback, private or link-local address (a model
+/// served next to chatd: Ollama, vLLM, llama.cpp) rather than a metered provider.
+fn is_local(base_url: &str) -> bool {
+    let Ok(url) = url::Url::parse(base_url) else {
+        return false;
+    };
+    match url.host() {
+        Some(url::Host::Domain(d)) => d == "localhost" || d.ends_with(".localhost"),
+        Some(url::Host::Ipv4(ip)) => ip.is_loopback() || ip.is_private() || ip.is_link_local(),
+        Some(url::Host::Ipv6(ip)) => {
+            ip.is_loopback() || ip.is_unique_local() || ip.is_unicast_link_local()
+        }
+        None => false,
+    }
+}
+
 impl LlmClient for OpenAiClient {
+    fn is_metered(&self) -> bool {
+        !self.local
+    }
+
     fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>> {
         Box::pin(self.open(request))
     }

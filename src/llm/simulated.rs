@@ -27,6 +27,10 @@ impl SimulatedClient {
 }
 
 impl LlmClient for SimulatedClient {
+    fn is_metered(&self) -> bool {
+        false
+    }
+
     fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>> {
         let pace = self.pace;
         Box::pin(async move {

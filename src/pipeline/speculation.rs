@@ -7,7 +7,8 @@
 //! refusal or a cancel, it is dropped unread and the provider sees the hang-up. Nothing of it
 //! reaches a client before preprocessing accepted the message: the harm gate stays in front.
 //! The cost is a wasted main request per wrong guess (`chatd_speculative_main_calls_total`
-//! counts both outcomes; `pipeline.speculative_main_call = false` switches it off).
+//! counts both outcomes). `pipeline.speculative_main_call`: `"auto"` (the default) opens it
+//! only for models whose requests cost nothing, `"on"` for every model, `"off"` never.
 
 use std::future::Future;
 

@@ -23,6 +23,7 @@ use super::writer::{TurnKey, TurnWriter};
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
 use crate::clock;
+use crate::config::Speculation;
 use crate::crypto::{KeyError, UserHash};
 use crate::delivery::Audience;
 use crate::history::{self, Prepared};
@@ -203,18 +204,23 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         (request, dropped)
     };
     // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
-    let guess = if app.pipeline.speculative_main_call {
+    // `auto`: only when the guessed model's requests cost nothing (a miss is a wasted call).
+    let mode = app.pipeline.speculative_main_call;
+    let guessed = (mode != Speculation::Off).then(|| {
         let pinned = opts
             .pinned_model
             .as_deref()
             .and_then(|id| app.models.get(id));
-        let plan = app.predictions.guess(chat, pinned, active_focus, || {
+        app.predictions.guess(chat, pinned, active_focus, || {
             MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
-        });
-        let (request, dropped) = main_request(plan.clone()).await;
-        Some((plan, request, dropped))
-    } else {
-        None
+        })
+    });
+    let guess = match guessed {
+        Some(plan) if mode == Speculation::On || !plan.model.client.is_metered() => {
+            let (request, dropped) = main_request(plan.clone()).await;
+            Some((plan, request, dropped))
+        }
+        _ => None,
     };
     let guess_client = guess.as_ref().map(|(plan, ..)| plan.model.client.clone());
     let side = guess_client

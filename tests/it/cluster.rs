@@ -114,7 +114,7 @@ url = "{pg}"
 enabled = false
 
 [pipeline]
-speculative_main_call = false
+speculative_main_call = "off"
 
 [cluster]
 enabled = true

@@ -42,7 +42,7 @@ fn system_prompt(request: &Value) -> String {
 async fn speculating_app(fake: &FakeLlm) -> TestApp {
     spawn_app(|c| {
         use_llm(c, fake.base_url());
-        c.pipeline.speculative_main_call = true;
+        c.pipeline.speculative_main_call = chatd::config::Speculation::On;
         c.pipeline.postprocessing = false;
     })
     .await
@@ -189,4 +189,30 @@ async fn the_next_message_is_guessed_from_the_chats_previous_plan() {
     );
     let last_request = fake.requests().last().cloned().unwrap_or_default();
     assert!(system_prompt(&last_request).contains("`fr`"));
+}
+
+/// The default, `auto`, speculates for a model that costs nothing per request: here the
+/// fake provider on loopback (a local endpoint, like Ollama or vLLM next to chatd). A
+/// provider over the network is never asked twice by default (`is_metered`, unit-tested
+/// with the URL rules in `llm::openai`).
+#[tokio::test]
+async fn auto_speculates_for_a_local_endpoint() {
+    let fake = FakeLlm::start().await.unwrap();
+    let gate = Gate::new();
+    held_preprocessing(&fake, &gate, json!({}));
+    fake.push(text(&["Local answer."]));
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.pipeline.speculative_main_call = chatd::config::Speculation::Auto;
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-auto").await;
+    ws.send(&user_message("chat-auto", "m1", "hello")).await;
+    gate.reached().await;
+    fake.wait_for_requests(1).await;
+    gate.release();
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "Local answer.");
+    assert!(speculation_count(&app, "used"));
 }

@@ -38,7 +38,7 @@ pub fn test_config(dir: &std::path::Path) -> Config {
     config.links.enabled = false;
     // Tests count and inspect the model requests they cause; the speculative main call (a
     // request that may be sent and then dropped) is switched on by its own tests.
-    config.pipeline.speculative_main_call = false;
+    config.pipeline.speculative_main_call = chatd::config::Speculation::Off;
     config
 }
 

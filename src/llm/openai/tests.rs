@@ -139,3 +139,19 @@ async fn truncated_stream_is_an_error() {
         .await;
     assert!(matches!(events.last(), Some(Err(LlmError::Stream(_)))));
 }
+
+#[test]
+fn local_endpoints_are_not_metered() {
+    for url in [
+        "http://127.0.0.1:11434/v1",
+        "http://localhost:8000/v1",
+        "http://10.0.0.5/v1",
+        "http://192.168.1.2:8080",
+        "http://[::1]:9000/v1",
+    ] {
+        assert!(is_local(url), "{url}");
+    }
+    for url in ["https://api.openai.com/v1", "https://8.8.8.8/v1", "not a url"] {
+        assert!(!is_local(url), "{url}");
+    }
+}
