@@ -203,6 +203,9 @@ enum Command {
         pace_ms: u64,
         #[arg(long, default_value = "20s", value_parser = humantime_dur)]
         duration: Duration,
+        /// Rounds of the three cases (none, reading, stalled), the order rotating.
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
     },
     /// (internal) Runs one server under test; prints `LISTEN addr`.
     #[command(hide = true)]
@@ -355,6 +358,7 @@ fn main() -> anyhow::Result<()> {
                 tokens,
                 pace_ms,
                 duration,
+                rounds,
             } => {
                 slow::run(
                     slow::Params {
@@ -363,6 +367,7 @@ fn main() -> anyhow::Result<()> {
                         tokens,
                         pace: Duration::from_millis(pace_ms),
                         duration,
+                        rounds,
                     },
                     &out,
                 )

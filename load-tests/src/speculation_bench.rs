@@ -177,7 +177,10 @@ pub async fn run(chats: usize) -> anyhow::Result<()> {
         .collect();
     let mut running = tokio::task::JoinSet::new();
     for (i, kind) in plan.iter().enumerate() {
-        let token = keys.mint(&UserId::parse(format!("user-{i}"))?, Duration::from_secs(3600))?;
+        let token = keys.mint(
+            &UserId::parse(format!("user-{i}"))?,
+            Duration::from_secs(3600),
+        )?;
         running.spawn(conversation(
             format!("ws://{addr}/v1/ws?token={token}"),
             format!("chat-{i}"),

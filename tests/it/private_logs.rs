@@ -24,8 +24,9 @@ async fn trace_log_of_one_turn(level_var: &str) -> String {
         .env_remove("RUST_LOG")
         .env(level_var, "trace")
         .env("CHATD__SERVER__LISTEN", &listen)
-        // Its own data directory: the user's (the default) may hold another build's store.
-        .env("CHATD__SERVER__DATA_DIR", dir.path().join("data"))
+        // Its own data directory: the user's default one is shared with every other chatd
+        // run on the machine (and with this file's other test, running in parallel).
+        .env("CHATD__SERVER__DATA_DIR", dir.path())
         .env("CHATD__AUTH__SECRET", "private-logs-secret")
         .env("CHATD__LLM__SIMULATED_PACE", "1ms")
         .env("CHATD__LINKS__ENABLED", "false")

@@ -22,7 +22,7 @@ use crate::client::ws_connect;
 use crate::fake_llm::{Mode, Script};
 use crate::procs::{self, Server};
 use crate::report::Report;
-use crate::stats::Hist;
+use crate::stats::{Hist, median};
 
 pub struct Params {
     pub chats: usize,
@@ -30,6 +30,7 @@ pub struct Params {
     pub tokens: usize,
     pub pace: Duration,
     pub duration: Duration,
+    pub rounds: usize,
 }
 
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
@@ -153,136 +154,188 @@ async fn read_to_close(mut ws: Ws) -> Option<u16> {
     }
 }
 
+/// What one case measured.
+struct Case {
+    times: Times,
+    rss_before: u64,
+    peak: u64,
+    rss_end: u64,
+    slow_closed: usize,
+    open: usize,
+}
+
+/// One case on a fresh fake LLM and chatd.
+async fn run_case(p: &Params, extra: Extra, keys: &TokenKeys) -> anyhow::Result<Case> {
+    let llm = Server::fake_llm(&Script {
+        mode: Mode::Paced,
+        tokens: p.tokens,
+        pace: p.pace,
+        think: Duration::ZERO,
+    })?;
+    let chatd = Server::chatd(&llm)?;
+    let mut fast = Vec::new();
+    for user in 0..p.chats {
+        fast.push(device(&chatd, keys, user).await?);
+    }
+    let mut stalled = Vec::new();
+    let mut readers = JoinSet::new();
+    for k in 0..if extra == Extra::None { 0 } else { p.extra } {
+        let ws = device(&chatd, keys, k % p.chats).await?;
+        match extra {
+            Extra::Stalled => stalled.push(ws),
+            _ => {
+                readers.spawn(async move {
+                    let mut ws = ws;
+                    while let Some(Ok(_)) = ws.next().await {}
+                });
+            }
+        }
+    }
+    let rss_before = chatd.rss_bytes()?;
+    let end = tokio::time::Instant::now() + p.duration;
+    let mut clients = JoinSet::new();
+    for (user, ws) in fast.into_iter().enumerate() {
+        clients.spawn(fast_client(ws, user, end));
+    }
+    let mut peak = rss_before;
+    let mut times = Times::default();
+    let mut tick = tokio::time::interval(Duration::from_millis(100));
+    while !clients.is_empty() {
+        tokio::select! {
+            _ = tick.tick() => peak = peak.max(chatd.rss_bytes()?),
+            Some(done) = clients.join_next() => {
+                let t = done?;
+                times.turns += t.turns;
+                times.errors += t.errors;
+                times.first.add(&t.first);
+                times.done.add(&t.done);
+                times.max_gap.add(&t.max_gap);
+                if times.first_error.is_none() {
+                    times.first_error = t.first_error;
+                }
+            }
+        }
+    }
+    let rss_end = chatd.rss_bytes()?;
+    // The stalled devices read at last: what the server sent them, then its close.
+    let mut closes = JoinSet::new();
+    for ws in stalled {
+        closes.spawn(read_to_close(ws));
+    }
+    let (mut slow_closed, mut open) = (0, 0);
+    while let Some(code) = closes.join_next().await {
+        match code? {
+            Some(4001) => slow_closed += 1,
+            None => open += 1,
+            Some(_) => {}
+        }
+    }
+    readers.abort_all();
+    Ok(Case {
+        times,
+        rss_before,
+        peak,
+        rss_end,
+        slow_closed,
+        open,
+    })
+}
+
+fn mib(b: f64) -> f64 {
+    b / (1024.0 * 1024.0)
+}
+
 pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
     let mut report = Report::new(
         "slow",
         json!({"chats": p.chats, "extra_devices": p.extra, "tokens": p.tokens,
-            "pace_ms": p.pace.as_millis() as u64, "duration_s": p.duration.as_secs_f64()}),
+            "pace_ms": p.pace.as_millis() as u64, "duration_s": p.duration.as_secs_f64(),
+            "rounds": p.rounds}),
     );
     report.line(format!(
-        "slow: {} chats streaming {}-token answers ({} ms/token) back to back for {:?}; {} extra devices showing them",
+        "slow: {} chats streaming {}-token answers ({} ms/token) back to back for {:?}; {} extra devices showing them; {} rounds, the order of the cases rotating",
         p.chats,
         p.tokens,
         p.pace.as_millis(),
         p.duration,
-        p.extra
+        p.extra,
+        p.rounds
     ));
     let keys = procs::token_keys();
-    let mut runs = serde_json::Map::new();
-    let mut peaks = [0u64; 3];
-    for (i, extra) in [Extra::None, Extra::Reading, Extra::Stalled]
-        .into_iter()
-        .enumerate()
-    {
-        let llm = Server::fake_llm(&Script {
-            mode: Mode::Paced,
-            tokens: p.tokens,
-            pace: p.pace,
-            think: Duration::ZERO,
-        })?;
-        let chatd = Server::chatd(&llm)?;
-        let mut fast = Vec::new();
-        for user in 0..p.chats {
-            fast.push(device(&chatd, &keys, user).await?);
+    let cases = [Extra::None, Extra::Reading, Extra::Stalled];
+    let mut rounds = Vec::new();
+    // Per case: peak RSS (MiB), first-frame p50/p99, longest-gap p50/p99 (ms), per round.
+    let mut figures: Vec<[Vec<f64>; 5]> = (0..3).map(|_| Default::default()).collect();
+    let mut cost = Vec::new();
+    for round in 0..p.rounds {
+        let mut peaks = [0.0; 3];
+        let mut row = serde_json::Map::new();
+        for k in 0..3 {
+            let i = (k + round) % 3;
+            let extra = cases[i];
+            let c = run_case(&p, extra, &keys).await?;
+            let t = &c.times;
+            peaks[i] = c.peak as f64;
+            let f = &mut figures[i];
+            f[0].push(mib(c.peak as f64));
+            f[1].push(t.first.us(0.5) / 1000.0);
+            f[2].push(t.first.us(0.99) / 1000.0);
+            f[3].push(t.max_gap.us(0.5) / 1000.0);
+            f[4].push(t.max_gap.us(0.99) / 1000.0);
+            report.line(format!(
+                "  round {round} {:<8} turns {:>4} errors {}  RSS before {:>6.1} MiB peak {:>6.1} MiB end {:>6.1} MiB  first frame p50 {:>6.1} ms p99 {:>6.1} ms  answer p50 {:>7.1} ms p99 {:>7.1} ms  longest gap p50 {:>5.1} ms p99 {:>6.1} ms{}",
+                extra.name(),
+                t.turns,
+                t.errors,
+                mib(c.rss_before as f64),
+                mib(c.peak as f64),
+                mib(c.rss_end as f64),
+                t.first.us(0.5) / 1000.0,
+                t.first.us(0.99) / 1000.0,
+                t.done.us(0.5) / 1000.0,
+                t.done.us(0.99) / 1000.0,
+                t.max_gap.us(0.5) / 1000.0,
+                t.max_gap.us(0.99) / 1000.0,
+                if extra == Extra::Stalled {
+                    format!("  stalled closed 4001: {}, still open: {}", c.slow_closed, c.open)
+                } else {
+                    String::new()
+                },
+            ));
+            row.insert(
+                extra.name().into(),
+                json!({
+                    "turns": t.turns, "errors": t.errors, "first_error": t.first_error,
+                    "rss_before_bytes": c.rss_before, "rss_peak_bytes": c.peak,
+                    "rss_end_bytes": c.rss_end, "first_frame": t.first.json(),
+                    "answer": t.done.json(), "longest_gap": t.max_gap.json(),
+                    "stalled_closed_4001": c.slow_closed, "stalled_still_open": c.open,
+                }),
+            );
         }
-        let mut stalled = Vec::new();
-        let mut readers = JoinSet::new();
-        for k in 0..if extra == Extra::None { 0 } else { p.extra } {
-            let ws = device(&chatd, &keys, k % p.chats).await?;
-            match extra {
-                Extra::Stalled => stalled.push(ws),
-                _ => {
-                    readers.spawn(async move {
-                        let mut ws = ws;
-                        while let Some(Ok(_)) = ws.next().await {}
-                    });
-                }
-            }
-        }
-        let rss_before = chatd.rss_bytes()?;
-        let end = tokio::time::Instant::now() + p.duration;
-        let mut clients = JoinSet::new();
-        for (user, ws) in fast.into_iter().enumerate() {
-            clients.spawn(fast_client(ws, user, end));
-        }
-        let mut peak = rss_before;
-        let mut times = Times::default();
-        let mut tick = tokio::time::interval(Duration::from_millis(100));
-        while !clients.is_empty() {
-            tokio::select! {
-                _ = tick.tick() => peak = peak.max(chatd.rss_bytes()?),
-                Some(done) = clients.join_next() => {
-                    let t = done?;
-                    times.turns += t.turns;
-                    times.errors += t.errors;
-                    times.first.add(&t.first);
-                    times.done.add(&t.done);
-                    times.max_gap.add(&t.max_gap);
-                    if times.first_error.is_none() {
-                        times.first_error = t.first_error;
-                    }
-                }
-            }
-        }
-        let rss_end = chatd.rss_bytes()?;
-        peaks[i] = peak;
-        // The stalled devices read at last: what the server sent them, then its close.
-        let mut closes = JoinSet::new();
-        for ws in stalled {
-            closes.spawn(read_to_close(ws));
-        }
-        let mut slow_closed = 0;
-        let mut open = 0;
-        while let Some(code) = closes.join_next().await {
-            match code? {
-                Some(4001) => slow_closed += 1,
-                None => open += 1,
-                Some(_) => {}
-            }
-        }
-        readers.abort_all();
-        let mib = |b: u64| b as f64 / (1024.0 * 1024.0);
-        report.line(format!(
-            "  {:<8} turns {:>4} errors {}  RSS before {:>6.1} MiB peak {:>6.1} MiB end {:>6.1} MiB  first frame p50 {:>6.1} ms p99 {:>6.1} ms  answer p50 {:>7.1} ms p99 {:>7.1} ms  longest gap p50 {:>5.1} ms p99 {:>6.1} ms{}",
-            extra.name(),
-            times.turns,
-            times.errors,
-            mib(rss_before),
-            mib(peak),
-            mib(rss_end),
-            times.first.us(0.5) / 1000.0,
-            times.first.us(0.99) / 1000.0,
-            times.done.us(0.5) / 1000.0,
-            times.done.us(0.99) / 1000.0,
-            times.max_gap.us(0.5) / 1000.0,
-            times.max_gap.us(0.99) / 1000.0,
-            if extra == Extra::Stalled {
-                format!("  stalled devices closed 4001: {slow_closed}, still open: {open}")
-            } else {
-                String::new()
-            },
-        ));
-        runs.insert(
-            extra.name().into(),
-            json!({
-                "turns": times.turns, "errors": times.errors, "first_error": times.first_error,
-                "rss_before_bytes": rss_before, "rss_peak_bytes": peak, "rss_end_bytes": rss_end,
-                "first_frame": times.first.json(), "answer": times.done.json(),
-                "longest_gap": times.max_gap.json(),
-                "stalled_closed_4001": slow_closed, "stalled_still_open": open,
-            }),
-        );
+        cost.push(mib(peaks[2] - peaks[1]));
+        rounds.push(serde_json::Value::Object(row));
     }
-    let cost = peaks[2] as f64 - peaks[1] as f64;
+    for (i, extra) in cases.iter().enumerate() {
+        let m = |j: usize| median(figures[i][j].clone());
+        report.line(format!(
+            "  median {:<8} peak RSS {:>6.1} MiB  first frame p50 {:>6.1} ms p99 {:>6.1} ms  longest gap p50 {:>6.1} ms p99 {:>6.1} ms",
+            extra.name(),
+            m(0),
+            m(1),
+            m(2),
+            m(3),
+            m(4)
+        ));
+    }
     report.line(format!(
-        "  {} stalled devices cost {:.1} MiB of peak RSS over {} reading ones ({:.1} MiB over none)",
+        "  {} stalled devices cost {:.1} MiB of peak RSS over {} reading ones (median of rounds; each round: {:?})",
         p.extra,
-        cost / (1024.0 * 1024.0),
+        median(cost.clone()),
         p.extra,
-        (peaks[2] as f64 - peaks[0] as f64) / (1024.0 * 1024.0)
+        cost.iter().map(|c| (c * 10.0).round() / 10.0).collect::<Vec<_>>()
     ));
-    runs.insert("stalled_cost_over_reading_bytes".into(), json!(cost));
-    report.results = serde_json::Value::Object(runs);
+    report.results = json!({"rounds": rounds, "stalled_cost_over_reading_mib": cost});
     report.write(out)?;
     Ok(())
 }

@@ -151,7 +151,11 @@ fn local_endpoints_are_not_metered() {
     ] {
         assert!(is_local(url), "{url}");
     }
-    for url in ["https://api.openai.com/v1", "https://8.8.8.8/v1", "not a url"] {
+    for url in [
+        "https://api.openai.com/v1",
+        "https://8.8.8.8/v1",
+        "not a url",
+    ] {
         assert!(!is_local(url), "{url}");
     }
 }
