@@ -9,6 +9,7 @@ mod docs;
 pub mod executor;
 pub mod manifest;
 pub mod prefilter;
+pub mod requests;
 mod results;
 pub mod runner;
 pub mod sanitize;
@@ -256,7 +257,7 @@ impl ToolRunner for Skills {
                 run: Box::pin(async move { refusal }),
             };
         };
-        let requests = match runner::parse_requests(&skill, &call.arguments) {
+        let requests = match requests::parse_requests(&skill, &call.arguments) {
             Ok(r) => r,
             Err(reason) => {
                 let message = toon(&json!({
