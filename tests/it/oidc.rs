@@ -299,9 +299,12 @@ async fn the_key_set_is_refreshed_periodically() {
 async fn a_provider_token_comes_by_query_cookie_or_subprotocol() {
     let rsa = key(Fixture::Rsa1, "rsa-1");
     let idp = FakeIdp::start(&[&rsa]).await.unwrap();
+    // A deployment with its own frontend on another origin: no demo page (with the demo on
+    // and no `allowed_origins`, every browser must come from the server's own origin).
     let app = spawn_app(|c| {
         use_idp(c, &idp);
         c.auth.cookie_name = "idp_session".into();
+        c.web.demo = chatd::config::Toggle::Off;
     })
     .await;
     let token = rsa.sign(&idp.claims("hana", TEN_MINUTES));
