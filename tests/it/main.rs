@@ -16,6 +16,7 @@ mod cli;
 mod client_flows;
 mod cluster;
 mod cluster_harness;
+mod faults;
 mod history;
 mod http_surface;
 mod links;

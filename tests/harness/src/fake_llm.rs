@@ -63,6 +63,14 @@ pub enum Reply {
     },
     /// A non-streaming 200 JSON body.
     Json(Value),
+    /// Streams these Server-Sent Events data fields as they are (malformed ones included),
+    /// then ends the stream (`[DONE]` only if one of them says so).
+    Raw { data: Vec<String> },
+    /// Starts a tool call and cuts the connection in the middle of its arguments.
+    CutInToolCall {
+        name: String,
+        partial_arguments: String,
+    },
     /// A reasoning model: streams `reasoning` as deltas of the field `field` (DeepSeek and
     /// vLLM say `reasoning_content`, OpenRouter `reasoning`), then `then`.
     Reasoning {
@@ -564,6 +572,24 @@ fn push_steps(reply: Reply, out: &mut Vec<Step>) {
             }
             out.push(Step::Send(finish("tool_calls"), Duration::ZERO));
             out.push(Step::Send("data: [DONE]\n\n".into(), Duration::ZERO));
+        }
+        Reply::Raw { data } => {
+            for d in data {
+                out.push(Step::Send(format!("data: {d}\n\n"), Duration::ZERO));
+            }
+        }
+        Reply::CutInToolCall {
+            name,
+            partial_arguments,
+        } => {
+            out.push(Step::Send(
+                event(json!({"id": "chatcmpl-fake", "object": "chat.completion.chunk",
+                    "choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": "call_cut",
+                        "type": "function", "function": {"name": name, "arguments": partial_arguments}}]},
+                        "finish_reason": null}]})),
+                Duration::ZERO,
+            ));
+            out.push(Step::Cut);
         }
         Reply::CutAfter { chunks } => {
             for c in chunks {

@@ -1,0 +1,142 @@
+//! The fault suite, provider side (issue 18): the model provider cuts a stream in the middle
+//! of a tool call's arguments, stalls past the idle timeout (twice: the retry too), sends a
+//! malformed chunk, and answers 429 once. Each case ends its turn with a typed outcome on
+//! the final frame; afterwards no task and no file descriptor is left over (counted before
+//! and after, in this process, which holds chatd and the fake provider), and every message
+//! chatd acknowledged is still in the next turn's history.
+
+use std::time::Duration;
+
+use chatd_protocol::{ErrorCode, ServerMessage};
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
+use chatd_test_harness::ws_client::WsClient;
+
+use crate::skills::text;
+use crate::support::{collect_answer, conversation, spawn_app, use_llm, user_message};
+
+/// Open file descriptors and live tokio tasks of this process.
+fn counts() -> (usize, usize) {
+    let fds = std::fs::read_dir("/proc/self/fd").map_or(0, Iterator::count);
+    let tasks = tokio::runtime::Handle::current()
+        .metrics()
+        .num_alive_tasks();
+    (fds, tasks)
+}
+
+/// Waits (bounded) until the counts are back at or below `before`; returns the last seen.
+async fn settled(before: (usize, usize)) -> (usize, usize) {
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let now = counts();
+        if (now.0 <= before.0 && now.1 <= before.1) || tokio::time::Instant::now() > deadline {
+            return now;
+        }
+        // Closing sockets and ending tasks is the runtime's work: let it run.
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+async fn turn(ws: &mut WsClient, id: &str, content: &str) -> Option<ErrorCode> {
+    ws.send(&user_message("chat-faults", id, content)).await;
+    let (_, last) = collect_answer(ws).await;
+    ws.recv_until(|m| matches!(m, ServerMessage::AiTypingEnded(_)).then_some(()))
+        .await;
+    last.error_code
+}
+
+#[tokio::test]
+async fn provider_faults_end_turns_typed_and_leak_nothing() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.llm.idle_timeout = Duration::from_millis(300);
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    let mut ws = app.connect_showing("zed", "chat-faults").await;
+    fake.push(text("Warm."));
+    assert_eq!(turn(&mut ws, "m0", "warm up").await, None);
+    let before = counts();
+
+    let never = Gate::new();
+    let stall = || Reply::Stall {
+        chunks: Vec::new(),
+        gate: never.clone(),
+        then: Box::new(text("never")),
+    };
+    let cases: Vec<(&str, Vec<Reply>, Option<ErrorCode>)> = vec![
+        (
+            "cut mid tool-call arguments",
+            vec![Reply::CutInToolCall {
+                name: "docs-search".into(),
+                partial_arguments: "{\"requests\": [{\"query\": \"rea".into(),
+            }],
+            Some(ErrorCode::LlmUnavailable),
+        ),
+        (
+            "stalled past the idle timeout, and again on the retry",
+            vec![stall(), stall()],
+            Some(ErrorCode::LlmUnavailable),
+        ),
+        (
+            "a malformed chunk",
+            vec![Reply::Raw {
+                data: vec!["{\"choices\": [{\"delta\": {\"content\": ".into()],
+            }],
+            Some(ErrorCode::LlmUnavailable),
+        ),
+        (
+            "429 once, then an answer",
+            vec![
+                Reply::RateLimited {
+                    retry_after: Some(0),
+                },
+                text("After the wait."),
+            ],
+            None,
+        ),
+    ];
+    for (i, (name, replies, want)) in cases.into_iter().enumerate() {
+        for r in replies {
+            fake.push(r);
+        }
+        let got = turn(
+            &mut ws,
+            &format!("m{}", i + 1),
+            &format!("question {}", i + 1),
+        )
+        .await;
+        assert_eq!(got, want, "{name}");
+    }
+
+    // Nothing acknowledged is lost: every message is in the next turn's history.
+    fake.push(text("All good."));
+    assert_eq!(turn(&mut ws, "m9", "and finally").await, None);
+    let history = conversation(fake.requests().last().unwrap());
+    for i in 0..=4 {
+        let asked = if i == 0 {
+            "warm up".to_string()
+        } else {
+            format!("question {i}")
+        };
+        assert!(
+            history.iter().any(|(r, c)| r == "user" && *c == asked),
+            "{asked} is in the history: {history:?}"
+        );
+    }
+
+    let after = settled(before).await;
+    eprintln!("fault suite counts: before {before:?}, after {after:?}");
+    assert!(
+        after.0 <= before.0,
+        "file descriptors: {} before, {} after",
+        before.0,
+        after.0
+    );
+    assert!(
+        after.1 <= before.1,
+        "tasks: {} before, {} after",
+        before.1,
+        after.1
+    );
+}
