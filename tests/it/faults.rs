@@ -1,9 +1,10 @@
-//! The fault suite, provider side (issue 18): the model provider cuts a stream in the middle
-//! of a tool call's arguments, stalls past the idle timeout (twice: the retry too), sends a
-//! malformed chunk, and answers 429 once. Each case ends its turn with a typed outcome on
-//! the final frame; afterwards no task and no file descriptor is left over (counted before
-//! and after, in this process, which holds chatd and the fake provider), and every message
-//! chatd acknowledged is still in the next turn's history.
+//! The fault suite (issue 18): the model provider cuts a stream in the middle of a tool
+//! call's arguments, stalls past the idle timeout (twice: the retry too), sends a malformed
+//! chunk, and answers 429 once; Redis is frozen (SIGSTOP) mid-turn. Each case ends typed;
+//! afterwards no task and no file descriptor is left over (counted before and after, in this
+//! process, which holds chatd and the fake provider), and every message chatd acknowledged
+//! is still in the next turn's history. (Redis killed and restarted empty mid-turn:
+//! `redis_cache.rs` and `cluster.rs`; Vault sealed, unreachable and rotated: `vault.rs`.)
 
 use std::time::Duration;
 
@@ -126,7 +127,6 @@ async fn provider_faults_end_turns_typed_and_leak_nothing() {
     }
 
     let after = settled(before).await;
-    eprintln!("fault suite counts: before {before:?}, after {after:?}");
     assert!(
         after.0 <= before.0,
         "file descriptors: {} before, {} after",
@@ -139,4 +139,65 @@ async fn provider_faults_end_turns_typed_and_leak_nothing() {
         before.1,
         after.1
     );
+}
+
+/// Redis frozen (SIGSTOP) in the middle of a turn: the answer still reaches the device, its
+/// caching fails within the cache deadline (logged, not shown), a message sent while Redis
+/// stays frozen gets a typed `cache_unavailable`, and once Redis thaws the chat goes on
+/// (answered, or its history asked for: both typed). No task or descriptor is left over.
+#[tokio::test]
+async fn redis_frozen_mid_turn_ends_typed_and_recovers() {
+    let redis = chatd_test_harness::redis::RedisServer::start()
+        .await
+        .unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        crate::redis_cache::use_redis(c, &redis);
+        c.cache.timeout = Duration::from_millis(300);
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    let mut ws = app.connect_showing("yan", "chat-faults").await;
+    fake.push(text("Warm."));
+    assert_eq!(turn(&mut ws, "m0", "warm up").await, None);
+    let before = counts();
+
+    let gate = Gate::new();
+    fake.push(Reply::Stall {
+        chunks: vec!["Before the freeze.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(text("After it.")),
+    });
+    ws.send(&user_message("chat-faults", "m1", "a long one"))
+        .await;
+    gate.reached().await;
+    redis.pause().await.unwrap();
+    gate.release();
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "Before the freeze.\n\nAfter it.");
+    ws.recv_until(|m| matches!(m, ServerMessage::AiTypingEnded(_)).then_some(()))
+        .await;
+
+    ws.send(&user_message("chat-faults", "m2", "while frozen"))
+        .await;
+    let refused = ws.recv_until(crate::support::error_code).await;
+    assert_eq!(refused, ErrorCode::CacheUnavailable);
+
+    redis.resume().await.unwrap();
+    fake.push(text("Back."));
+    ws.send(&user_message("chat-faults", "m3", "after the thaw"))
+        .await;
+    match crate::support::outcome(&mut ws).await {
+        crate::support::Outcome::Answer(a) => assert_eq!(a.error_code, None),
+        crate::support::Outcome::NeedHistory(_) => {}
+        other => panic!("a typed outcome after the thaw, got {other:?}"),
+    }
+    drop(ws);
+    let after = settled(before).await;
+    assert!(
+        after.0 <= before.0,
+        "file descriptors: {before:?} → {after:?}"
+    );
+    assert!(after.1 <= before.1, "tasks: {before:?} → {after:?}");
 }

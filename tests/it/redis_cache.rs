@@ -10,7 +10,7 @@ use redis::AsyncCommands;
 
 use crate::support::{outcome, spawn_app, use_llm, user_message, user_message_with};
 
-fn use_redis(c: &mut chatd::config::Config, redis: &RedisServer) {
+pub(crate) fn use_redis(c: &mut chatd::config::Config, redis: &RedisServer) {
     c.cache.backend = CacheBackendKind::Redis;
     c.cache.redis_url = redis.url();
 }
