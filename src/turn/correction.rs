@@ -61,6 +61,9 @@ pub(super) async fn replace_harmful_answer(
 }
 
 /// The chat's cached copy of the answer (the next turn's history) becomes the new text.
+/// Only while it is still the chat's newest message: a turn that came meanwhile appended
+/// after it, and writing the list back could lose that turn's messages, so the chat leaves
+/// the cache instead (its next turn asks the client for the history, typed).
 async fn replace_cached(deps: &TurnDeps, owner: &UserHash, ctx: &TurnContext, text: &str) {
     let id = ctx.assistant_message_id();
     let cache = &deps.ai_cache;
@@ -69,7 +72,12 @@ async fn replace_cached(deps: &TurnDeps, owner: &UserHash, ctx: &TurnContext, te
         Ok(crate::cache::ai::Loaded::Missing) => return,
         Err(e) => return tracing::warn!(error = %e, "cannot read the cache to correct an answer"),
     };
-    let Some(cached) = messages.iter_mut().find(|m| m.message_id == id) else {
+    let Some(cached) = messages.last_mut().filter(|m| m.message_id == id) else {
+        // Only the cached messages (and their embeds): the chat's counters, message ids and
+        // claim stay.
+        if let Err(e) = cache.backend().ai_delete(owner, &ctx.chat_id).await {
+            tracing::warn!(error = %e, "cannot drop a chat whose answer was corrected");
+        }
         return;
     };
     cached.content = text.to_string();

@@ -157,3 +157,49 @@ async fn below_the_threshold_nothing_is_reprocessed() {
     assert_eq!(post.follow_up_request_suggestions.len(), 2);
     assert_eq!(fake.requests().len(), 1, "no second answer");
 }
+
+/// A turn that came while the first answer was being judged: its messages are never lost
+/// from the model's context. The corrected answer is no longer the chat's newest, so the
+/// chat leaves the cache and the next turn asks the client for the history (typed).
+#[tokio::test]
+async fn a_correction_after_a_newer_turn_never_drops_that_turn_from_the_context() {
+    use chatd_protocol::HistoryReason;
+    use chatd_test_harness::fake_llm::{Gate, Reply};
+
+    let fake = FakeLlm::start().await.unwrap();
+    let judged = Gate::new();
+    fake.push(text("Here is the risky way."));
+    fake.push_stage(
+        "postprocess",
+        Reply::Stall {
+            chunks: Vec::new(),
+            gate: judged.clone(),
+            then: Box::new(scored(9)),
+        },
+    );
+    fake.push(text("Second answer."));
+    fake.push_stage("postprocess", scored(0));
+    fake.push(text("Here is a careful answer."));
+    let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
+    let mut a = app.connect_showing("kim", "chat-z").await;
+    a.send(&user_message("chat-z", "m1", "how?")).await;
+    collect_answer(&mut a).await;
+    judged.reached().await;
+    a.send(&user_message("chat-z", "m2", "and then?")).await;
+    let (_, second) = collect_answer(&mut a).await;
+    assert_eq!(second.full_content_so_far, "Second answer.");
+    judged.release();
+    a.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if u.correction.is_some() => Some(()),
+        _ => None,
+    })
+    .await;
+    let m3 = crate::support::user_message_with("chat-z", "m3", "third", |m| {
+        m.message.chat_has_title = true;
+    });
+    a.send(&m3).await;
+    assert_eq!(
+        crate::support::outcome(&mut a).await.need_history().reason,
+        HistoryReason::CacheMiss
+    );
+}
