@@ -199,7 +199,7 @@ allow_private_targets = true
 timeout = "5s"
 
 [pipeline]
-speculative_main_call = false
+speculative_main_call = "off"
 
 [skills]
 apps_dir = "{apps}"
