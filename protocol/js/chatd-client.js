@@ -189,7 +189,8 @@ const AAD = {
  *   updated_at: number, stored?: boolean}} ChatRecord
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   encrypted_content: string, created_at: number, at?: number, user_message_id?: string,
- *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean}} MessageRecord
+ *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean,
+ *   confirmed?: boolean}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string,
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
@@ -528,15 +529,15 @@ export class ChatdClient extends EventTarget {
   }
 
   /**
-   * User messages an earlier page wrote and never saw stored (the page reloaded or closed
-   * before the server confirmed them): shown as pending, and sent again after the first
-   * sync (resendEarlier), with the same id (the server answers an id once: a copy it has
-   * only gets confirmed, and is then stored as usual).
+   * User messages an earlier page wrote and never saw confirmed (the page reloaded or
+   * closed first): shown as pending, and sent again after the first sync (resendEarlier),
+   * with the same id (the server answers an id once: a copy it has only gets confirmed, and
+   * is then stored as usual).
    */
   async loadUnconfirmed() {
     for (const r of /** @type {MessageRecord[]} */ (await this.store.all('messages'))) {
-      // Only sendMessage writes user messages unstored; synced and relayed ones are stored.
-      if (r.role !== 'user' || r.stored !== false || this.sending.has(r.message_id)) continue;
+      // Only sendMessage writes `confirmed: false`; the confirmation (or a synced copy) ends it.
+      if (r.role !== 'user' || r.confirmed !== false || r.stored || this.sending.has(r.message_id)) continue;
       const key = this.chatKeys.get(r.chat_id);
       if (!key) continue;
       try {
@@ -701,7 +702,7 @@ export class ChatdClient extends EventTarget {
     const createdAt = now();
     const at = Date.now();
     await this.store.put('messages', /** @type {MessageRecord} */ ({
-      message_id: messageId, chat_id: chatId, role: 'user', created_at: createdAt, at, stored: false,
+      message_id: messageId, chat_id: chatId, role: 'user', created_at: createdAt, at, stored: false, confirmed: false,
       encrypted_content: await seal(key, content, AAD.message(chatId, messageId)),
     }));
     this.sending.set(messageId, { chat_id: chatId, content, created_at: createdAt, at });
@@ -983,6 +984,8 @@ const HANDLERS = {
     const mine = this.sending.get(p.message_id);
     if (!mine) return;
     this.sending.delete(p.message_id);
+    // Not sent again by a later page (a message confirmed long ago may be unknown to the server's cache).
+    if (m) await this.store.put('messages', { ...m, confirmed: true });
     this.emit('message', { message: {
       message_id: p.message_id, chat_id: p.chat_id, role: 'user', content: mine.content, created_at: mine.created_at,
       at: mine.at, state: 'done', pending: false,

@@ -25,7 +25,23 @@ async function say(page, text) {
 
 /** Waits until `selector` matches exactly `n` elements. */
 async function count(page, selector, n) {
-  await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [selector, n]);
+  try {
+    await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [selector, n]);
+  } catch (e) {
+    const seen = await page.evaluate((s) => [...document.querySelectorAll(s)].map((m) => m.textContent), selector);
+    throw new Error(`${seen.length} (not ${n}) of ${selector}: ${JSON.stringify(seen)}\n${e.message}`);
+  }
+}
+
+/** Waits for `promise` (an event), failing with `what` after `ms`. */
+async function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms); });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** @param {string} text @param {string} part */
@@ -183,7 +199,7 @@ try {
   await a.waitForSelector('#connection[data-state=open]');
   // Shown from IndexedDB as not yet confirmed, and sent again with the same id after the sync.
   await a.locator(`[data-testid=message][data-message-id="${againId}"][data-pending=true]`).waitFor();
-  await confirmationHeld;
+  await within(confirmationHeld, 30000, 'the page did not send the message again after the reload');
   phase = 'pass';
   for (const send of held) send();
   await a.locator(`[data-testid=message][data-message-id="${againId}"][data-pending=false]`).waitFor();
