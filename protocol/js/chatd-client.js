@@ -189,7 +189,8 @@ const AAD = {
  *   updated_at: number, stored?: boolean}} ChatRecord
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   encrypted_content: string, created_at: number, at?: number, user_message_id?: string,
- *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean}} MessageRecord
+ *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean,
+ *   confirmed?: boolean}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string,
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
@@ -303,7 +304,7 @@ export async function forgetUser(userId) {
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   content: string, created_at: number, at: number, state: 'streaming'|'done', task_id?: string,
  *   links_repaired?: boolean, error_code?: string, interrupted?: boolean,
- *   model_name?: string}} ChatMessage
+ *   model_name?: string, pending?: boolean}} ChatMessage
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, type?: string,
  *   content?: string, status: string, skill_task_id?: string, app_id?: string,
  *   skill_id?: string, parent_embed_id?: string, embed_ids?: string[],
@@ -363,8 +364,10 @@ export class ChatdClient extends EventTarget {
     this.unstored = new Map();
     /** @type {Map<string, EmbedView>} */
     this.embeds = new Map();
-    /** @type {Map<string, {chat_id: string, content: string, created_at: number}>} user messages sent here, not yet stored */
+    /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages written here the server has not confirmed */
     this.sending = new Map();
+    /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages an earlier page wrote and never saw confirmed: into `sending` after the first sync */
+    this.earlier = new Map();
     /** @type {ReturnType<typeof setTimeout>|undefined} */
     this.timer = undefined;
     this.lastSeen = 0;
@@ -433,8 +436,9 @@ export class ChatdClient extends EventTarget {
     this.schedulePing();
     if (this.activeChat) this.send({ type: 'set_active_chat', payload: { chat_id: this.activeChat } });
     // Messages sent while the socket was down, or not yet confirmed: sent (again). The server
-    // answers a message id once, so a copy it already has only gets confirmed.
-    for (const [id, m] of this.sending) this.sendAdded(m.chat_id, id, m.content, m.created_at, null);
+    // answers a message id once, so a copy it already has only gets confirmed. (Those of an
+    // earlier page join them after the sync: resendEarlier.)
+    for (const id of this.sending.keys()) this.resend(id);
     // Answers that were streaming when the page or the socket went away.
     for (const s of /** @type {StreamRecord[]} */ (await this.store.all('streams'))) {
       if (this.finished.has(s.task_id)) continue;
@@ -442,6 +446,33 @@ export class ChatdClient extends EventTarget {
       this.send({ type: 'resume_ai_task', payload: { chat_id: s.chat_id, task_id: s.task_id, last_sequence: s.sequence } });
     }
     await this.sync();
+  }
+
+  /** Sends a user message of `sending` (again), with the same id. @param {string} id */
+  resend(id) {
+    const m = this.sending.get(id);
+    if (m) this.sendAdded(m.chat_id, id, m.content, m.created_at, null);
+  }
+
+  /**
+   * After the first sync of this client: the messages an earlier page wrote and never saw
+   * confirmed go the way of any unconfirmed message (`sending`, sent again now and on every
+   * reconnect until confirmed), except those the sync showed stored on the server (their
+   * confirmation was lost, not the message).
+   */
+  async resendEarlier() {
+    for (const [id, m] of [...this.earlier]) {
+      this.earlier.delete(id);
+      /** @type {MessageRecord|undefined} */
+      const r = await this.store.get('messages', id);
+      if (!r) continue;
+      if (r.stored) {
+        this.emit('message', { message: { message_id: id, chat_id: m.chat_id, role: 'user', content: m.content, created_at: m.created_at, at: m.at, state: 'done', pending: false } });
+        continue;
+      }
+      this.sending.set(id, m);
+      this.resend(id);
+    }
   }
 
   /** @param {WebSocket} ws @param {number} code */
@@ -493,7 +524,29 @@ export class ChatdClient extends EventTarget {
 
   async loadLocal() {
     for (const c of /** @type {ChatRecord[]} */ (await this.store.all('chats'))) await this.openChatRecord(c);
+    await this.loadUnconfirmed();
     this.emitChats();
+  }
+
+  /**
+   * User messages an earlier page wrote and never saw confirmed (the page reloaded or
+   * closed first): shown as pending, and sent again after the first sync (resendEarlier),
+   * with the same id (the server answers an id once: a copy it has only gets confirmed, and
+   * is then stored as usual).
+   */
+  async loadUnconfirmed() {
+    for (const r of /** @type {MessageRecord[]} */ (await this.store.all('messages'))) {
+      // Only sendMessage writes `confirmed: false`; the confirmation (or a synced copy) ends it.
+      if (r.role !== 'user' || r.confirmed !== false || r.stored || this.sending.has(r.message_id)) continue;
+      const key = this.chatKeys.get(r.chat_id);
+      if (!key) continue;
+      try {
+        const content = await unseal(key, r.encrypted_content, AAD.message(r.chat_id, r.message_id));
+        this.earlier.set(r.message_id, { chat_id: r.chat_id, content, created_at: r.created_at, at: r.at ?? order(r.created_at, r.role) });
+      } catch {
+        this.fail('decryption_failed', 'a message does not open', { chat_id: r.chat_id, message_id: r.message_id });
+      }
+    }
   }
 
   /** Unwraps a chat's key and decrypts its title. @param {ChatRecord} c */
@@ -558,6 +611,7 @@ export class ChatdClient extends EventTarget {
           message_id: r.message_id, chat_id: chatId, role: r.role, created_at: r.created_at, state: 'done',
           at: r.at ?? order(r.created_at, r.role),
           content: await unseal(key, r.encrypted_content, AAD.message(chatId, r.message_id)),
+          ...(r.role === 'user' ? { pending: this.sending.has(r.message_id) || this.earlier.has(r.message_id) } : {}),
         });
       } catch {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: r.message_id });
@@ -646,18 +700,19 @@ export class ChatdClient extends EventTarget {
     if (!key) throw new Error('unknown chat (no key): call newChat() first');
     const messageId = newId();
     const createdAt = now();
+    const at = Date.now();
     await this.store.put('messages', /** @type {MessageRecord} */ ({
-      message_id: messageId, chat_id: chatId, role: 'user', created_at: createdAt, at: Date.now(), stored: false,
+      message_id: messageId, chat_id: chatId, role: 'user', created_at: createdAt, at, stored: false, confirmed: false,
       encrypted_content: await seal(key, content, AAD.message(chatId, messageId)),
     }));
-    this.sending.set(messageId, { chat_id: chatId, content, created_at: createdAt });
+    this.sending.set(messageId, { chat_id: chatId, content, created_at: createdAt, at });
     const chat = /** @type {ChatRecord|undefined} */ (await this.store.get('chats', chatId));
     if (chat) {
       chat.updated_at = createdAt;
       await this.store.put('chats', chat);
     }
     if (this.activeChat !== chatId) this.setActiveChat(chatId);
-    this.emit('message', { message: { message_id: messageId, chat_id: chatId, role: 'user', content, created_at: createdAt, at: Date.now(), state: 'done' } });
+    this.emit('message', { message: { message_id: messageId, chat_id: chatId, role: 'user', content, created_at: createdAt, at, state: 'done', pending: true } });
     this.sendAdded(chatId, messageId, content, createdAt, null);
     await this.emitChats();
     return messageId;
@@ -926,8 +981,16 @@ const HANDLERS = {
       c.versions = { ...(c.versions ?? {}), messages_v: p.new_messages_v, last_edited_overall_timestamp: p.new_last_edited_overall_timestamp };
     });
     // Only the device that wrote the message stores it: it has the ciphertext.
-    if (!key || !m || m.stored || !this.sending.has(p.message_id)) return;
+    const mine = this.sending.get(p.message_id);
+    if (!mine) return;
     this.sending.delete(p.message_id);
+    // Not sent again by a later page (a message confirmed long ago may be unknown to the server's cache).
+    if (m) await this.store.put('messages', { ...m, confirmed: true });
+    this.emit('message', { message: {
+      message_id: p.message_id, chat_id: p.chat_id, role: 'user', content: mine.content, created_at: mine.created_at,
+      at: mine.at, state: 'done', pending: false,
+    } });
+    if (!key || !m || m.stored) return;
     const chat = /** @type {ChatRecord} */ (await this.store.get('chats', p.chat_id));
     this.send({ type: 'encrypted_chat_metadata', payload: {
       chat_id: p.chat_id, message_id: p.message_id, encrypted_content: m.encrypted_content, created_at: m.created_at,
@@ -1190,8 +1253,9 @@ const HANDLERS = {
     this.emit('sync', { phase: 'phase3', batch: p.batch_number });
   },
 
-  phased_sync_complete(p) {
+  async phased_sync_complete(p) {
     this.emit('sync', { phase: 'complete', requested: p.phase });
+    await this.resendEarlier();
   },
 
   server_shutting_down(p) {

@@ -25,7 +25,23 @@ async function say(page, text) {
 
 /** Waits until `selector` matches exactly `n` elements. */
 async function count(page, selector, n) {
-  await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [selector, n]);
+  try {
+    await page.waitForFunction(([s, n]) => document.querySelectorAll(s).length === n, [selector, n]);
+  } catch (e) {
+    const seen = await page.evaluate((s) => [...document.querySelectorAll(s)].map((m) => m.textContent), selector);
+    throw new Error(`${seen.length} (not ${n}) of ${selector}: ${JSON.stringify(seen)}\n${e.message}`);
+  }
+}
+
+/** Waits for `promise` (an event), failing with `what` after `ms`. */
+async function within(promise, ms, what) {
+  let timer;
+  const late = new Promise((_, reject) => { timer = setTimeout(() => reject(new Error(`${what} within ${ms} ms`)), ms); });
+  try {
+    return await Promise.race([promise, late]);
+  } finally {
+    clearTimeout(timer);
+  }
 }
 
 /** @param {string} text @param {string} part */
@@ -134,6 +150,67 @@ try {
   await a.locator(assistant('done')).filter({ hasText: 'Stopped.' }).waitFor();
   await need('forget-stall');
 
+  console.log('flow: a message chatd took but never confirmed to the page is sent again after a reload, and answered once');
+  // The page's socket goes through this script from here. First nothing chatd sends after
+  // the message reaches the page (chatd takes it and starts the answer; the page never hears
+  // it was confirmed); after a reload the confirmation of the copy sent again is held back
+  // until the page showed the message as pending; then everything passes.
+  const again = 'Send this again after a reload, and stall';
+  let phase = 'mute';
+  /** @type {string[]} */
+  const resent = [];
+  /** @type {(() => void)[]} */
+  const held = [];
+  let heldOne = () => {};
+  const confirmationHeld = new Promise((resolve) => { heldOne = resolve; });
+  await a.routeWebSocket(/\/v1\/ws/, (ws) => {
+    const server = ws.connectToServer();
+    let muted = false;
+    ws.onMessage((m) => {
+      const f = JSON.parse(String(m));
+      if (f.type === 'chat_message_added' && f.payload.message.content === again) {
+        if (phase === 'mute') muted = true;
+        else resent.push(f.payload.message.message_id);
+      }
+      server.send(m);
+    });
+    server.onMessage((m) => {
+      if (muted) return;
+      const f = JSON.parse(String(m));
+      if (phase === 'hold' && f.type === 'chat_message_confirmed' && resent.includes(f.payload.message_id)) {
+        held.push(() => ws.send(m));
+        heldOne();
+        return;
+      }
+      ws.send(m);
+    });
+  });
+  const answers = await a.locator(assistant()).count();
+  await a.reload();
+  await a.waitForSelector('#connection[data-state=open]');
+  await count(a, assistant('done'), answers);
+  await say(a, again);
+  const pending = a.locator('[data-testid=message][data-role=user][data-pending=true]').filter({ hasText: again });
+  await pending.waitFor();
+  const againId = await pending.getAttribute('data-message-id');
+  await need('asked', again);
+  phase = 'hold';
+  await a.reload();
+  await a.waitForSelector('#connection[data-state=open]');
+  // Shown from IndexedDB as not yet confirmed, and sent again with the same id after the sync.
+  await a.locator(`[data-testid=message][data-message-id="${againId}"][data-pending=true]`).waitFor();
+  await within(confirmationHeld, 30000, 'the page did not send the message again after the reload');
+  phase = 'pass';
+  for (const send of held) send();
+  await a.locator(`[data-testid=message][data-message-id="${againId}"][data-pending=false]`).waitFor();
+  await need('release');
+  await count(a, assistant('done'), answers + 1);
+  await need('asked-once', again);
+  assert.deepEqual(resent, [againId]);
+  assert.equal(await a.locator('[data-testid=message][data-role=user]').filter({ hasText: again }).count(), 1);
+  assert.equal(await a.locator(assistant()).count(), answers + 1);
+  const againChat = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
+
   console.log('flow: the passphrase never leaves the browser; the token is in no URL but the WebSocket\'s');
   assert.ok(tokens.length >= 2 && sent.length > 20);
   for (const { url, body, websocket } of sent) {
@@ -155,6 +232,10 @@ try {
   await count(c, assistant('done'), 3);
   assert.deepEqual(await c.locator(assistant('done')).allInnerTexts(), kiwiAnswers);
   assert.equal(await c.locator(`[data-testid=chat-list-item][data-chat-id="${kiwi}"]`).innerText(), 'Kiwis and other fruit');
+  // The message sent again after the reload was stored once confirmed: the sync brings it.
+  await c.locator(`[data-testid=chat-list-item][data-chat-id="${againChat}"]`).click();
+  await count(c, `[data-testid=message][data-role=user][data-message-id="${againId}"]`, 1);
+  assert.equal(await c.locator('[data-testid=message][data-role=user]').filter({ hasText: again }).count(), 1);
 
   assert.deepEqual(problems.flat(), [], 'script errors or CSP violations on the pages');
 

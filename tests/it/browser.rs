@@ -2,8 +2,9 @@
 //! driven by `playwright-core` (`tests/browser/flows.mjs`, run with `node`) against a real
 //! chatd process with redis-server, the fake LLM and a fake skill provider. The script
 //! prints `@need <action>` when the servers must act (release a stalled answer, restart
-//! chatd with an empty cache, check what the model saw, scan for plaintext) and waits for
-//! `ok`; this test does it and answers. A missing node, Chromium or playwright-core fails.
+//! chatd with an empty cache, check what the model saw or how often it was asked, scan for
+//! plaintext) and waits for `ok`; this test does it and answers. A missing node, Chromium or
+//! playwright-core fails.
 //!
 //! Also: the page's security headers, the development sign-in and its origin rule.
 
@@ -258,6 +259,28 @@ dev_login = true
                     let gate = script.gates.lock().unwrap().pop_front().unwrap();
                     gate.reached().await;
                     gate.release();
+                }
+                "asked" => {
+                    // The model was asked for this message and its answer stalls.
+                    let text = arg.as_str().unwrap();
+                    loop {
+                        let requests = fake.requests();
+                        if requests.iter().any(|r| last_user(r) == text) {
+                            break;
+                        }
+                        fake.wait_for_requests(requests.len() + 1).await;
+                    }
+                    let gate = script.gates.lock().unwrap().front().cloned().unwrap();
+                    gate.reached().await;
+                }
+                "asked-once" => {
+                    let text = arg.as_str().unwrap();
+                    let asked = fake
+                        .requests()
+                        .iter()
+                        .filter(|r| last_user(r) == text)
+                        .count();
+                    assert_eq!(asked, 1, "main requests for {text:?}");
                 }
                 "forget-stall" => {
                     script.gates.lock().unwrap().pop_front().unwrap();

@@ -208,6 +208,8 @@ function upsertMessage(m, append = false) {
   else if (append) $('#messages').append(node);
   node.dataset.role = m.role;
   node.dataset.state = m.state;
+  // A message of this browser the server has not confirmed yet (sent again on reconnect).
+  if (m.role === 'user') node.dataset.pending = String(Boolean(m.pending));
   const body = /** @type {HTMLElement} */ (node.querySelector('.body'));
   if (m.role === 'user') body.textContent = m.content;
   else body.replaceChildren(render(m.content, { code: embedReference }));
@@ -218,6 +220,12 @@ function upsertMessage(m, append = false) {
     note.dataset.testid = 'links-repaired';
     note.textContent = 'Some links in this answer were broken; they now point to a search for their text.';
     node.append(note);
+  }
+  if (m.pending) {
+    const meta = document.createElement('div');
+    meta.className = 'meta';
+    meta.textContent = 'Sending…';
+    node.append(meta);
   }
   if (m.state === 'done' && (m.interrupted || m.error_code)) {
     const meta = document.createElement('div');
