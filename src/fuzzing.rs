@@ -13,3 +13,21 @@ pub fn openai_sse(chunks: Vec<Vec<u8>>) -> std::io::Result<Vec<Result<LlmEvent, 
         .build()?;
     Ok(runtime.block_on(crate::llm::openai::events_of_body(chunks)))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn openai_sse_reads_a_body_split_anywhere() {
+        let body =
+            "data: {\"choices\":[{\"delta\":{\"content\":\"h\u{e9}\"}}]}\n\ndata: [DONE]\n\n";
+        let at = body.find('\u{e9}').unwrap() + 1; // inside the two-byte character
+        let (a, b) = body.as_bytes().split_at(at);
+        let events = openai_sse(vec![a.to_vec(), b.to_vec()]).unwrap();
+        assert!(matches!(&events[0], Ok(LlmEvent::TextDelta(t)) if t == "h\u{e9}"));
+        assert!(matches!(events.last(), Some(Ok(LlmEvent::Done { .. }))));
+        let cut = openai_sse(vec![a.to_vec()]).unwrap();
+        assert!(matches!(cut.last(), Some(Err(LlmError::Stream(_)))));
+    }
+}
