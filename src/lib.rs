@@ -18,6 +18,8 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod delivery;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod history;
 pub mod http;
 pub mod ids;

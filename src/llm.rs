@@ -2,7 +2,7 @@
 //! Two implementations: `openai` (any OpenAI-compatible HTTP endpoint) and `simulated`
 //! (local, deterministic). Nothing above this module knows a provider's JSON.
 
-mod openai;
+pub(crate) mod openai;
 pub mod probe;
 pub mod secrets;
 mod simulated;

@@ -309,6 +309,16 @@ where
     })
 }
 
+/// The events a response body cut into `chunks` (as the network might deliver it) turns
+/// into, with no idle deadline in play. For the fuzz targets (`crate::fuzzing`).
+pub(crate) async fn events_of_body(chunks: Vec<Vec<u8>>) -> Vec<Result<LlmEvent, LlmError>> {
+    let body =
+        futures_util::stream::iter(chunks.into_iter().map(Ok::<_, std::convert::Infallible>));
+    sse_to_events(body.eventsource(), Duration::from_secs(3600))
+        .collect()
+        .await
+}
+
 fn done<S>(st: &mut State<S>) -> LlmEvent {
     LlmEvent::Done {
         finish_reason: st.finish_reason.take(),
