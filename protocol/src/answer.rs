@@ -48,6 +48,42 @@ pub struct ThinkingComplete {
     pub message_id: MessageId,
 }
 
+impl AiMessageUpdate {
+    /// An update of task `task_id`'s answer (its message id is the task id), every outcome
+    /// field unset: the caller sets what the frame says beyond text and position.
+    pub fn new(
+        task_id: TaskId,
+        chat_id: ChatId,
+        user_message_id: MessageId,
+        full_content_so_far: String,
+        sequence: u64,
+        is_final_chunk: bool,
+    ) -> Self {
+        Self {
+            message_id: MessageId::from(task_id.clone()),
+            task_id,
+            chat_id,
+            user_message_id,
+            full_content_so_far,
+            sequence,
+            is_final_chunk,
+            delta: false,
+            content_delta: None,
+            model_name: None,
+            category: None,
+            interrupted_by_revocation: false,
+            interrupted_by_shutdown: false,
+            error_code: None,
+            rejection_reason: None,
+            prompt_tokens: None,
+            completion_tokens: None,
+            trimmed_history_messages: 0,
+            replaced_links: Vec::new(),
+            correction: None,
+        }
+    }
+}
+
 /// Why an answer was replaced after its final frame.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
 #[serde(rename_all = "snake_case")]

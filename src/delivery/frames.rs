@@ -196,28 +196,17 @@ pub fn chunk(
     sequence: u64,
     is_final_chunk: bool,
 ) -> AiMessageUpdate {
-    AiMessageUpdate {
-        task_id: ctx.task_id.clone(),
-        chat_id: ctx.chat_id.clone(),
-        message_id: ctx.assistant_message_id(),
-        user_message_id: ctx.user_message_id.clone(),
-        full_content_so_far: text,
+    let mut update = AiMessageUpdate::new(
+        ctx.task_id.clone(),
+        ctx.chat_id.clone(),
+        ctx.user_message_id.clone(),
+        text,
         sequence,
         is_final_chunk,
-        delta: false,
-        content_delta: None,
-        model_name: Some(ctx.model_name.clone()),
-        category: ctx.category.clone(),
-        interrupted_by_revocation: false,
-        interrupted_by_shutdown: false,
-        error_code: None,
-        rejection_reason: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        trimmed_history_messages: 0,
-        replaced_links: Vec::new(),
-        correction: None,
-    }
+    );
+    update.model_name = Some(ctx.model_name.clone());
+    update.category = ctx.category.clone();
+    update
 }
 
 fn error_code(e: &TurnError) -> ErrorCode {

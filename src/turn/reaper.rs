@@ -98,28 +98,17 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
     error.chat_id = Some(lease.chat.clone());
     error.message_id = Some(message_id.clone());
     writer.frame(Audience::All, ServerMessage::Error(error));
-    let last = AiMessageUpdate {
-        task_id: lease.task.clone(),
-        chat_id: lease.chat.clone(),
-        message_id: message_id.clone(),
-        user_message_id: lease.message.clone(),
-        full_content_so_far: text.clone(),
-        sequence: sequence + 1,
-        is_final_chunk: true,
-        delta: false,
-        content_delta: None,
-        model_name: model_name.clone(),
-        category: category.clone(),
-        interrupted_by_revocation: false,
-        interrupted_by_shutdown: false,
-        error_code: Some(ErrorCode::NodeLost),
-        rejection_reason: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        trimmed_history_messages: 0,
-        replaced_links: Vec::new(),
-        correction: None,
-    };
+    let mut last = AiMessageUpdate::new(
+        lease.task.clone(),
+        lease.chat.clone(),
+        lease.message.clone(),
+        text.clone(),
+        sequence + 1,
+        true,
+    );
+    last.model_name = model_name.clone();
+    last.category = category.clone();
+    last.error_code = Some(ErrorCode::NodeLost);
     writer.frame(
         Audience::Showing(lease.chat.clone()),
         ServerMessage::AiMessageUpdate(last),

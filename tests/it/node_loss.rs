@@ -72,28 +72,15 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         is_continuation: false,
         encrypted_chat_key: None,
     });
-    let chunk = AiMessageUpdate {
-        task_id: task.clone(),
-        chat_id: chat.clone(),
-        message_id: MessageId::from(task.clone()),
-        user_message_id: MessageId::parse("m1").unwrap(),
-        full_content_so_far: "Partial answer.\n\n".into(),
-        sequence: 1,
-        is_final_chunk: false,
-        delta: false,
-        content_delta: None,
-        model_name: Some("ghost-model".into()),
-        category: None,
-        interrupted_by_revocation: false,
-        interrupted_by_shutdown: false,
-        error_code: None,
-        rejection_reason: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        trimmed_history_messages: 0,
-        replaced_links: Vec::new(),
-        correction: None,
-    };
+    let mut chunk = AiMessageUpdate::new(
+        task.clone(),
+        chat.clone(),
+        MessageId::parse("m1").unwrap(),
+        "Partial answer.\n\n".into(),
+        1,
+        false,
+    );
+    chunk.model_name = Some("ghost-model".into());
     let showing = chatd::delivery::Audience::Showing(chat.clone());
     for (audience, frame, previous) in [
         (chatd::delivery::Audience::All, typing, ""),

@@ -117,29 +117,14 @@ mod tests {
     use super::*;
 
     fn update(text: &str, sequence: u64, is_final_chunk: bool) -> AiMessageUpdate {
-        let id = chatd_protocol::MessageId::parse("m1").unwrap();
-        AiMessageUpdate {
-            task_id: TaskId::parse("t1").unwrap(),
-            chat_id: chatd_protocol::ChatId::parse("c1").unwrap(),
-            message_id: id.clone(),
-            user_message_id: id,
-            full_content_so_far: text.into(),
+        AiMessageUpdate::new(
+            TaskId::parse("t1").unwrap(),
+            chatd_protocol::ChatId::parse("c1").unwrap(),
+            chatd_protocol::MessageId::parse("m1").unwrap(),
+            text.into(),
             sequence,
             is_final_chunk,
-            delta: false,
-            content_delta: None,
-            model_name: None,
-            category: None,
-            interrupted_by_revocation: false,
-            interrupted_by_shutdown: false,
-            error_code: None,
-            rejection_reason: None,
-            prompt_tokens: None,
-            completion_tokens: None,
-            trimmed_history_messages: 0,
-            replaced_links: Vec::new(),
-            correction: None,
-        }
+        )
     }
 
     #[test]

@@ -12,29 +12,14 @@ fn settings(mode: StreamMode) -> OutboxSettings {
 }
 
 fn update(task: &str, text: &str, sequence: u64, is_final_chunk: bool) -> ServerMessage {
-    let id = MessageId::parse(task).unwrap();
-    ServerMessage::AiMessageUpdate(AiMessageUpdate {
-        task_id: TaskId::parse(task).unwrap(),
-        chat_id: ChatId::parse("c1").unwrap(),
-        message_id: id.clone(),
-        user_message_id: id,
-        full_content_so_far: text.into(),
+    ServerMessage::AiMessageUpdate(AiMessageUpdate::new(
+        TaskId::parse(task).unwrap(),
+        ChatId::parse("c1").unwrap(),
+        MessageId::parse(task).unwrap(),
+        text.into(),
         sequence,
         is_final_chunk,
-        delta: false,
-        content_delta: None,
-        model_name: None,
-        category: None,
-        interrupted_by_revocation: false,
-        interrupted_by_shutdown: false,
-        error_code: None,
-        rejection_reason: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        trimmed_history_messages: 0,
-        replaced_links: Vec::new(),
-        correction: None,
-    })
+    ))
 }
 
 fn pong() -> ServerMessage {

@@ -8,28 +8,14 @@ fn chat() -> ChatId {
 
 fn update(text: &str, sequence: u64, is_final_chunk: bool) -> ServerMessage {
     let task = TaskId::parse("t").unwrap();
-    ServerMessage::AiMessageUpdate(AiMessageUpdate {
-        task_id: task.clone(),
-        chat_id: chat(),
-        message_id: MessageId::from(task),
-        user_message_id: MessageId::parse("m").unwrap(),
-        full_content_so_far: text.into(),
+    ServerMessage::AiMessageUpdate(AiMessageUpdate::new(
+        task,
+        chat(),
+        MessageId::parse("m").unwrap(),
+        text.into(),
         sequence,
         is_final_chunk,
-        delta: false,
-        content_delta: None,
-        model_name: None,
-        category: None,
-        interrupted_by_revocation: false,
-        interrupted_by_shutdown: false,
-        error_code: None,
-        rejection_reason: None,
-        prompt_tokens: None,
-        completion_tokens: None,
-        trimmed_history_messages: 0,
-        replaced_links: Vec::new(),
-        correction: None,
-    })
+    ))
 }
 
 fn typing() -> ServerMessage {
