@@ -56,3 +56,51 @@ pub fn refused(name: &str) -> String {
 pub fn toon(value: &Value) -> String {
     toon_format::encode_default(value).unwrap_or_else(|_| value.to_string())
 }
+
+/// The turn's tools: the skills plus per-turn tools of other owners (settings and memories
+/// proposals, routines, focus modes), each a [`ToolRunner`] of its own. A part offers its
+/// per-turn tools through `always_include` (and lists them in `skills` so preprocessing
+/// keeps them); a call goes to the first part that defines its name.
+pub struct ToolSet<'a> {
+    parts: Vec<&'a dyn ToolRunner>,
+}
+
+impl<'a> ToolSet<'a> {
+    pub fn new(parts: Vec<&'a dyn ToolRunner>) -> Self {
+        Self { parts }
+    }
+}
+
+impl ToolRunner for ToolSet<'_> {
+    fn skills(&self) -> Vec<SkillInfo> {
+        self.parts.iter().flat_map(|p| p.skills()).collect()
+    }
+
+    fn always_include(&self) -> Vec<String> {
+        self.parts.iter().flat_map(|p| p.always_include()).collect()
+    }
+
+    fn definitions(&self, ids: &[String]) -> Vec<ToolDef> {
+        self.parts.iter().flat_map(|p| p.definitions(ids)).collect()
+    }
+
+    fn prepare(
+        &self,
+        call: ToolCall,
+        ctx: &TurnContext,
+        sink: &std::sync::Arc<dyn super::TurnSink>,
+        cancel: CancellationToken,
+    ) -> PreparedCall {
+        let name = std::slice::from_ref(&call.name);
+        match self.parts.iter().find(|p| !p.definitions(name).is_empty()) {
+            Some(part) => part.prepare(call, ctx, sink, cancel),
+            None => {
+                let refusal = refused(&call.name);
+                PreparedCall {
+                    reference: None,
+                    run: Box::pin(async move { refusal }),
+                }
+            }
+        }
+    }
+}

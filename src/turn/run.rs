@@ -33,7 +33,7 @@ use crate::pipeline::answer::{AnswerLimits, AnswerStream, ParagraphHook};
 use crate::pipeline::context::MainPlan;
 use crate::pipeline::preprocess::{self};
 use crate::pipeline::speculation;
-use crate::pipeline::tools::ToolRunner;
+use crate::pipeline::tools::{ToolRunner, ToolSet};
 use crate::pipeline::{
     HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing, context,
 };
@@ -171,7 +171,9 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             .is_some_and(|i| i.prior_messages == 0)
         && history.len() <= new_messages;
 
-    let tools: &dyn ToolRunner = app.skills.as_ref();
+    // Per-turn tools of other owners join the skills here (see `ToolSet`).
+    let tool_set = ToolSet::new(vec![app.skills.as_ref()]);
+    let tools: &dyn ToolRunner = &tool_set;
     let stage = preprocess::Stage {
         instructions: &app.instructions,
         models: &app.models,
