@@ -178,8 +178,7 @@ impl App {
         llm: Arc<dyn LlmClient>,
     ) -> Result<App, BuildError> {
         let addr = config.server.listen;
-        let listener = TcpListener::bind(addr)
-            .await
+        let listener = listen(addr, config.server.socket_send_buffer_bytes)
             .map_err(|source| BuildError::Bind { addr, source })?;
         let instructions = Arc::new(Instructions::load(&config.pipeline)?);
         let models = Models::from_config(&config, llm)?;
@@ -365,4 +364,18 @@ impl App {
         tracing::info!("chatd stopped");
         Ok(())
     }
+}
+
+/// The listening socket; accepted sockets inherit its send buffer size (Linux).
+fn listen(addr: std::net::SocketAddr, send_buffer: usize) -> std::io::Result<TcpListener> {
+    let socket = match addr {
+        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
+        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
+    };
+    socket.set_reuseaddr(true)?;
+    if send_buffer > 0 {
+        socket.set_send_buffer_size(u32::try_from(send_buffer).unwrap_or(u32::MAX))?;
+    }
+    socket.bind(addr)?;
+    socket.listen(4096)
 }

@@ -59,6 +59,8 @@ pub struct ServerConfig {
     /// How long a socket's queue may stay over `outbox_bytes` before it is closed (4001).
     #[serde(with = "humantime_serde")]
     pub slow_consumer_grace: Duration,
+    /// The kernel's send buffer per socket (`SO_SNDBUF`; 0: the kernel tunes it).
+    pub socket_send_buffer_bytes: usize,
     pub allowed_origins: Vec<String>,
     #[serde(with = "humantime_serde")]
     pub shutdown_grace: Duration,

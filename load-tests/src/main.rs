@@ -27,7 +27,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::client::Kind;
-use crate::scenarios::{active, idle, slow, storm, stream, ttft};
+use crate::scenarios::{active, idle, slow, soak, storm, stream, ttft};
 
 #[derive(Parser)]
 #[command(name = "chatd-load", about = "chatd benchmarks and load tests")]
@@ -207,6 +207,27 @@ enum Command {
         #[arg(long, default_value_t = 3)]
         rounds: usize,
     },
+    /// A long run at half capacity with clients connecting and leaving: chatd's RSS, file
+    /// descriptors and p99 time to first frame sampled over time.
+    Soak {
+        #[arg(long, default_value = "30m", value_parser = humantime_dur)]
+        duration: Duration,
+        /// Concurrent clients (half of `active`'s highest passing level, 1,500, in run D).
+        #[arg(long, default_value_t = 750)]
+        concurrency: usize,
+        /// Distinct users the clients sign in as (they come back).
+        #[arg(long, default_value_t = 3000)]
+        users: usize,
+        /// Each connection runs 1 to this many turns, then closes.
+        #[arg(long, default_value_t = 10)]
+        max_turns: u64,
+        #[arg(long, default_value_t = 20)]
+        pace_ms: u64,
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+        #[arg(long, default_value = "10s", value_parser = humantime_dur)]
+        sample: Duration,
+    },
     /// (internal) Runs one server under test; prints `LISTEN addr`.
     #[command(hide = true)]
     Serve {
@@ -368,6 +389,29 @@ fn main() -> anyhow::Result<()> {
                         pace: Duration::from_millis(pace_ms),
                         duration,
                         rounds,
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::Soak {
+                duration,
+                concurrency,
+                users,
+                max_turns,
+                pace_ms,
+                tokens,
+                sample,
+            } => {
+                soak::run(
+                    soak::Params {
+                        duration,
+                        concurrency,
+                        users,
+                        max_turns,
+                        pace: Duration::from_millis(pace_ms),
+                        tokens,
+                        sample,
                     },
                     &out,
                 )

@@ -69,7 +69,18 @@ impl Server {
     }
 
     pub fn floor(llm: &Server) -> anyhow::Result<Server> {
-        Self::spawn(&["floor".into(), "--llm".into(), llm.llm_base()])
+        Self::floor_calls(llm, 1)
+    }
+
+    /// The floor relay making `calls` model calls per chat (1 or 3).
+    pub fn floor_calls(llm: &Server, calls: u8) -> anyhow::Result<Server> {
+        Self::spawn(&[
+            "floor".into(),
+            "--llm".into(),
+            llm.llm_base(),
+            "--calls".into(),
+            calls.to_string(),
+        ])
     }
 
     pub fn chatd(llm: &Server) -> anyhow::Result<Server> {
@@ -164,6 +175,9 @@ pub enum ServeKind {
     Floor {
         #[arg(long)]
         llm: String,
+        /// Model calls per chat: 1, or 3 like chatd (a stage call before and after).
+        #[arg(long, default_value_t = 1)]
+        calls: u8,
     },
     /// chatd itself (its library, configured like the binary: defaults + `CHATD__*` env),
     /// pointed at the fake LLM with rate limits lifted.
@@ -197,7 +211,7 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
                 };
                 fake_llm::serve(script, any).await?
             }
-            ServeKind::Floor { llm } => crate::floor::serve(&llm, any).await?,
+            ServeKind::Floor { llm, calls } => crate::floor::serve(&llm, calls, any).await?,
             ServeKind::Chatd { llm } => {
                 let dir = tempfile::tempdir()?;
                 let mut config = chatd::config::Config::load(None)?;

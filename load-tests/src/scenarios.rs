@@ -5,6 +5,7 @@
 pub mod active;
 pub mod idle;
 pub mod slow;
+pub mod soak;
 pub mod storm;
 pub mod stream;
 pub mod ttft;
@@ -23,6 +24,8 @@ use crate::stats::Hist;
 pub struct Servers {
     pub llm: Server,
     pub floor: Server,
+    /// The floor relay making chatd's three model calls per chat.
+    pub floor3: Server,
     pub chatd: Server,
     pub keys: Arc<TokenKeys>,
 }
@@ -31,10 +34,12 @@ impl Servers {
     pub fn start(script: &Script) -> anyhow::Result<Servers> {
         let llm = Server::fake_llm(script)?;
         let floor = Server::floor(&llm)?;
+        let floor3 = Server::floor_calls(&llm, 3)?;
         let chatd = Server::chatd(&llm)?;
         Ok(Servers {
             llm,
             floor,
+            floor3,
             chatd,
             keys: Arc::new(procs::token_keys()),
         })
@@ -63,7 +68,17 @@ impl Servers {
         n: usize,
         parallel: usize,
     ) -> (Vec<Conn>, usize) {
-        let target = self.target(kind);
+        self.open_at(self.target(kind), first_id, n, parallel).await
+    }
+
+    /// [`Servers::open`] for any target (e.g. the three-call floor).
+    pub async fn open_at(
+        &self,
+        target: Target,
+        first_id: u64,
+        n: usize,
+        parallel: usize,
+    ) -> (Vec<Conn>, usize) {
         let mut conns = Vec::with_capacity(n);
         let mut errors = 0;
         let mut next = 0usize;

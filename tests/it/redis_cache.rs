@@ -191,6 +191,12 @@ async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
     let mut ws = app.connect_showing("erin", "chat-k").await;
     ws.send(&user_message("chat-k", "m1", "first")).await;
     outcome(&mut ws).await.answer();
+    let ports = [
+        app.addr.port(),
+        crate::faults::port(&fake.base_url()),
+        crate::faults::port(&redis.url()),
+    ];
+    let before = crate::faults::counts(&ports);
 
     let gate = Gate::new();
     fake.push(Reply::Stall {
@@ -258,6 +264,12 @@ async fn redis_dying_mid_turn_and_returning_empty_is_survived() {
             .unwrap()
             .status(),
         200
+    );
+    // Redis killed and back empty left no task or descriptor behind.
+    let after = crate::faults::settled(&ports, before).await;
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "fds, tasks: {before:?} → {after:?}"
     );
 }
 

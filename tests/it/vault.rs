@@ -154,6 +154,15 @@ async fn a_sealed_vault_is_a_typed_error_and_turns_resume_after_unseal() {
     })
     .await;
     let mut ws = app.connect_showing("carol", "chat-s").await;
+    // A turn in another chat first: the key service's connection is open before counting.
+    ws.send(&user_message("chat-w", "w1", "warm up")).await;
+    outcome(&mut ws).await.answer();
+    let ports = [
+        app.addr.port(),
+        crate::faults::port(&fake.base_url()),
+        bao.port(),
+    ];
+    let before = crate::faults::counts(&ports);
     bao.seal().await.unwrap();
     ws.send(&user_message("chat-s", "m1", "sealed?")).await;
     let error = outcome(&mut ws).await.error();
@@ -177,6 +186,12 @@ async fn a_sealed_vault_is_a_typed_error_and_turns_resume_after_unseal() {
     .await;
     outcome(&mut ws).await.answer();
     assert_eq!(readyz(&app).await.0, 200);
+    // Recovering left no task or descriptor behind (the key service's connection included).
+    let after = crate::faults::settled(&ports, before).await;
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "fds, tasks: {before:?} → {after:?}"
+    );
 }
 
 #[tokio::test]
@@ -206,6 +221,24 @@ async fn a_black_holed_vault_times_out_within_the_deadline() {
     );
     ws.send(&ping()).await;
     assert!(matches!(ws.recv().await, ServerMessage::Pong(_)));
+    // Each timed-out call leaves nothing behind: a second one ends the same, and the
+    // counts come back to where they were after the first.
+    let ports = [
+        app.addr.port(),
+        crate::faults::port(&fake.base_url()),
+        hole.port(),
+    ];
+    let before = crate::faults::counts(&ports);
+    ws.send(&user_message("chat-b", "m2", "still there?")).await;
+    assert_eq!(
+        outcome(&mut ws).await.error().code,
+        ErrorCode::EncryptionUnavailable
+    );
+    let after = crate::faults::settled(&ports, before).await;
+    assert!(
+        after.0 <= before.0 && after.1 <= before.1,
+        "fds, tasks: {before:?} → {after:?}"
+    );
     assert!(fake.requests().is_empty());
 }
 
