@@ -1,5 +1,5 @@
-//! `config/instructions.yml`: the system-prompt parts, mates by category, focus modes and
-//! the function definitions of the preprocessing and postprocessing stages. Loaded and
+//! `config/instructions.yml`: the system-prompt parts, mates by category (plus the apps'
+//! focus modes, added at start-up) and the function definitions of the preprocessing and postprocessing stages. Loaded and
 //! validated once at start-up (and by `chatd check-config`).
 
 use std::collections::HashMap;
@@ -18,6 +18,8 @@ pub const DEFAULT_YAML: &str = include_str!("../../config/instructions.yml");
 pub struct Instructions {
     pub prompts: Prompts,
     pub mates: Vec<Mate>,
+    /// The apps' focus modes, added at start-up (`crate::focus`); declared in the app
+    /// manifests, no longer here (a non-empty list in the file is refused).
     #[serde(default)]
     pub focus_modes: Vec<FocusMode>,
     pub functions: Functions,
@@ -136,13 +138,12 @@ impl Instructions {
                 return bad(format!("category `{}` has two mates", m.category));
             }
         }
-        for f in &self.focus_modes {
-            if f.id.split_once('-').is_none() {
-                return bad(format!(
-                    "focus mode `{}` must be named app_id-focus_id",
-                    f.id
-                ));
-            }
+        if let Some(f) = self.focus_modes.first() {
+            return bad(format!(
+                "focus mode `{}`: focus modes are declared in the app manifests now \
+                 (config/apps/*.yml `focus_modes: [{{id, title, instruction, tools}}]`)",
+                f.id
+            ));
         }
         for (name, f) in [
             (PREPROCESS, &self.functions.preprocess),

@@ -26,6 +26,9 @@ pub struct AppManifest {
     #[serde(default)]
     pub description: String,
     pub skills: Vec<SkillManifest>,
+    /// Chat-level modes the app offers (see [`crate::focus`]).
+    #[serde(default)]
+    pub focus_modes: Vec<crate::focus::FocusModeManifest>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -282,6 +285,23 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
                 return fail(format!("skill `{}-{}` is defined twice", app.id, skill.id));
             }
         }
+    }
+    lint_focus_modes(apps)
+}
+
+/// Each app's focus modes, against every app's skills (a focus mode may offer any).
+fn lint_focus_modes(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
+    let skills: HashSet<String> = apps
+        .iter()
+        .flat_map(|(_, a)| a.skills.iter().map(|s| format!("{}-{}", a.id, s.id)))
+        .collect();
+    for (file, app) in apps {
+        crate::focus::manifest::lint(&app.id, &app.focus_modes, &skills).map_err(|reason| {
+            ManifestError::Invalid {
+                file: file.clone(),
+                reason,
+            }
+        })?;
     }
     Ok(())
 }
