@@ -253,5 +253,14 @@ mod tests {
         );
         let e = Instructions::parse("prompts: [").unwrap_err();
         assert!(matches!(e, InstructionsError::Parse(_)));
+        // Focus modes moved to the app manifests: an old file says where.
+        let legacy = format!(
+            "{DEFAULT_YAML}\nfocus_modes:\n  - id: docs-deep_dive\n    instruction: Be thorough.\n"
+        );
+        let err = Instructions::parse(&legacy).unwrap_err().to_string();
+        assert!(
+            err.contains("docs-deep_dive") && err.contains("config/apps"),
+            "{err}"
+        );
     }
 }

@@ -445,6 +445,10 @@ skills:
     #[test]
     fn a_good_manifest_passes() {
         parse(BASE).unwrap();
+        parse(&format!(
+            "{BASE}focus_modes:\n  - {{id: deep, title: Deep, instruction: Go deep., tools: [demo-find]}}\n"
+        ))
+        .unwrap();
     }
 
     #[test]
@@ -474,6 +478,12 @@ skills:
                 "not an http(s) URL",
             ),
             (BASE.replace("id: find", "id: Find-It"), "skill id"),
+            (
+                format!(
+                    "{BASE}focus_modes:\n  - {{id: deep, title: Deep, instruction: Go deep., tools: [demo-lose]}}\n"
+                ),
+                "focus mode `demo-deep`: tool `demo-lose` is not a skill",
+            ),
             (
                 BASE.replace("format: url}", "pattern: \"(\"}"),
                 "pattern does not compile",
