@@ -180,7 +180,16 @@ impl App {
         let addr = config.server.listen;
         let listener = listen(addr, config.server.socket_send_buffer_bytes)
             .map_err(|source| BuildError::Bind { addr, source })?;
-        let instructions = Arc::new(Instructions::load(&config.pipeline)?);
+        let mut instructions = Instructions::load(&config.pipeline)?;
+        // The apps' focus modes (the skills registry reads the same manifests below).
+        let apps =
+            crate::skills::manifest::load(&config.skills.apps_dir).map_err(SkillsError::from)?;
+        let focus = Arc::new(crate::focus::FocusCatalog::new(
+            apps.iter()
+                .map(|a| (a.id.as_str(), a.focus_modes.as_slice())),
+        ));
+        focus.extend_instructions(&mut instructions);
+        let instructions = Arc::new(instructions);
         let models = Models::from_config(&config, llm)?;
         let backend = cache_backend(&config)?;
         let keyring = Arc::new(Keyring::new(
@@ -263,6 +272,7 @@ impl App {
             writers: Default::default(),
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),
+            focus,
         });
         let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
         let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);

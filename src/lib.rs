@@ -18,6 +18,7 @@ pub mod clock;
 pub mod config;
 pub mod crypto;
 pub mod delivery;
+pub mod focus;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod history;

@@ -97,6 +97,10 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             let config = Config::load(config.as_deref())?;
             let instructions = chatd::pipeline::instructions::Instructions::load(&config.pipeline)?;
             let skills = chatd::skills::lint_dir(&config.skills.apps_dir)?;
+            let focus_modes: usize = chatd::skills::manifest::load(&config.skills.apps_dir)?
+                .iter()
+                .map(|a| a.focus_modes.len())
+                .sum();
             println!(
                 "configuration ok (listen {}, llm {:?}, store {}, {} models, {} mates, {} focus modes, {} skills)",
                 config.server.listen,
@@ -104,7 +108,7 @@ fn run(cli: Cli) -> anyhow::Result<()> {
                 config.store_url().split(':').next().unwrap_or("sqlite"),
                 config.models.catalog.len().max(1),
                 instructions.mates.len(),
-                instructions.focus_modes.len(),
+                focus_modes,
                 skills
             );
             Ok(())

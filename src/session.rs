@@ -3,6 +3,7 @@
 //! connection stays usable.
 
 mod embeds;
+mod focus;
 mod message;
 mod ownership;
 mod paging;
@@ -204,6 +205,8 @@ impl Session {
             ClientMessage::RequestChatContentBatch(m) => self.queue_sync(SyncJob::Batch(m)),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
             ClientMessage::RefreshToken(m) => self.refresh_token(m).await,
+            ClientMessage::ChatFocusModeActivate(m) => self.focus_mode_activate(m).await,
+            ClientMessage::ChatFocusModeDeactivate(m) => self.focus_mode_deactivate(m).await,
         }
     }
 

@@ -742,6 +742,16 @@ export class ChatdClient extends EventTarget {
     this.send({ type: 'cancel_skill', payload: { skill_task_id: skillTaskId, embed_id: embedId } });
   }
 
+  /** Starts a focus mode (`app_id-focus_id`) in a chat; every device hears `focus`. @param {string} chatId @param {string} focusId */
+  activateFocusMode(chatId, focusId) {
+    this.send({ type: 'chat_focus_mode_activate', payload: { chat_id: chatId, focus_id: focusId } });
+  }
+
+  /** Ends the chat's focus mode. @param {string} chatId */
+  deactivateFocusMode(chatId) {
+    this.send({ type: 'chat_focus_mode_deactivate', payload: { chat_id: chatId } });
+  }
+
   /** Deletes a chat everywhere. @param {string} chatId */
   deleteChat(chatId) {
     this.send({ type: 'delete_chat', payload: { chat_id: chatId } });
@@ -1227,6 +1237,14 @@ const HANDLERS = {
   },
 
   skill_cancel_requested() {},
+
+  focus_mode_activated(p) {
+    this.emit('focus', { chat_id: p.chat_id, focus_id: p.focus_id, active: true });
+  },
+
+  focus_mode_deactivated(p) {
+    this.emit('focus', { chat_id: p.chat_id, focus_id: p.focus_id, active: false });
+  },
   embed_stored() {},
   embed_update() {},
   embed_keys_stored() {},

@@ -54,6 +54,10 @@ pub enum ClientMessage {
     GetChatMessages(crate::GetChatMessages),
     /// Several chats' messages and embeds; answered with `chat_content_batch_response`.
     RequestChatContentBatch(crate::RequestChatContentBatch),
+    /// Starts a focus mode in the chat; `focus_mode_activated` to every device.
+    ChatFocusModeActivate(crate::ChatFocusModeActivate),
+    /// Ends the chat's focus mode; `focus_mode_deactivated` to every device.
+    ChatFocusModeDeactivate(crate::ChatFocusModeDeactivate),
 }
 
 impl ClientMessage {
@@ -79,6 +83,8 @@ impl ClientMessage {
         "load_more_chats",
         "get_chat_messages",
         "request_chat_content_batch",
+        "chat_focus_mode_activate",
+        "chat_focus_mode_deactivate",
     ];
 
     /// The wire name of this message's type.
@@ -104,6 +110,8 @@ impl ClientMessage {
             ClientMessage::LoadMoreChats(_) => "load_more_chats",
             ClientMessage::GetChatMessages(_) => "get_chat_messages",
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
+            ClientMessage::ChatFocusModeActivate(_) => "chat_focus_mode_activate",
+            ClientMessage::ChatFocusModeDeactivate(_) => "chat_focus_mode_deactivate",
         }
     }
 }
@@ -138,6 +146,7 @@ pub struct ChatMessageAdded {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pinned_model: Option<String>,
     /// The focus mode active in this chat (`app_id-focus_id`), decrypted by the client.
+    /// Seeds the server's record only when the server has none for the chat.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub active_focus_id: Option<String>,
     /// The chat's current summary (decrypted by the client); postprocessing extends it.

@@ -61,6 +61,8 @@ pub enum ErrorCode {
     /// An embed's `content_hash` does not match the content the server made (or the
     /// plaintext the client re-sent): it is not stored or used.
     ContentHashMismatch,
+    /// A focus mode id that no app declares (`app_id-focus_id`); nothing was changed.
+    UnknownFocusMode,
 }
 
 impl ErrorCode {
@@ -89,6 +91,7 @@ impl ErrorCode {
             ErrorCode::AnswerTooLong => "answer_too_long",
             ErrorCode::TurnDeadline => "turn_deadline",
             ErrorCode::ContentHashMismatch => "content_hash_mismatch",
+            ErrorCode::UnknownFocusMode => "unknown_focus_mode",
         }
     }
 
@@ -116,6 +119,7 @@ impl ErrorCode {
         ErrorCode::AnswerTooLong,
         ErrorCode::TurnDeadline,
         ErrorCode::ContentHashMismatch,
+        ErrorCode::UnknownFocusMode,
     ];
 }
 

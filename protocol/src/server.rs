@@ -113,6 +113,10 @@ pub enum ServerMessage {
     BackgroundMessageSync(Box<BackgroundMessageSync>),
     /// The requested sync phases are done.
     PhasedSyncComplete(PhasedSyncComplete),
+    /// A focus mode became active in a chat; to every device.
+    FocusModeActivated(crate::FocusModeActivated),
+    /// A chat's focus mode ended; to every device.
+    FocusModeDeactivated(crate::FocusModeDeactivated),
 }
 
 impl ServerMessage {
@@ -164,6 +168,8 @@ impl ServerMessage {
         "phase_2_last_20_chats_ready",
         "background_message_sync",
         "phased_sync_complete",
+        "focus_mode_activated",
+        "focus_mode_deactivated",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -215,6 +221,8 @@ impl ServerMessage {
             ServerMessage::Phase2ChatsReady(_) => "phase_2_last_20_chats_ready",
             ServerMessage::BackgroundMessageSync(_) => "background_message_sync",
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
+            ServerMessage::FocusModeActivated(_) => "focus_mode_activated",
+            ServerMessage::FocusModeDeactivated(_) => "focus_mode_deactivated",
         }
     }
 

@@ -14,8 +14,10 @@ use serde::{Deserialize, Serialize};
 use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 
 mod chat_state;
+mod focus;
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
 pub use chat_state::MessageSeen;
+pub use focus::FocusRecord;
 
 /// One message of a chat as cached for the model (plaintext only inside the sealed value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -266,6 +268,9 @@ impl AiCache {
         self.backend.kv_delete(&versions).await?;
         let seen = keys::messages_seen(user, chat.as_str());
         self.backend.kv_delete(&seen).await?;
+        self.backend
+            .kv_delete(&keys::chat_focus(user, chat.as_str()))
+            .await?;
         Ok(self
             .backend
             .kv_delete(&keys::chat_claim(chat.as_str()))

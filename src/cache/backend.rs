@@ -318,4 +318,8 @@ pub mod keys {
     pub fn sync_index(user: &UserHash) -> String {
         format!("{}:sync_chats", tag(user))
     }
+    /// A chat's focus-mode record (sealed): which focus mode is active, or that none is.
+    pub fn chat_focus(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:focus", tag(user))
+    }
 }

@@ -60,6 +60,8 @@ pub enum Purpose {
     BusFrame,
     /// An answer no device has stored yet.
     PendingAnswer,
+    /// A chat's active focus mode.
+    FocusState,
 }
 
 impl Purpose {
@@ -72,6 +74,7 @@ impl Purpose {
             Purpose::QueuedMessage => "queued_message",
             Purpose::BusFrame => "bus_frame",
             Purpose::PendingAnswer => "pending_answer",
+            Purpose::FocusState => "focus_state",
         }
     }
 }

@@ -42,16 +42,24 @@ impl PartialEq for MainPlan {
 }
 
 impl MainPlan {
-    /// The plan preprocessing decided; the client's active focus mode wins over a suggested one.
+    /// The plan preprocessing decided. The chat's active focus mode (the server's record)
+    /// puts its instruction first; without one, the focus modes preprocessing found
+    /// relevant are offered as the tools that start them (named like them).
     pub fn new(pre: &Preprocessed, active_focus: Option<&str>, caution_threshold: f32) -> Self {
+        let mut skills = pre.skills.clone();
+        if active_focus.is_none() {
+            for f in &pre.focus_modes {
+                if !skills.contains(f) {
+                    skills.push(f.clone());
+                }
+            }
+        }
         Self {
             model: pre.choice.model.clone(),
             category: pre.category.clone(),
             language: pre.language.clone(),
-            skills: pre.skills.clone(),
-            focus_mode: active_focus
-                .or(pre.focus_modes.first().map(String::as_str))
-                .map(str::to_string),
+            skills,
+            focus_mode: active_focus.map(str::to_string),
             injection_caution: pre.injection_chance >= caution_threshold,
         }
     }
@@ -371,7 +379,11 @@ mod tests {
 
     #[test]
     fn system_prompt_parts_come_in_order() {
-        let i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
+        let mut i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
+        i.focus_modes.push(instructions::FocusMode {
+            id: "docs-deep_dive".into(),
+            instruction: "Focus mode \"deep dive\": answer thoroughly.".into(),
+        });
         let p = PromptInput {
             focus_mode: Some("docs-deep_dive"),
             category: "software_development",

@@ -1,5 +1,5 @@
-//! `config/instructions.yml`: the system-prompt parts, mates by category, focus modes and
-//! the function definitions of the preprocessing and postprocessing stages. Loaded and
+//! `config/instructions.yml`: the system-prompt parts, mates by category (plus the apps'
+//! focus modes, added at start-up) and the function definitions of the preprocessing and postprocessing stages. Loaded and
 //! validated once at start-up (and by `chatd check-config`).
 
 use std::collections::HashMap;
@@ -18,6 +18,8 @@ pub const DEFAULT_YAML: &str = include_str!("../../config/instructions.yml");
 pub struct Instructions {
     pub prompts: Prompts,
     pub mates: Vec<Mate>,
+    /// The apps' focus modes, added at start-up (`crate::focus`); declared in the app
+    /// manifests, no longer here (a non-empty list in the file is refused).
     #[serde(default)]
     pub focus_modes: Vec<FocusMode>,
     pub functions: Functions,
@@ -136,13 +138,12 @@ impl Instructions {
                 return bad(format!("category `{}` has two mates", m.category));
             }
         }
-        for f in &self.focus_modes {
-            if f.id.split_once('-').is_none() {
-                return bad(format!(
-                    "focus mode `{}` must be named app_id-focus_id",
-                    f.id
-                ));
-            }
+        if let Some(f) = self.focus_modes.first() {
+            return bad(format!(
+                "focus mode `{}`: focus modes are declared in the app manifests now \
+                 (config/apps/*.yml `focus_modes: [{{id, title, instruction, tools}}]`)",
+                f.id
+            ));
         }
         for (name, f) in [
             (PREPROCESS, &self.functions.preprocess),
@@ -252,5 +253,14 @@ mod tests {
         );
         let e = Instructions::parse("prompts: [").unwrap_err();
         assert!(matches!(e, InstructionsError::Parse(_)));
+        // Focus modes moved to the app manifests: an old file says where.
+        let legacy = format!(
+            "{DEFAULT_YAML}\nfocus_modes:\n  - id: docs-deep_dive\n    instruction: Be thorough.\n"
+        );
+        let err = Instructions::parse(&legacy).unwrap_err().to_string();
+        assert!(
+            err.contains("docs-deep_dive") && err.contains("config/apps"),
+            "{err}"
+        );
     }
 }

@@ -251,8 +251,9 @@ impl Stage<'_> {
         );
         let mut focus_modes = Vec::new();
         for f in answers.iter().flat_map(|r| r.relevant_focus_modes.iter()) {
-            if self.instructions.focus_mode(f).is_some() && !focus_modes.contains(f) {
-                focus_modes.push(f.clone());
+            let f = normalize_tool_name(f);
+            if self.instructions.focus_mode(&f).is_some() && !focus_modes.contains(&f) {
+                focus_modes.push(f);
             }
         }
         let mut settings_keys = Vec::new();

@@ -56,9 +56,8 @@ impl Predictions {
         if let Some(m) = pinned {
             plan.model = m.clone();
         }
-        if active_focus.is_some() {
-            plan.focus_mode = active_focus.map(str::to_string);
-        }
+        // The turn's focus mode is known before preprocessing (the chat's record).
+        plan.focus_mode = active_focus.map(str::to_string);
         plan
     }
 

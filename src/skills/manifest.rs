@@ -26,6 +26,9 @@ pub struct AppManifest {
     #[serde(default)]
     pub description: String,
     pub skills: Vec<SkillManifest>,
+    /// Chat-level modes the app offers (see [`crate::focus`]).
+    #[serde(default)]
+    pub focus_modes: Vec<crate::focus::FocusModeManifest>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -283,6 +286,23 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
             }
         }
     }
+    lint_focus_modes(apps)
+}
+
+/// Each app's focus modes, against every app's skills (a focus mode may offer any).
+fn lint_focus_modes(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
+    let skills: HashSet<String> = apps
+        .iter()
+        .flat_map(|(_, a)| a.skills.iter().map(|s| format!("{}-{}", a.id, s.id)))
+        .collect();
+    for (file, app) in apps {
+        crate::focus::manifest::lint(&app.id, &app.focus_modes, &skills).map_err(|reason| {
+            ManifestError::Invalid {
+                file: file.clone(),
+                reason,
+            }
+        })?;
+    }
     Ok(())
 }
 
@@ -425,6 +445,10 @@ skills:
     #[test]
     fn a_good_manifest_passes() {
         parse(BASE).unwrap();
+        parse(&format!(
+            "{BASE}focus_modes:\n  - {{id: deep, title: Deep, instruction: Go deep., tools: [demo-find]}}\n"
+        ))
+        .unwrap();
     }
 
     #[test]
@@ -454,6 +478,12 @@ skills:
                 "not an http(s) URL",
             ),
             (BASE.replace("id: find", "id: Find-It"), "skill id"),
+            (
+                format!(
+                    "{BASE}focus_modes:\n  - {{id: deep, title: Deep, instruction: Go deep., tools: [demo-lose]}}\n"
+                ),
+                "focus mode `demo-deep`: tool `demo-lose` is not a skill",
+            ),
             (
                 BASE.replace("format: url}", "pattern: \"(\"}"),
                 "pattern does not compile",

@@ -54,4 +54,6 @@ pub struct TurnDeps {
     pub tasks: TaskTracker,
     /// Fired at shutdown: running turns end with `interrupted_by_shutdown`.
     pub shutdown: CancellationToken,
+    /// The apps' focus modes.
+    pub focus: Arc<crate::focus::FocusCatalog>,
 }

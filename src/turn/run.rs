@@ -171,8 +171,22 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             .is_some_and(|i| i.prior_messages == 0)
         && history.len() <= new_messages;
 
+    // The chat's focus mode: the server's record, or the client's seed (see `crate::focus`).
+    let focus = crate::focus::FocusTools::new(
+        app.focus.clone(),
+        crate::focus::active_for_turn(
+            &app.focus,
+            &app.ai_cache,
+            &owner,
+            chat,
+            opts.active_focus_id.as_deref(),
+        )
+        .await,
+        app.ai_cache.clone(),
+        app.delivery.clone(),
+    );
     // Per-turn tools of other owners join the skills here (see `ToolSet`).
-    let tool_set = ToolSet::new(vec![app.skills.as_ref()]);
+    let tool_set = ToolSet::new(vec![app.skills.as_ref(), &focus]);
     let tools: &dyn ToolRunner = &tool_set;
     let stage = preprocess::Stage {
         instructions: &app.instructions,
@@ -187,7 +201,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         connected_accounts: &opts.connected_accounts,
         settings_available: &opts.settings_available,
     };
-    let active_focus = opts.active_focus_id.as_deref();
+    let active_focus = focus.active_id();
     let caution = app.pipeline.injection_caution_threshold;
     let datetime = clock::now_rfc3339();
     let (history, datetime) = (&history, &datetime);

@@ -511,3 +511,46 @@ async fn cancel_skill_sent_to_another_node_stops_the_skill() {
     let (_, on_there) = collect_answer(&mut there).await;
     assert_eq!(on_there.full_content_so_far, last.full_content_so_far);
 }
+
+/// A focus mode started on one node: the device on the other node hears of it, and a turn
+/// the other node runs is in focus (the record is in the shared cache); ended there, the
+/// first node's device hears that.
+#[tokio::test]
+async fn a_focus_mode_started_on_one_node_applies_on_another() {
+    use serde_json::json;
+
+    let c = Cluster::start(2).await;
+    let chat = "chat-focus-cluster";
+    let mut here = c.connect_showing(0, "dana", chat).await;
+    let mut there = c.connect_showing(1, "dana", chat).await;
+    there
+        .send_json(json!({"type": "chat_focus_mode_activate",
+            "payload": {"chat_id": chat, "focus_id": "docs-deep_dive"}}))
+        .await;
+    for ws in [&mut here, &mut there] {
+        let a = ws
+            .recv_until(|m| match m {
+                ServerMessage::FocusModeActivated(a) => Some(a.clone()),
+                _ => None,
+            })
+            .await;
+        assert_eq!(a.focus_id, "docs-deep_dive");
+    }
+    here.send(&user_message(chat, "m1", "go deep")).await;
+    collect_answer(&mut here).await;
+    let prompt = c.fake.requests()[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(prompt.starts_with("Focus mode \"deep dive\""), "{prompt}");
+
+    here.send_json(json!({"type": "chat_focus_mode_deactivate", "payload": {"chat_id": chat}}))
+        .await;
+    let d = there
+        .recv_until(|m| match m {
+            ServerMessage::FocusModeDeactivated(d) => Some(d.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(d.focus_id.as_deref(), Some("docs-deep_dive"));
+}

@@ -17,6 +17,7 @@ mod client_flows;
 mod cluster;
 mod cluster_harness;
 mod faults;
+mod focus;
 mod history;
 mod http_surface;
 mod links;
