@@ -227,6 +227,7 @@ impl App {
             models.preprocessing(),
             turn_tasks.clone(),
         )?);
+        let memories = memories(&config, &ai_cache)?;
         let store = crate::store::open(&config.store_url()).await?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
@@ -264,6 +265,7 @@ impl App {
             writers: Default::default(),
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),
+            memories,
         });
         let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
         let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);
@@ -365,4 +367,25 @@ impl App {
         tracing::info!("chatd stopped");
         Ok(())
     }
+}
+
+/// The apps' settings/memories categories (from the same manifests as the skills) and
+/// their sealed store on the AI cache's backend and keys.
+fn memories(
+    config: &Config,
+    ai_cache: &AiCache,
+) -> Result<Arc<crate::memories::Memories>, SkillsError> {
+    let apps = crate::skills::manifest::load(&config.skills.apps_dir)?;
+    let categories = crate::memories::Categories::new(
+        apps.iter()
+            .filter_map(|a| a.settings_memories.as_ref().map(|s| (a.id.as_str(), s))),
+    );
+    Ok(Arc::new(crate::memories::Memories {
+        categories,
+        store: crate::memories::store::MemoryStore::new(
+            ai_cache.backend().clone(),
+            ai_cache.keyring().clone(),
+            ai_cache.ttl(),
+        ),
+    }))
 }

@@ -3,6 +3,7 @@
 //! connection stays usable.
 
 mod embeds;
+mod memories;
 mod message;
 mod ownership;
 mod paging;
@@ -204,6 +205,12 @@ impl Session {
             ClientMessage::RequestChatContentBatch(m) => self.queue_sync(SyncJob::Batch(m)),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
             ClientMessage::RefreshToken(m) => self.refresh_token(m).await,
+            ClientMessage::AppSettingsMemoriesConfirmed(m) => {
+                self.app_settings_memories_confirmed(*m).await
+            }
+            ClientMessage::AppSettingsMemoriesProposalResult(m) => {
+                self.app_settings_memories_proposal_result(m).await
+            }
         }
     }
 

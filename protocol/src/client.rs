@@ -54,6 +54,11 @@ pub enum ClientMessage {
     GetChatMessages(crate::GetChatMessages),
     /// Several chats' messages and embeds; answered with `chat_content_batch_response`.
     RequestChatContentBatch(crate::RequestChatContentBatch),
+    /// The entries the user allows for a `request_app_settings_memories` (empty: "no");
+    /// `dismiss_app_settings_memories_dialog` to every device.
+    AppSettingsMemoriesConfirmed(Box<crate::AppSettingsMemoriesConfirmed>),
+    /// The user's decision on an `app_settings_memories_proposal`.
+    AppSettingsMemoriesProposalResult(crate::AppSettingsMemoriesProposalResult),
 }
 
 impl ClientMessage {
@@ -79,6 +84,8 @@ impl ClientMessage {
         "load_more_chats",
         "get_chat_messages",
         "request_chat_content_batch",
+        "app_settings_memories_confirmed",
+        "app_settings_memories_proposal_result",
     ];
 
     /// The wire name of this message's type.
@@ -104,6 +111,10 @@ impl ClientMessage {
             ClientMessage::LoadMoreChats(_) => "load_more_chats",
             ClientMessage::GetChatMessages(_) => "get_chat_messages",
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
+            ClientMessage::AppSettingsMemoriesConfirmed(_) => "app_settings_memories_confirmed",
+            ClientMessage::AppSettingsMemoriesProposalResult(_) => {
+                "app_settings_memories_proposal_result"
+            }
         }
     }
 }

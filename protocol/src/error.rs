@@ -61,6 +61,10 @@ pub enum ErrorCode {
     /// An embed's `content_hash` does not match the content the server made (or the
     /// plaintext the client re-sent): it is not stored or used.
     ContentHashMismatch,
+    /// An app settings/memories key names an app or category no manifest declares.
+    UnknownSettingsCategory,
+    /// An app settings/memories entry does not match its category's schema; not stored.
+    InvalidSettingsMemoryEntry,
 }
 
 impl ErrorCode {
@@ -89,6 +93,8 @@ impl ErrorCode {
             ErrorCode::AnswerTooLong => "answer_too_long",
             ErrorCode::TurnDeadline => "turn_deadline",
             ErrorCode::ContentHashMismatch => "content_hash_mismatch",
+            ErrorCode::UnknownSettingsCategory => "unknown_settings_category",
+            ErrorCode::InvalidSettingsMemoryEntry => "invalid_settings_memory_entry",
         }
     }
 
@@ -116,6 +122,8 @@ impl ErrorCode {
         ErrorCode::AnswerTooLong,
         ErrorCode::TurnDeadline,
         ErrorCode::ContentHashMismatch,
+        ErrorCode::UnknownSettingsCategory,
+        ErrorCode::InvalidSettingsMemoryEntry,
     ];
 }
 

@@ -113,6 +113,14 @@ pub enum ServerMessage {
     BackgroundMessageSync(Box<BackgroundMessageSync>),
     /// The requested sync phases are done.
     PhasedSyncComplete(PhasedSyncComplete),
+    /// The turn needs app settings/memories the chat's cache lacks; to every device. The
+    /// answer goes on without them; `app_settings_memories_confirmed` answers it.
+    RequestAppSettingsMemories(crate::RequestAppSettingsMemories),
+    /// A settings/memories request was answered; to every device (close its dialog).
+    DismissAppSettingsMemoriesDialog(crate::DismissAppSettingsMemoriesDialog),
+    /// The model proposes adding, changing or deleting an entry; to every device. The
+    /// client answers `app_settings_memories_proposal_result`.
+    AppSettingsMemoriesProposal(Box<crate::AppSettingsMemoriesProposal>),
 }
 
 impl ServerMessage {
@@ -164,6 +172,9 @@ impl ServerMessage {
         "phase_2_last_20_chats_ready",
         "background_message_sync",
         "phased_sync_complete",
+        "request_app_settings_memories",
+        "dismiss_app_settings_memories_dialog",
+        "app_settings_memories_proposal",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -215,6 +226,11 @@ impl ServerMessage {
             ServerMessage::Phase2ChatsReady(_) => "phase_2_last_20_chats_ready",
             ServerMessage::BackgroundMessageSync(_) => "background_message_sync",
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
+            ServerMessage::RequestAppSettingsMemories(_) => "request_app_settings_memories",
+            ServerMessage::DismissAppSettingsMemoriesDialog(_) => {
+                "dismiss_app_settings_memories_dialog"
+            }
+            ServerMessage::AppSettingsMemoriesProposal(_) => "app_settings_memories_proposal",
         }
     }
 

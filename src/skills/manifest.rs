@@ -25,7 +25,11 @@ pub struct AppManifest {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    #[serde(default)]
     pub skills: Vec<SkillManifest>,
+    /// The app's settings/memories categories (see `crate::memories`).
+    #[serde(default)]
+    pub settings_memories: Option<crate::memories::SettingsMemoriesSection>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -190,6 +194,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "config/apps/web.yml",
         include_str!("../../config/apps/web.yml"),
     ),
+    (
+        "config/apps/travel.yml",
+        include_str!("../../config/apps/travel.yml"),
+    ),
 ];
 
 /// Reads every `*.yml`/`*.yaml` in `dir` (sorted), or the built-in set when `dir` is empty,
@@ -270,8 +278,16 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
         if !app_ids.insert(app.id.as_str()) {
             return fail(format!("app `{}` is defined twice", app.id));
         }
-        if app.skills.is_empty() {
-            return fail(format!("app `{}` has no skills", app.id));
+        if app.skills.is_empty() && app.settings_memories.is_none() {
+            return fail(format!(
+                "app `{}` has no skills and no settings_memories",
+                app.id
+            ));
+        }
+        if let Some(section) = &app.settings_memories
+            && let Err(reason) = crate::memories::lint_section(section)
+        {
+            return fail(format!("app `{}`: {reason}", app.id));
         }
         let mut skill_ids = HashSet::new();
         for skill in &app.skills {

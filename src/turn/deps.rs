@@ -54,4 +54,6 @@ pub struct TurnDeps {
     pub tasks: TaskTracker,
     /// Fired at shutdown: running turns end with `interrupted_by_shutdown`.
     pub shutdown: CancellationToken,
+    /// App settings/memories: categories and the chat-scoped sealed cache.
+    pub memories: Arc<crate::memories::Memories>,
 }

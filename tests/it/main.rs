@@ -20,6 +20,7 @@ mod faults;
 mod history;
 mod http_surface;
 mod links;
+mod memories;
 mod module_graph;
 mod node_loss;
 mod offline;
