@@ -227,8 +227,8 @@ impl App {
             models.preprocessing(),
             turn_tasks.clone(),
         )?);
-        let memories = memories(&config, &ai_cache)?;
         let store = crate::store::open(&config.store_url()).await?;
+        let memories = memories(&config, &ai_cache, store.clone())?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
         let metrics = Arc::new(Metrics::new());
@@ -374,6 +374,7 @@ impl App {
 fn memories(
     config: &Config,
     ai_cache: &AiCache,
+    chats: Arc<dyn crate::store::Store>,
 ) -> Result<Arc<crate::memories::Memories>, SkillsError> {
     let apps = crate::skills::manifest::load(&config.skills.apps_dir)?;
     let categories = crate::memories::Categories::new(
@@ -387,5 +388,6 @@ fn memories(
             ai_cache.keyring().clone(),
             ai_cache.ttl(),
         ),
+        chats,
     }))
 }

@@ -9,10 +9,12 @@
 //! - [`store::MemoryStore`]: sealed entries, pending requests and proposals in the cache.
 //! - [`recall`]: a turn's cache-first read and the request for what is missing.
 //! - [`tools::ProposalTools`]: the per-turn `add`/`update`/`delete` tools of relevant apps.
+//! - [`suggest`]: two-phase suggestions of new entries after an answer.
 
 pub mod recall;
 pub mod schema;
 pub mod store;
+pub mod suggest;
 pub mod tools;
 
 use std::collections::BTreeMap;
@@ -148,6 +150,8 @@ pub fn canonical_key(key: &str) -> String {
 pub struct Memories {
     pub categories: Categories,
     pub store: store::MemoryStore,
+    /// The permanent store: each chat's rejected suggestion hashes.
+    pub chats: Arc<dyn crate::store::Store>,
 }
 
 #[cfg(test)]

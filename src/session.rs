@@ -211,6 +211,9 @@ impl Session {
             ClientMessage::AppSettingsMemoriesProposalResult(m) => {
                 self.app_settings_memories_proposal_result(m).await
             }
+            ClientMessage::RejectSettingsMemorySuggestion(m) => {
+                self.reject_settings_memory_suggestion(m).await
+            }
         }
     }
 

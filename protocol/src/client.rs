@@ -59,6 +59,9 @@ pub enum ClientMessage {
     AppSettingsMemoriesConfirmed(Box<crate::AppSettingsMemoriesConfirmed>),
     /// The user's decision on an `app_settings_memories_proposal`.
     AppSettingsMemoriesProposalResult(crate::AppSettingsMemoriesProposalResult),
+    /// Never suggest this settings/memory entry again in the chat;
+    /// `settings_memory_suggestion_rejected` to every device.
+    RejectSettingsMemorySuggestion(crate::RejectSettingsMemorySuggestion),
 }
 
 impl ClientMessage {
@@ -86,6 +89,7 @@ impl ClientMessage {
         "request_chat_content_batch",
         "app_settings_memories_confirmed",
         "app_settings_memories_proposal_result",
+        "reject_settings_memory_suggestion",
     ];
 
     /// The wire name of this message's type.
@@ -115,6 +119,7 @@ impl ClientMessage {
             ClientMessage::AppSettingsMemoriesProposalResult(_) => {
                 "app_settings_memories_proposal_result"
             }
+            ClientMessage::RejectSettingsMemorySuggestion(_) => "reject_settings_memory_suggestion",
         }
     }
 }

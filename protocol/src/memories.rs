@@ -99,3 +99,42 @@ impl std::fmt::Debug for AppSettingsMemoriesProposal {
             .finish_non_exhaustive()
     }
 }
+
+/// A new settings/memory entry postprocessing suggests (the user may add or reject it).
+/// Its hash, computed by the client, is SHA-256 hex of `app_id:item_type:` followed by the
+/// lower-cased `suggested_title`.
+#[derive(Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SuggestedSettingsMemoryEntry {
+    pub app_id: String,
+    /// The category id.
+    pub item_type: String,
+    pub suggested_title: String,
+    /// The entry, valid against the category's schema.
+    pub item_value: Value,
+}
+
+/// Never prints the suggestion's content.
+impl std::fmt::Debug for SuggestedSettingsMemoryEntry {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SuggestedSettingsMemoryEntry")
+            .field("app_id", &self.app_id)
+            .field("item_type", &self.item_type)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The user rejected a suggestion: it is never suggested again in this chat.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RejectSettingsMemorySuggestion {
+    #[serde(alias = "chatId")]
+    pub chat_id: ChatId,
+    /// 64 lowercase hex characters (see [`SuggestedSettingsMemoryEntry`]).
+    pub hash: String,
+}
+
+/// A suggestion was rejected (on some device); to every device.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SettingsMemorySuggestionRejected {
+    pub chat_id: ChatId,
+    pub hash: String,
+}

@@ -121,6 +121,8 @@ pub enum ServerMessage {
     /// The model proposes adding, changing or deleting an entry; to every device. The
     /// client answers `app_settings_memories_proposal_result`.
     AppSettingsMemoriesProposal(Box<crate::AppSettingsMemoriesProposal>),
+    /// A settings/memory suggestion was rejected; to every device.
+    SettingsMemorySuggestionRejected(crate::SettingsMemorySuggestionRejected),
 }
 
 impl ServerMessage {
@@ -175,6 +177,7 @@ impl ServerMessage {
         "request_app_settings_memories",
         "dismiss_app_settings_memories_dialog",
         "app_settings_memories_proposal",
+        "settings_memory_suggestion_rejected",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -231,6 +234,9 @@ impl ServerMessage {
                 "dismiss_app_settings_memories_dialog"
             }
             ServerMessage::AppSettingsMemoriesProposal(_) => "app_settings_memories_proposal",
+            ServerMessage::SettingsMemorySuggestionRejected(_) => {
+                "settings_memory_suggestion_rejected"
+            }
         }
     }
 

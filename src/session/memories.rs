@@ -2,7 +2,8 @@
 //! request (`app_settings_memories_confirmed`; checked against their category's schema,
 //! sealed into the chat's cache, the request's dialog dismissed on every device) and the
 //! decision on a model's proposal (`app_settings_memories_proposal_result`; an accepted
-//! entry enters the chat's cache). The records are the user's own (their keys carry the
+//! entry enters the chat's cache), and a rejected suggestion's hash, kept with the chat in
+//! the permanent store (`reject_settings_memory_suggestion`). The records are the user's own (their keys carry the
 //! user's hash and their values open only with the user's key), and the chat's owner is
 //! checked, so nobody answers for a chat that is not theirs.
 
@@ -10,7 +11,8 @@ use std::collections::BTreeMap;
 
 use chatd_protocol::{
     AppSettingsMemoriesConfirmed, AppSettingsMemoriesProposalResult, ChatId,
-    DismissAppSettingsMemoriesDialog, ErrorCode, ErrorPayload, ServerMessage,
+    DismissAppSettingsMemoriesDialog, ErrorCode, ErrorPayload, RejectSettingsMemorySuggestion,
+    ServerMessage, SettingsMemorySuggestionRejected,
 };
 use serde_json::Value;
 
@@ -18,6 +20,7 @@ use super::Session;
 use crate::cache::ai::CacheFault;
 use crate::delivery::Audience;
 use crate::memories::store::{apply, valid_id};
+use crate::memories::suggest::valid_hash;
 
 impl Session {
     pub(super) async fn app_settings_memories_confirmed(&self, m: AppSettingsMemoriesConfirmed) {
@@ -161,6 +164,41 @@ impl Session {
         };
         if let Err(e) = result.await {
             self.memories_fault(&e, chat);
+        }
+    }
+
+    /// Stores the rejected suggestion's hash with the chat (idempotent) and tells every
+    /// device; postprocessing never suggests it again in this chat.
+    pub(super) async fn reject_settings_memory_suggestion(
+        &self,
+        m: RejectSettingsMemorySuggestion,
+    ) {
+        let chat = &m.chat_id;
+        if !valid_hash(&m.hash) {
+            return self.invalid(
+                "hash must be 64 lowercase hex characters (SHA-256 of app_id:item_type:title)",
+                Some(chat),
+            );
+        }
+        if !self.stored_chat_allowed(chat, None).await {
+            return;
+        }
+        match self
+            .app
+            .store
+            .reject_suggestion(&self.device.user, chat, &m.hash)
+            .await
+        {
+            Ok(_) => self.broadcast(
+                Audience::All,
+                &ServerMessage::SettingsMemorySuggestionRejected(
+                    SettingsMemorySuggestionRejected {
+                        chat_id: m.chat_id.clone(),
+                        hash: m.hash,
+                    },
+                ),
+            ),
+            Err(e) => self.store_failed(e, Some(chat), None),
         }
     }
 

@@ -408,6 +408,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
                     llm: plan.model.client.clone(),
                     request,
                 }),
+            new_settings_memories: pre.new_settings_memories.clone(),
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));

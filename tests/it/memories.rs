@@ -394,3 +394,181 @@ async fn a_proposal_accepted_enters_the_cache_and_a_declined_one_does_not() {
     bob.send(&decide(&oslo.proposal_id, true)).await;
     assert_eq!(error(&mut bob).await.code, ErrorCode::NotFound);
 }
+
+/// Answers the suggestion stages by what they ask (phase 2 runs concurrently).
+fn suggestion_responder(fake: &FakeLlm) {
+    fake.set_stage_responder(|name, body| {
+        let system = body["messages"][0]["content"].as_str().unwrap_or_default();
+        match name {
+            "choose_settings_memories_categories" => Some(function_reply(
+                name,
+                json!({"categories": ["travel:trips", "travel-preferences", "web:preferred_sources"]}),
+            )),
+            "suggest_settings_memory_entry" if system.contains("user's Trips") => Some(
+                function_reply(
+                    name,
+                    json!({"suggested_title": "Kyoto in Autumn",
+                           "item_value": {"destination": "Kyoto"}}),
+                ),
+            ),
+            // Not valid against the category's schema: dropped.
+            "suggest_settings_memory_entry" if system.contains("Travel preferences") => Some(
+                function_reply(
+                    name,
+                    json!({"suggested_title": "Trains", "item_value": {"preference": 5}}),
+                ),
+            ),
+            "suggest_settings_memory_entry" => Some(function_reply(
+                name,
+                json!({"suggested_title": "MDN", "item_value": {"site": "developer.mozilla.org"}}),
+            )),
+            _ => None,
+        }
+    });
+}
+
+fn worth_suggesting(fake: &FakeLlm, keys: &[&str]) {
+    fake.push_stage(
+        "preprocess",
+        function_reply(
+            "preprocess",
+            json!({"harmful_or_illegal_score": 0, "misuse_risk_score": 0, "language": "en",
+                "category": "general_knowledge", "complexity": "simple",
+                "relevant_new_app_settings_and_memories": keys}),
+        ),
+    );
+}
+
+async fn suggestions(ws: &mut WsClient) -> Vec<chatd_protocol::SuggestedSettingsMemoryEntry> {
+    ws.recv_until(|m| match m {
+        ServerMessage::PostProcessingCompleted(p) => Some(p.suggested_settings_memories.clone()),
+        _ => None,
+    })
+    .await
+}
+
+fn reject(chat: &str, hash: &str) -> ClientMessage {
+    ClientMessage::RejectSettingsMemorySuggestion(chatd_protocol::RejectSettingsMemorySuggestion {
+        chat_id: chat_id(chat),
+        hash: hash.into(),
+    })
+}
+
+/// Phase 1 chooses among the existing candidate categories, phase 2 writes one entry each
+/// (the one invalid against its schema is dropped); a rejected suggestion's hash is kept
+/// with the chat (idempotent, relayed, malformed or foreign refused) and never suggested
+/// again in the chat, also after a restart.
+#[tokio::test]
+async fn suggestions_are_two_phase_schema_valid_and_a_rejected_one_never_returns() {
+    let fake = FakeLlm::start().await.unwrap();
+    suggestion_responder(&fake);
+    let data = tempfile::tempdir().unwrap();
+    let dir = data.path().to_path_buf();
+    let first = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.server.data_dir = dir.clone();
+    })
+    .await;
+    let mut ws = first.connect_showing("alice", "chat-sug").await;
+    let mut other = first.connect("alice").await;
+    worth_suggesting(
+        &fake,
+        &[
+            "travel:trips",
+            "travel:preferences",
+            "web:preferred_sources",
+            "travel:bogus",
+        ],
+    );
+    fake.push(text("Kyoto is lovely in autumn."));
+    ws.send(&user_message(
+        "chat-sug",
+        "m1",
+        "I will visit Kyoto; I read MDN",
+    ))
+    .await;
+    let got = suggestions(&mut ws).await;
+    let pairs: Vec<(&str, &str)> = got
+        .iter()
+        .map(|s| (s.item_type.as_str(), s.suggested_title.as_str()))
+        .collect();
+    assert_eq!(
+        pairs,
+        vec![("trips", "Kyoto in Autumn"), ("preferred_sources", "MDN")]
+    );
+    let choose = &fake.stage_requests("choose_settings_memories_categories")[0];
+    let offered =
+        &choose["tools"][0]["function"]["parameters"]["properties"]["categories"]["items"]["enum"];
+    assert_eq!(
+        offered,
+        &json!([
+            "travel:trips",
+            "travel:preferences",
+            "web:preferred_sources"
+        ])
+    );
+    assert_eq!(
+        fake.stage_requests("suggest_settings_memory_entry").len(),
+        3
+    );
+
+    let hash = chatd::memories::suggest::suggestion_hash("travel", "trips", "kyoto in autumn");
+    for bad in ["abc", &hash.to_uppercase(), &format!("{}g", &hash[1..])] {
+        ws.send(&reject("chat-sug", bad)).await;
+        assert_eq!(
+            error(&mut ws).await.code,
+            ErrorCode::InvalidPayload,
+            "{bad}"
+        );
+    }
+    for _ in 0..2 {
+        ws.send(&reject("chat-sug", &hash)).await;
+        let relayed = other
+            .recv_until(|m| match m {
+                ServerMessage::SettingsMemorySuggestionRejected(r) => Some(r.clone()),
+                _ => None,
+            })
+            .await;
+        assert_eq!(relayed.hash, hash);
+    }
+    settle(&mut ws).await;
+    let stored = first
+        .state
+        .store
+        .chat(&UserId::parse("alice").unwrap(), &chat_id("chat-sug"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        stored.rejected_suggestion_hashes,
+        vec![hash.clone()],
+        "once"
+    );
+    let mut bob = first.connect("bob").await;
+    bob.send(&reject("chat-sug", &"0".repeat(64))).await;
+    assert_eq!(error(&mut bob).await.code, ErrorCode::Forbidden);
+    drop((ws, other, bob));
+    first.shutdown().await.unwrap();
+
+    let second = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.server.data_dir = dir.clone();
+    })
+    .await;
+    let mut ws = second.connect_showing("alice", "chat-sug").await;
+    worth_suggesting(&fake, &["travel:trips", "web:preferred_sources"]);
+    fake.push(text("Pack warm clothes."));
+    ws.send(&user_message("chat-sug", "m2", "What to pack for Kyoto?"))
+        .await;
+    let got = suggestions(&mut ws).await;
+    assert_eq!(got.len(), 1, "the rejected suggestion is not sent again");
+    assert_eq!(got[0].item_type, "preferred_sources");
+    let bob_store = second
+        .state
+        .store
+        .chat(&UserId::parse("alice").unwrap(), &chat_id("chat-sug"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(bob_store.rejected_suggestion_hashes, vec![hash]);
+}
