@@ -285,9 +285,10 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     let reason = || ticket.interruption();
     let links = app.links.as_ref().map(|c| c.answer());
     let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
-    // The early call is kept only for the very request preprocessing decided.
+    // The early call is kept only for the very request preprocessing decided (never when
+    // settings/memories shape it: its data block and proposal tools came after the guess).
     let (main, early) = match guess {
-        Some((guessed, request, dropped)) if proceed && guessed == plan && recalled.is_empty() => {
+        Some((guessed, request, dropped)) if proceed && guessed == plan && relevant.is_empty() => {
             speculation_outcome(app, "used");
             (Some((request, dropped)), early)
         }

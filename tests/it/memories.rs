@@ -572,3 +572,54 @@ async fn suggestions_are_two_phase_schema_valid_and_a_rejected_one_never_returns
         .unwrap();
     assert_eq!(bob_store.rejected_suggestion_hashes, vec![hash]);
 }
+
+/// On Redis: a confirmed entry is stored only sealed (nor is it in any key), under the
+/// chat's settings key and index, and evicting the chat deletes both.
+#[tokio::test]
+async fn on_redis_entries_are_sealed_and_evicted_with_their_chat() {
+    let redis = chatd_test_harness::redis::RedisServer::start()
+        .await
+        .unwrap();
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        crate::redis_cache::use_redis(c, &redis);
+        c.cache.ai_max_chats = 3;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-r").await;
+    relevant(&fake, &["travel:trips"]);
+    let (_, request) = turn(&mut ws, &fake, "chat-r", "m1", "Where next?").await;
+    ws.send(&confirm(
+        "chat-r",
+        &request.unwrap().request_id,
+        vec![entry(
+            "travel",
+            "trips",
+            json!({"destination": "quokka-island-8812"}),
+        )],
+    ))
+    .await;
+    dismissed(&mut ws).await;
+    let user = UserHash::of(&UserId::parse("alice").unwrap());
+    let key = chatd::cache::backend::keys::settings(&user, "chat-r", "travel:trips");
+    let index = chatd::cache::backend::keys::settings_index(&user, "chat-r");
+    let dump = redis.dump().await.unwrap();
+    assert!(dump.iter().any(|(k, _)| *k == key), "{dump:?}");
+    assert!(dump.iter().any(|(k, _)| *k == index));
+    for (k, v) in &dump {
+        assert!(!k.contains("quokka"), "{k}");
+        assert!(
+            !v.windows(6).any(|w| w == b"quokka"),
+            "plaintext in the value of {k}"
+        );
+    }
+    for (chat, id) in [("chat-s", "s1"), ("chat-t", "t1"), ("chat-u", "u1")] {
+        turn(&mut ws, &fake, chat, id, "hello").await;
+    }
+    let dump = redis.dump().await.unwrap();
+    assert!(
+        !dump.iter().any(|(k, _)| *k == key || *k == index),
+        "evicted"
+    );
+}
