@@ -55,6 +55,20 @@ pub struct RequestAppSettingsMemories {
     /// The user message whose turn asked.
     pub message_id: MessageId,
     pub requested_keys: Vec<String>,
+    /// The request as a system message of the chat, for the client to encrypt and store
+    /// like every message (it names the categories, never an entry).
+    pub system_message: SystemMessage,
+}
+
+/// A system message chatd adds to a chat (the client stores it encrypted).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct SystemMessage {
+    pub message_id: MessageId,
+    /// Always `system`.
+    pub role: crate::Role,
+    pub content: String,
+    /// Unix seconds.
+    pub created_at: i64,
 }
 
 /// A request was answered (on some device): close its dialog.

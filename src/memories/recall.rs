@@ -4,7 +4,7 @@
 //! on without them. A key is not asked again in a chat while its request is unanswered or
 //! after a "no", unless the user's new message names the category.
 
-use chatd_protocol::{ChatId, MessageId, RequestAppSettingsMemories};
+use chatd_protocol::{ChatId, MessageId, RequestAppSettingsMemories, Role, SystemMessage};
 use serde_json::{Value, json};
 
 use super::Memories;
@@ -79,11 +79,21 @@ pub async fn recall(memories: &Memories, turn: &Turn<'_>, keys: &[String]) -> Re
         tracing::warn!(error = %e, "settings/memories request not recorded; not sent");
         return out;
     }
+    let system_message = SystemMessage {
+        message_id: MessageId::random(),
+        role: Role::System,
+        content: format!(
+            "Asked the user for app settings and memories: {}",
+            ask.join(", ")
+        ),
+        created_at: crate::clock::unix_now(),
+    };
     out.request = Some(RequestAppSettingsMemories {
         request_id,
         chat_id: turn.chat.clone(),
         message_id: turn.message_id.clone(),
         requested_keys: ask,
+        system_message,
     });
     out
 }

@@ -144,6 +144,8 @@ async fn entries_are_asked_confirmed_later_used_next_turn_and_evicted_with_the_c
     let request = request.expect("the missing category is requested");
     assert_eq!(request.requested_keys, vec!["travel:trips"]);
     assert_eq!(request.message_id.as_str(), "m1");
+    assert_eq!(request.system_message.role, chatd_protocol::Role::System);
+    assert!(request.system_message.content.ends_with("travel:trips"));
     assert!(!system_prompt(&fake.requests()[0]).contains("app_settings_memories"));
 
     ws.send(&confirm(
