@@ -439,6 +439,28 @@ skills:
     }
 
     #[test]
+    fn settings_memories_categories_are_linted() {
+        let with = |schema: &str| {
+            format!(
+                "{BASE}settings_memories:\n  categories:\n    - {{id: trips, title: Trips, \
+                 description: Planned trips, schema: {schema}}}\n"
+            )
+        };
+        parse(&with("{type: object, properties: {to: {type: string}}}")).unwrap();
+        let err = parse(&with("{type: object, pattern: x}")).unwrap_err();
+        assert!(
+            err.contains("t.yml") && err.contains("`trips`") && err.contains("pattern"),
+            "{err}"
+        );
+        let bare = "id: empty\nname: Empty\n";
+        assert!(
+            parse(bare)
+                .unwrap_err()
+                .contains("no skills and no settings_memories")
+        );
+    }
+
+    #[test]
     fn a_good_manifest_passes() {
         parse(BASE).unwrap();
     }
