@@ -236,6 +236,7 @@ impl App {
             turn_tasks.clone(),
         )?);
         let store = crate::store::open(&config.store_url()).await?;
+        let memories = memories(&config, &ai_cache, store.clone())?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
         let metrics = Arc::new(Metrics::new());
@@ -273,6 +274,7 @@ impl App {
             tasks: turn_tasks.clone(),
             shutdown: turns_shutdown.clone(),
             focus,
+            memories,
         });
         let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
         let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);
@@ -388,4 +390,27 @@ fn listen(addr: std::net::SocketAddr, send_buffer: usize) -> std::io::Result<Tcp
     }
     socket.bind(addr)?;
     socket.listen(4096)
+}
+
+/// The apps' settings/memories categories (from the same manifests as the skills) and
+/// their sealed store on the AI cache's backend and keys.
+fn memories(
+    config: &Config,
+    ai_cache: &AiCache,
+    chats: Arc<dyn crate::store::Store>,
+) -> Result<Arc<crate::memories::Memories>, SkillsError> {
+    let apps = crate::skills::manifest::load(&config.skills.apps_dir)?;
+    let categories = crate::memories::Categories::new(
+        apps.iter()
+            .filter_map(|a| a.settings_memories.as_ref().map(|s| (a.id.as_str(), s))),
+    );
+    Ok(Arc::new(crate::memories::Memories {
+        categories,
+        store: crate::memories::store::MemoryStore::new(
+            ai_cache.backend().clone(),
+            ai_cache.keyring().clone(),
+            ai_cache.ttl(),
+        ),
+        chats,
+    }))
 }

@@ -140,6 +140,8 @@ pub struct PostProcessed {
     pub chat_tags: Vec<String>,
     pub harmful_response: u8,
     pub updated_chat_title: Option<String>,
+    /// Filled after the postprocess call (see `crate::memories::suggest`).
+    pub suggested_settings_memories: Vec<chatd_protocol::SuggestedSettingsMemoryEntry>,
 }
 
 /// A skill invocation changed state.

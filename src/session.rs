@@ -4,6 +4,7 @@
 
 mod embeds;
 mod focus;
+mod memories;
 mod message;
 mod ownership;
 mod paging;
@@ -207,6 +208,15 @@ impl Session {
             ClientMessage::RefreshToken(m) => self.refresh_token(m).await,
             ClientMessage::ChatFocusModeActivate(m) => self.focus_mode_activate(m).await,
             ClientMessage::ChatFocusModeDeactivate(m) => self.focus_mode_deactivate(m).await,
+            ClientMessage::AppSettingsMemoriesConfirmed(m) => {
+                self.app_settings_memories_confirmed(*m).await
+            }
+            ClientMessage::AppSettingsMemoriesProposalResult(m) => {
+                self.app_settings_memories_proposal_result(m).await
+            }
+            ClientMessage::RejectSettingsMemorySuggestion(m) => {
+                self.reject_settings_memory_suggestion(m).await
+            }
         }
     }
 

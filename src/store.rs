@@ -283,7 +283,20 @@ pub trait Store: Send + Sync {
         owner: &'a UserId,
         hashed_embed_ids: &'a [String],
     ) -> BoxFuture<'a, Result<Vec<EmbedKey>, StoreError>>;
+
+    /// Adds a rejected settings/memory suggestion's hash to the owner's chat (claiming a
+    /// chat no one stored yet; `Forbidden` when another owner has it). `false` when the hash
+    /// was already there. The chat keeps the newest [`MAX_REJECTED_HASHES`].
+    fn reject_suggestion<'a>(
+        &'a self,
+        owner: &'a UserId,
+        chat: &'a ChatId,
+        hash: &'a str,
+    ) -> BoxFuture<'a, Result<bool, StoreError>>;
 }
+
+/// Rejected suggestion hashes kept per chat.
+pub const MAX_REJECTED_HASHES: usize = 500;
 
 /// SHA-256 hex of an id, as the reference client hashes chat, message and embed ids.
 pub fn hash_id(id: &str) -> String {

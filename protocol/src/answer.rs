@@ -214,6 +214,10 @@ pub struct PostProcessingCompleted {
     /// Only on a clear topic shift.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub updated_chat_title: Option<String>,
+    /// New settings/memory entries worth adding (at most 3; none the user rejected in
+    /// this chat).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub suggested_settings_memories: Vec<crate::SuggestedSettingsMemoryEntry>,
 }
 
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]

@@ -58,6 +58,14 @@ pub enum ClientMessage {
     ChatFocusModeActivate(crate::ChatFocusModeActivate),
     /// Ends the chat's focus mode; `focus_mode_deactivated` to every device.
     ChatFocusModeDeactivate(crate::ChatFocusModeDeactivate),
+    /// The entries the user allows for a `request_app_settings_memories` (empty: "no");
+    /// `dismiss_app_settings_memories_dialog` to every device.
+    AppSettingsMemoriesConfirmed(Box<crate::AppSettingsMemoriesConfirmed>),
+    /// The user's decision on an `app_settings_memories_proposal`.
+    AppSettingsMemoriesProposalResult(crate::AppSettingsMemoriesProposalResult),
+    /// Never suggest this settings/memory entry again in the chat;
+    /// `settings_memory_suggestion_rejected` to every device.
+    RejectSettingsMemorySuggestion(crate::RejectSettingsMemorySuggestion),
 }
 
 impl ClientMessage {
@@ -85,6 +93,9 @@ impl ClientMessage {
         "request_chat_content_batch",
         "chat_focus_mode_activate",
         "chat_focus_mode_deactivate",
+        "app_settings_memories_confirmed",
+        "app_settings_memories_proposal_result",
+        "reject_settings_memory_suggestion",
     ];
 
     /// The wire name of this message's type.
@@ -112,6 +123,11 @@ impl ClientMessage {
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
             ClientMessage::ChatFocusModeActivate(_) => "chat_focus_mode_activate",
             ClientMessage::ChatFocusModeDeactivate(_) => "chat_focus_mode_deactivate",
+            ClientMessage::AppSettingsMemoriesConfirmed(_) => "app_settings_memories_confirmed",
+            ClientMessage::AppSettingsMemoriesProposalResult(_) => {
+                "app_settings_memories_proposal_result"
+            }
+            ClientMessage::RejectSettingsMemorySuggestion(_) => "reject_settings_memory_suggestion",
         }
     }
 }

@@ -63,6 +63,10 @@ pub enum ErrorCode {
     ContentHashMismatch,
     /// A focus mode id that no app declares (`app_id-focus_id`); nothing was changed.
     UnknownFocusMode,
+    /// An app settings/memories key names an app or category no manifest declares.
+    UnknownSettingsCategory,
+    /// An app settings/memories entry does not match its category's schema; not stored.
+    InvalidSettingsMemoryEntry,
 }
 
 impl ErrorCode {
@@ -92,6 +96,8 @@ impl ErrorCode {
             ErrorCode::TurnDeadline => "turn_deadline",
             ErrorCode::ContentHashMismatch => "content_hash_mismatch",
             ErrorCode::UnknownFocusMode => "unknown_focus_mode",
+            ErrorCode::UnknownSettingsCategory => "unknown_settings_category",
+            ErrorCode::InvalidSettingsMemoryEntry => "invalid_settings_memory_entry",
         }
     }
 
@@ -120,6 +126,8 @@ impl ErrorCode {
         ErrorCode::TurnDeadline,
         ErrorCode::ContentHashMismatch,
         ErrorCode::UnknownFocusMode,
+        ErrorCode::UnknownSettingsCategory,
+        ErrorCode::InvalidSettingsMemoryEntry,
     ];
 }
 

@@ -117,6 +117,16 @@ pub enum ServerMessage {
     FocusModeActivated(crate::FocusModeActivated),
     /// A chat's focus mode ended; to every device.
     FocusModeDeactivated(crate::FocusModeDeactivated),
+    /// The turn needs app settings/memories the chat's cache lacks; to every device. The
+    /// answer goes on without them; `app_settings_memories_confirmed` answers it.
+    RequestAppSettingsMemories(crate::RequestAppSettingsMemories),
+    /// A settings/memories request was answered; to every device (close its dialog).
+    DismissAppSettingsMemoriesDialog(crate::DismissAppSettingsMemoriesDialog),
+    /// The model proposes adding, changing or deleting an entry; to every device. The
+    /// client answers `app_settings_memories_proposal_result`.
+    AppSettingsMemoriesProposal(Box<crate::AppSettingsMemoriesProposal>),
+    /// A settings/memory suggestion was rejected; to every device.
+    SettingsMemorySuggestionRejected(crate::SettingsMemorySuggestionRejected),
 }
 
 impl ServerMessage {
@@ -170,6 +180,10 @@ impl ServerMessage {
         "phased_sync_complete",
         "focus_mode_activated",
         "focus_mode_deactivated",
+        "request_app_settings_memories",
+        "dismiss_app_settings_memories_dialog",
+        "app_settings_memories_proposal",
+        "settings_memory_suggestion_rejected",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -223,6 +237,14 @@ impl ServerMessage {
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
             ServerMessage::FocusModeActivated(_) => "focus_mode_activated",
             ServerMessage::FocusModeDeactivated(_) => "focus_mode_deactivated",
+            ServerMessage::RequestAppSettingsMemories(_) => "request_app_settings_memories",
+            ServerMessage::DismissAppSettingsMemoriesDialog(_) => {
+                "dismiss_app_settings_memories_dialog"
+            }
+            ServerMessage::AppSettingsMemoriesProposal(_) => "app_settings_memories_proposal",
+            ServerMessage::SettingsMemorySuggestionRejected(_) => {
+                "settings_memory_suggestion_rejected"
+            }
         }
     }
 

@@ -53,6 +53,7 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
                 chat_tags: p.chat_tags,
                 harmful_response: p.harmful_response,
                 updated_chat_title: p.updated_chat_title,
+                suggested_settings_memories: p.suggested_settings_memories,
             });
             all(msg)
         }

@@ -110,6 +110,7 @@ fn clean(raw: Raw, input: &Input<'_>) -> PostProcessed {
         chat_tags: tags,
         harmful_response: raw.harmful_response.unwrap_or(0.0).clamp(0.0, 10.0).round() as u8,
         updated_chat_title,
+        suggested_settings_memories: Vec::new(),
     }
 }
 

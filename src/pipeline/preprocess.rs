@@ -32,6 +32,8 @@ pub struct Input<'a> {
     pub connected_accounts: &'a [String],
     /// `app_id-item_key` entries the user has.
     pub settings_available: &'a [String],
+    /// Every declared settings/memories category (`app_id:category`).
+    pub settings_categories: &'a [String],
 }
 
 pub struct Stage<'a> {
@@ -55,6 +57,10 @@ pub struct Preprocessed {
     pub skills: Vec<String>,
     pub focus_modes: Vec<String>,
     pub settings_keys: Vec<String>,
+    /// Settings/memories categories (`app_id:category`) the answer needs.
+    pub settings_memories: Vec<String>,
+    /// Categories worth suggesting new entries for after the answer.
+    pub new_settings_memories: Vec<String>,
     pub title: Option<String>,
     pub icon_names: Vec<String>,
     pub choice: Choice,
@@ -82,6 +88,8 @@ struct Raw {
     load_app_settings_and_memories: Vec<String>,
     needs_vision: bool,
     needs_reasoning: bool,
+    relevant_app_settings_and_memories: Vec<String>,
+    relevant_new_app_settings_and_memories: Vec<String>,
     title: Option<String>,
     icon_names: Vec<String>,
 }
@@ -91,7 +99,7 @@ impl Stage<'_> {
         let blocks = self.blocks(input.history).await;
         let model = self.models.preprocessing();
         let tool = self.instructions.preprocess_tool(input.first_message);
-        let system = self.system_prompt();
+        let system = self.system_prompt(input);
         let calls = blocks.iter().map(|block| {
             let mut messages = Vec::with_capacity(block.len() + 1);
             messages.push(LlmMessage::System(system.clone()));
@@ -142,7 +150,7 @@ impl Stage<'_> {
         self.merge(vec![Raw::default()], input)
     }
 
-    fn system_prompt(&self) -> String {
+    fn system_prompt(&self, input: &Input<'_>) -> String {
         let categories: Vec<&str> = self
             .instructions
             .mates
@@ -160,6 +168,10 @@ impl Stage<'_> {
             ("categories", categories.join(", ")),
             ("skills", or_none(&skills.join(", "))),
             ("focus_modes", or_none(&focus.join(", "))),
+            (
+                "settings_memories",
+                or_none(&input.settings_categories.join(", ")),
+            ),
         ]);
         instructions::fill(&self.instructions.prompts.preprocessing, &values)
     }
@@ -265,6 +277,18 @@ impl Stage<'_> {
                 settings_keys.push(k.clone());
             }
         }
+        let settings_memories = known_categories(
+            answers
+                .iter()
+                .flat_map(|r| r.relevant_app_settings_and_memories.iter()),
+            input.settings_categories,
+        );
+        let new_settings_memories = known_categories(
+            answers
+                .iter()
+                .flat_map(|r| r.relevant_new_app_settings_and_memories.iter()),
+            input.settings_categories,
+        );
         let (title, icon_names) = if input.first_message {
             let title = answers
                 .iter()
@@ -310,6 +334,8 @@ impl Stage<'_> {
             skills,
             focus_modes,
             settings_keys,
+            settings_memories,
+            new_settings_memories,
             title,
             icon_names,
             choice,
@@ -346,6 +372,8 @@ impl Stage<'_> {
             skills: Vec::new(),
             focus_modes: Vec::new(),
             settings_keys: Vec::new(),
+            settings_memories: Vec::new(),
+            new_settings_memories: Vec::new(),
             title: None,
             icon_names: Vec::new(),
             choice,
@@ -390,6 +418,22 @@ pub fn normalize_tool_name(name: &str) -> String {
         return format!("{app}-{skill}");
     }
     trimmed.to_string()
+}
+
+/// The named categories that exist, as `app_id:category` (models also write `app-category`
+/// and `app.category`), each once.
+fn known_categories<'s>(named: impl Iterator<Item = &'s String>, known: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = Vec::new();
+    for n in named {
+        let key = match n.trim().split_once([':', '-', '.', '|']) {
+            Some((app, cat)) => format!("{app}:{cat}"),
+            None => continue,
+        };
+        if known.contains(&key) && !out.contains(&key) {
+            out.push(key);
+        }
+    }
+    out
 }
 
 fn or_none(s: &str) -> String {

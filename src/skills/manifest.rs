@@ -25,10 +25,14 @@ pub struct AppManifest {
     pub name: String,
     #[serde(default)]
     pub description: String,
+    #[serde(default)]
     pub skills: Vec<SkillManifest>,
     /// Chat-level modes the app offers (see [`crate::focus`]).
     #[serde(default)]
     pub focus_modes: Vec<crate::focus::FocusModeManifest>,
+    /// The app's settings/memories categories (see `crate::memories`).
+    #[serde(default)]
+    pub settings_memories: Option<crate::memories::SettingsMemoriesSection>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -193,6 +197,10 @@ pub const BUILT_IN: &[(&str, &str)] = &[
         "config/apps/web.yml",
         include_str!("../../config/apps/web.yml"),
     ),
+    (
+        "config/apps/travel.yml",
+        include_str!("../../config/apps/travel.yml"),
+    ),
 ];
 
 /// Reads every `*.yml`/`*.yaml` in `dir` (sorted), or the built-in set when `dir` is empty,
@@ -273,8 +281,16 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
         if !app_ids.insert(app.id.as_str()) {
             return fail(format!("app `{}` is defined twice", app.id));
         }
-        if app.skills.is_empty() {
-            return fail(format!("app `{}` has no skills", app.id));
+        if app.skills.is_empty() && app.settings_memories.is_none() {
+            return fail(format!(
+                "app `{}` has no skills and no settings_memories",
+                app.id
+            ));
+        }
+        if let Some(section) = &app.settings_memories
+            && let Err(reason) = crate::memories::lint_section(section)
+        {
+            return fail(format!("app `{}`: {reason}", app.id));
         }
         let mut skill_ids = HashSet::new();
         for skill in &app.skills {
@@ -440,6 +456,28 @@ skills:
     fn the_built_in_manifests_lint_clean() {
         let apps = load(Path::new("")).unwrap();
         assert!(apps.iter().any(|a| a.id == "web"));
+    }
+
+    #[test]
+    fn settings_memories_categories_are_linted() {
+        let with = |schema: &str| {
+            format!(
+                "{BASE}settings_memories:\n  categories:\n    - {{id: trips, title: Trips, \
+                 description: Planned trips, schema: {schema}}}\n"
+            )
+        };
+        parse(&with("{type: object, properties: {to: {type: string}}}")).unwrap();
+        let err = parse(&with("{type: object, pattern: x}")).unwrap_err();
+        assert!(
+            err.contains("t.yml") && err.contains("`trips`") && err.contains("pattern"),
+            "{err}"
+        );
+        let bare = "id: empty\nname: Empty\n";
+        assert!(
+            parse(bare)
+                .unwrap_err()
+                .contains("no skills and no settings_memories")
+        );
     }
 
     #[test]

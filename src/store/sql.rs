@@ -627,6 +627,42 @@ macro_rules! impl_store {
                 $name
             }
 
+            fn reject_suggestion<'a>(
+                &'a self,
+                owner: &'a UserId,
+                chat: &'a ChatId,
+                hash: &'a str,
+            ) -> BoxFuture<'a, Result<bool, StoreError>> {
+                Box::pin(async move {
+                    let mut tx = self.pool.begin().await?;
+                    claim(&mut tx, owner, chat).await?;
+                    let row = sqlx::query(
+                        "SELECT rejected_suggestion_hashes FROM chats WHERE chat_id = $1 AND owner = $2",
+                    )
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .fetch_one(&mut *tx)
+                    .await?;
+                    let mut hashes = json_list(row.try_get(0)?);
+                    if hashes.iter().any(|h| h == hash) {
+                        return Ok(false);
+                    }
+                    hashes.push(hash.to_string());
+                    let excess = hashes.len().saturating_sub(crate::store::MAX_REJECTED_HASHES);
+                    hashes.drain(..excess);
+                    sqlx::query(
+                        "UPDATE chats SET rejected_suggestion_hashes = $3 WHERE chat_id = $1 AND owner = $2",
+                    )
+                    .bind(chat.as_str())
+                    .bind(owner.as_str())
+                    .bind(encode(&hashes)?)
+                    .execute(&mut *tx)
+                    .await?;
+                    tx.commit().await?;
+                    Ok(true)
+                })
+            }
+
             fn ping(&self) -> BoxFuture<'_, Result<(), StoreError>> {
                 Box::pin(async move {
                     let probe = sqlx::query("SELECT 1").execute(&self.pool);

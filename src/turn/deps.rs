@@ -56,4 +56,6 @@ pub struct TurnDeps {
     pub shutdown: CancellationToken,
     /// The apps' focus modes.
     pub focus: Arc<crate::focus::FocusCatalog>,
+    /// App settings/memories: categories and the chat-scoped sealed cache.
+    pub memories: Arc<crate::memories::Memories>,
 }

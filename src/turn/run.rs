@@ -27,6 +27,8 @@ use crate::config::Speculation;
 use crate::crypto::{KeyError, UserHash};
 use crate::delivery::Audience;
 use crate::history::{self, Prepared};
+use crate::memories::recall as memories;
+use crate::memories::tools::ProposalTools;
 use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::{AnswerLimits, AnswerStream, ParagraphHook};
@@ -186,7 +188,8 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         app.delivery.clone(),
     );
     // Per-turn tools of other owners join the skills here (see `ToolSet`).
-    let tool_set = ToolSet::new(vec![app.skills.as_ref(), &focus]);
+    let proposals = ProposalTools::new(app.memories.clone(), app.delivery.clone());
+    let tool_set = ToolSet::new(vec![app.skills.as_ref(), &focus, &proposals]);
     let tools: &dyn ToolRunner = &tool_set;
     let stage = preprocess::Stage {
         instructions: &app.instructions,
@@ -200,6 +203,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         pinned_model: opts.pinned_model.as_deref(),
         connected_accounts: &opts.connected_accounts,
         settings_available: &opts.settings_available,
+        settings_categories: &app.memories.categories.keys(),
     };
     let active_focus = focus.active_id();
     let caution = app.pipeline.injection_caution_threshold;
@@ -252,7 +256,22 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             })
             .inc();
     }
-    let plan = MainPlan::new(&pre, active_focus, caution);
+    let mut plan = MainPlan::new(&pre, active_focus, caution);
+    // Settings/memories: cached entries join the prompt as data, missing ones are asked
+    // for without waiting, and the relevant categories' proposal tools are offered.
+    let relevant: &[String] = match pre.rejection {
+        None if !ticket.cancel.is_cancelled() => &pre.settings_memories,
+        _ => &[],
+    };
+    let recalled =
+        memories::recall(&app.memories, &memory_turn(&owner, chat, ticket), relevant).await;
+    if let Some(request) = recalled.request.clone() {
+        writer.frame(
+            Audience::All,
+            ServerMessage::RequestAppSettingsMemories(request),
+        );
+    }
+    plan.skills.extend(proposals.offer(relevant));
     if !pre.degraded && pre.rejection.is_none() {
         app.predictions.remember(chat, plan.clone());
     }
@@ -280,9 +299,10 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     let reason = || ticket.interruption();
     let links = app.links.as_ref().map(|c| c.answer());
     let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
-    // The early call is kept only for the very request preprocessing decided.
+    // The early call is kept only for the very request preprocessing decided (never when
+    // settings/memories shape it: its data block and proposal tools came after the guess).
     let (main, early) = match guess {
-        Some((guessed, request, dropped)) if proceed && guessed == plan => {
+        Some((guessed, request, dropped)) if proceed && guessed == plan && relevant.is_empty() => {
             speculation_outcome(app, "used");
             (Some((request, dropped)), early)
         }
@@ -292,7 +312,9 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             }
             drop(early);
             let main = if proceed {
-                Some(main_request(plan.clone()).await)
+                let (mut request, dropped) = main_request(plan.clone()).await;
+                recalled.decorate(&mut request);
+                Some((request, dropped))
             } else {
                 None
             };
@@ -401,6 +423,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
                     llm: plan.model.client.clone(),
                     request,
                 }),
+            new_settings_memories: pre.new_settings_memories.clone(),
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
@@ -464,5 +487,24 @@ fn reason_label(reason: HistoryReason) -> &'static str {
         HistoryReason::CacheMiss => "cache_miss",
         HistoryReason::DecryptionFailed => "decryption_failed",
         HistoryReason::InsufficientCacheHistory => "insufficient_cache_history",
+    }
+}
+
+/// The turn as settings/memories recall sees it: its owner, chat, message and the text of
+/// its newest user message.
+fn memory_turn<'a>(
+    user: &'a UserHash,
+    chat: &'a ChatId,
+    ticket: &'a TurnTicket,
+) -> memories::Turn<'a> {
+    memories::Turn {
+        user,
+        chat,
+        message_id: &ticket.user_message_id,
+        text: ticket
+            .inbound
+            .last()
+            .map(|i| i.message.content.as_str())
+            .unwrap_or_default(),
     }
 }

@@ -103,6 +103,8 @@ pub(super) struct PostJob {
     pub(super) skill_suggestions: Vec<String>,
     /// The answer's model and context, when a harmful answer may be generated again.
     pub(super) reprocess: Option<Reprocess>,
+    /// Settings/memories categories worth suggesting a new entry for.
+    pub(super) new_settings_memories: Vec<String>,
 }
 
 /// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
@@ -134,6 +136,22 @@ pub(super) async fn run_postprocessing(deps: Arc<TurnDeps>, writer: Arc<TurnWrit
                 if let Some(r) = job.reprocess {
                     replace_harmful_answer(&deps, &writer, &job.ctx, r).await;
                 }
+            } else {
+                let exchange = crate::memories::suggest::Exchange {
+                    user: &job.ctx.user,
+                    chat: &job.ctx.chat_id,
+                    user_message: &job.user_message,
+                    answer: &job.answer,
+                    candidates: &job.new_settings_memories,
+                };
+                done.suggested_settings_memories = crate::memories::suggest::run(
+                    &deps.memories,
+                    &model,
+                    deps.pipeline.stage_timeout,
+                    &exchange,
+                    &deps.shutdown,
+                )
+                .await;
             }
             writer.emit(&job.ctx, TurnEvent::PostProcessed(done));
         }

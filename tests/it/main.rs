@@ -21,6 +21,7 @@ mod focus;
 mod history;
 mod http_surface;
 mod links;
+mod memories;
 mod module_graph;
 mod node_loss;
 mod offline;

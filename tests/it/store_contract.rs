@@ -353,6 +353,30 @@ async fn contract(store: Arc<dyn Store>) {
         store.replace_message(&b, &c9, &corrected).await,
         Err(StoreError::NotFound)
     ));
+
+    // Rejected settings/memory suggestion hashes: kept with the owner's chat once each,
+    // returned with it, and another user's chat is forbidden.
+    let h1 = "a".repeat(64);
+    assert!(store.reject_suggestion(&a, &c9, &h1).await.unwrap());
+    assert!(
+        !store.reject_suggestion(&a, &c9, &h1).await.unwrap(),
+        "idempotent"
+    );
+    assert!(
+        store
+            .reject_suggestion(&a, &c9, &"b".repeat(64))
+            .await
+            .unwrap()
+    );
+    let details = store.chat(&a, &c9).await.unwrap().unwrap();
+    assert_eq!(
+        details.rejected_suggestion_hashes,
+        vec![h1.clone(), "b".repeat(64)]
+    );
+    assert!(matches!(
+        store.reject_suggestion(&b, &c9, &h1).await,
+        Err(StoreError::Forbidden)
+    ));
 }
 
 #[tokio::test]
