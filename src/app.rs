@@ -64,6 +64,8 @@ pub enum BuildError {
     Secrets(#[from] crate::llm::secrets::SecretError),
     #[error(transparent)]
     Skills(#[from] SkillsError),
+    #[error(transparent)]
+    Routines(#[from] crate::routines::RoutinesError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -227,6 +229,13 @@ impl App {
             models.preprocessing(),
             turn_tasks.clone(),
         )?);
+        let routines = crate::routines::Routines::new(
+            &config.routines,
+            crate::routines::Catalog::load(&config.skills.apps_dir)?,
+            crate::routines::store::RunStore::new(ai_cache.backend().clone(), keyring.clone()),
+            skills.clone(),
+            &models,
+        );
         let store = crate::store::open(&config.store_url()).await?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
@@ -250,6 +259,7 @@ impl App {
             models,
             predictions: Predictions::default(),
             skills,
+            routines,
             links,
             metrics: metrics.clone(),
             delivery: Arc::new(delivery),

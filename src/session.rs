@@ -8,6 +8,7 @@ mod ownership;
 mod paging;
 mod persist;
 mod resume;
+mod routine;
 mod sync;
 
 use std::num::NonZeroU32;
@@ -204,6 +205,7 @@ impl Session {
             ClientMessage::RequestChatContentBatch(m) => self.queue_sync(SyncJob::Batch(m)),
             ClientMessage::ResumeAiTask(m) => self.resume_ai_task(m).await,
             ClientMessage::RefreshToken(m) => self.refresh_token(m).await,
+            ClientMessage::CancelRoutine(m) => self.cancel_routine(m).await,
         }
     }
 

@@ -54,6 +54,8 @@ pub enum ClientMessage {
     GetChatMessages(crate::GetChatMessages),
     /// Several chats' messages and embeds; answered with `chat_content_batch_response`.
     RequestChatContentBatch(crate::RequestChatContentBatch),
+    /// Stops a routine run; `routine_finished` (`cancelled`) to every device.
+    CancelRoutine(crate::CancelRoutine),
 }
 
 impl ClientMessage {
@@ -79,6 +81,7 @@ impl ClientMessage {
         "load_more_chats",
         "get_chat_messages",
         "request_chat_content_batch",
+        "cancel_routine",
     ];
 
     /// The wire name of this message's type.
@@ -104,6 +107,7 @@ impl ClientMessage {
             ClientMessage::LoadMoreChats(_) => "load_more_chats",
             ClientMessage::GetChatMessages(_) => "get_chat_messages",
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
+            ClientMessage::CancelRoutine(_) => "cancel_routine",
         }
     }
 }

@@ -113,6 +113,20 @@ pub enum ServerMessage {
     BackgroundMessageSync(Box<BackgroundMessageSync>),
     /// The requested sync phases are done.
     PhasedSyncComplete(PhasedSyncComplete),
+    /// A routine run started; to every device.
+    RoutineStarted(crate::RoutineStarted),
+    /// What a routine is doing (`emit("status", ..)`); to every device.
+    RoutineStatus(crate::RoutineText),
+    /// A routine's chat message (`emit("message", ..)`), which the client stores.
+    RoutineMessage(crate::RoutineText),
+    /// A routine's information (`emit("information", ..)`), shown and not stored.
+    RoutineInformation(crate::RoutineText),
+    /// A routine's error (`emit("error", ..)`, or chatd ending the run with a code).
+    RoutineError(crate::RoutineError),
+    /// A routine asks the user; the user's next message in the chat is the answer.
+    AwaitingUserInput(crate::AwaitingUserInput),
+    /// A routine run ended (completed, error or cancelled).
+    RoutineFinished(crate::RoutineFinished),
 }
 
 impl ServerMessage {
@@ -164,6 +178,13 @@ impl ServerMessage {
         "phase_2_last_20_chats_ready",
         "background_message_sync",
         "phased_sync_complete",
+        "routine_started",
+        "routine_status",
+        "routine_message",
+        "routine_information",
+        "routine_error",
+        "awaiting_user_input",
+        "routine_finished",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -215,6 +236,13 @@ impl ServerMessage {
             ServerMessage::Phase2ChatsReady(_) => "phase_2_last_20_chats_ready",
             ServerMessage::BackgroundMessageSync(_) => "background_message_sync",
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
+            ServerMessage::RoutineStarted(_) => "routine_started",
+            ServerMessage::RoutineStatus(_) => "routine_status",
+            ServerMessage::RoutineMessage(_) => "routine_message",
+            ServerMessage::RoutineInformation(_) => "routine_information",
+            ServerMessage::RoutineError(_) => "routine_error",
+            ServerMessage::AwaitingUserInput(_) => "awaiting_user_input",
+            ServerMessage::RoutineFinished(_) => "routine_finished",
         }
     }
 

@@ -60,6 +60,8 @@ pub enum Purpose {
     BusFrame,
     /// An answer no device has stored yet.
     PendingAnswer,
+    /// A routine run's record and journal, or a routine's drive value.
+    Routine,
 }
 
 impl Purpose {
@@ -72,6 +74,7 @@ impl Purpose {
             Purpose::QueuedMessage => "queued_message",
             Purpose::BusFrame => "bus_frame",
             Purpose::PendingAnswer => "pending_answer",
+            Purpose::Routine => "routine",
         }
     }
 }

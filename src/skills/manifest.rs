@@ -26,6 +26,9 @@ pub struct AppManifest {
     #[serde(default)]
     pub description: String,
     pub skills: Vec<SkillManifest>,
+    /// Procedures over several messages (`crate::routines`).
+    #[serde(default)]
+    pub routines: Vec<super::routine_manifest::RoutineManifest>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
