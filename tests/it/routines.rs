@@ -8,7 +8,7 @@
 use std::time::Duration;
 
 use chatd_protocol::{ChatId, RoutineErrorCode, RoutineOutcome, RunId, ServerMessage};
-use chatd_test_harness::fake_llm::{FakeLlm, Reply, ToolCall, function_reply};
+use chatd_test_harness::fake_llm::{FakeLlm, ToolCall, function_reply};
 use chatd_test_harness::fake_skill::{FakeSkill, SkillReply};
 use chatd_test_harness::redis::RedisServer;
 use chatd_test_harness::ws_client::WsClient;
@@ -509,15 +509,16 @@ async fn the_research_routine_reads_pages_in_parallel_and_cites_them() {
             ))),
         }
     });
-    call_routine(
-        &s.fake,
-        "web-research",
-        json!({"topic": "tides", "pages": 2}),
-        "Summarised.",
-    );
+    offer(&s.fake, &[]);
+    s.fake.push(calls(vec![ToolCall {
+        id: "r1".into(),
+        name: "web-research".into(),
+        arguments: json!({"topic": "tides", "pages": 2}).to_string(),
+    }]));
     // The routine's own model call (the summary) comes before the model's last answer.
     s.fake
         .push(text("Tides follow the moon [1] and shape the sea [2]."));
+    s.fake.push(text("Summarised."));
     let mut ws = s.app.connect_showing("alice", "chat-research").await;
     ws.send(&user_message("chat-research", "m1", "research tides"))
         .await;
