@@ -1,5 +1,6 @@
 //! Routines as the turn's tools (a part of [`crate::pipeline::tools::ToolSet`]): each
-//! routine is the tool `app_id-name`, always offered, its parameters the routine's argument
+//! routine is the tool `app_id-name` (offered when preprocessing picks it, like a skill, or
+//! always with `always_include`), its parameters the routine's argument
 //! schema; a call starts a run and its tool message is the run's result or question.
 
 use std::sync::Arc;
@@ -28,6 +29,7 @@ impl ToolRunner for Routines {
         self.catalog()
             .all()
             .iter()
+            .filter(|r| r.manifest.always_include)
             .map(|r| r.tool.clone())
             .collect()
     }

@@ -17,6 +17,9 @@ pub struct RoutineManifest {
     /// A catalog model id for the script's `model()` calls; default: the main model.
     #[serde(default)]
     pub model: Option<String>,
+    /// Offered to the model whatever preprocessing chose (else only when it picks it).
+    #[serde(default)]
+    pub always_include: bool,
 }
 
 fn no_arguments() -> Value {
