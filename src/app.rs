@@ -64,6 +64,8 @@ pub enum BuildError {
     Secrets(#[from] crate::llm::secrets::SecretError),
     #[error(transparent)]
     Skills(#[from] SkillsError),
+    #[error(transparent)]
+    Routines(#[from] crate::routines::RoutinesError),
     #[error("store: {0}")]
     Store(#[from] StoreError),
     #[error(transparent)]
@@ -235,6 +237,13 @@ impl App {
             models.preprocessing(),
             turn_tasks.clone(),
         )?);
+        let routines = crate::routines::Routines::new(
+            &config.routines,
+            crate::routines::Catalog::load(&config.skills.apps_dir)?,
+            crate::routines::store::RunStore::new(ai_cache.backend().clone(), keyring.clone()),
+            skills.clone(),
+            &models,
+        );
         let store = crate::store::open(&config.store_url()).await?;
         let memories = memories(&config, &ai_cache, store.clone())?;
         let limits = &config.limits;
@@ -259,6 +268,7 @@ impl App {
             models,
             predictions: Predictions::default(),
             skills,
+            routines,
             links,
             metrics: metrics.clone(),
             delivery: Arc::new(delivery),

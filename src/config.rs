@@ -15,6 +15,7 @@ use serde::Deserialize;
 mod auth;
 mod cluster;
 mod kv_ref;
+mod routines;
 mod skills;
 mod validate;
 mod web;
@@ -22,6 +23,7 @@ mod web;
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 pub use kv_ref::KvRef;
+pub use routines::RoutinesConfig;
 pub use skills::{SkillsConfig, WebSearchConfig};
 pub use web::{Toggle, WebConfig};
 
@@ -43,6 +45,9 @@ pub struct Config {
     pub links: LinksConfig,
     pub cluster: ClusterConfig,
     pub web: WebConfig,
+    /// `[routines]` (optional: every key has a default).
+    #[serde(default)]
+    pub routines: RoutinesConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]

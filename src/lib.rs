@@ -32,6 +32,7 @@ pub mod metrics;
 pub mod net_guard;
 pub mod pipeline;
 pub mod redis;
+pub mod routines;
 pub mod session;
 pub mod skills;
 pub mod state;

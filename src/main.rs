@@ -85,12 +85,14 @@ fn run(cli: Cli) -> anyhow::Result<()> {
         Command::LintSkills { dir } => {
             let dir = dir.unwrap_or_default();
             let count = chatd::skills::lint_dir(&dir)?;
+            // Every routine script compiles and its literal calls name what exists.
+            let routines = chatd::routines::Catalog::load(&dir)?.all().len();
             let shown = if dir.as_os_str().is_empty() {
                 "built-in manifests".to_string()
             } else {
                 dir.display().to_string()
             };
-            println!("{shown}: {count} skills ok");
+            println!("{shown}: {count} skills ok, {routines} routines ok");
             Ok(())
         }
         Command::CheckConfig { config } => {

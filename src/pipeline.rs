@@ -211,6 +211,33 @@ pub enum TurnEvent {
     FollowUp {
         text: Arc<str>,
     },
+    /// A routine run's progress (`crate::routines`): the `routine_*` frames.
+    Routine(RoutineEvent),
+}
+
+/// One event of a routine run, for every device of the user.
+#[derive(Debug, Clone)]
+pub struct RoutineEvent {
+    pub run_id: chatd_protocol::RunId,
+    pub kind: RoutineEventKind,
+}
+
+#[derive(Debug, Clone)]
+pub enum RoutineEventKind {
+    Started {
+        routine: String,
+    },
+    Status(String),
+    Message(String),
+    Information(String),
+    Error {
+        message: String,
+        code: Option<chatd_protocol::RoutineErrorCode>,
+    },
+    Awaiting {
+        question: String,
+    },
+    Finished(chatd_protocol::RoutineOutcome),
 }
 
 /// Where a turn reports its events: the turn's one writer (`crate::turn::writer`), which

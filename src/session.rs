@@ -10,6 +10,7 @@ mod ownership;
 mod paging;
 mod persist;
 mod resume;
+mod routine;
 mod sync;
 
 use std::num::NonZeroU32;
@@ -217,6 +218,7 @@ impl Session {
             ClientMessage::RejectSettingsMemorySuggestion(m) => {
                 self.reject_settings_memory_suggestion(m).await
             }
+            ClientMessage::CancelRoutine(m) => self.cancel_routine(m).await,
         }
     }
 

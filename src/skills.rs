@@ -11,6 +11,7 @@ pub mod manifest;
 pub mod prefilter;
 pub mod requests;
 mod results;
+pub mod routine_manifest;
 pub mod runner;
 pub mod sanitize;
 mod web_read;

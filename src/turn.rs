@@ -8,6 +8,7 @@ pub mod follow_up;
 pub mod log;
 pub mod node;
 pub mod reaper;
+mod routine;
 mod run;
 mod stages;
 pub mod store;

@@ -66,6 +66,8 @@ pub enum ClientMessage {
     /// Never suggest this settings/memory entry again in the chat;
     /// `settings_memory_suggestion_rejected` to every device.
     RejectSettingsMemorySuggestion(crate::RejectSettingsMemorySuggestion),
+    /// Stops a routine run; `routine_finished` (`cancelled`) to every device.
+    CancelRoutine(crate::CancelRoutine),
 }
 
 impl ClientMessage {
@@ -96,6 +98,7 @@ impl ClientMessage {
         "app_settings_memories_confirmed",
         "app_settings_memories_proposal_result",
         "reject_settings_memory_suggestion",
+        "cancel_routine",
     ];
 
     /// The wire name of this message's type.
@@ -128,6 +131,7 @@ impl ClientMessage {
                 "app_settings_memories_proposal_result"
             }
             ClientMessage::RejectSettingsMemorySuggestion(_) => "reject_settings_memory_suggestion",
+            ClientMessage::CancelRoutine(_) => "cancel_routine",
         }
     }
 }

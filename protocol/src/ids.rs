@@ -98,6 +98,10 @@ id_type!(
     /// One skill invocation inside a turn.
     SkillTaskId
 );
+id_type!(
+    /// One run of a routine (it may span several messages).
+    RunId
+);
 
 impl From<TaskId> for MessageId {
     fn from(t: TaskId) -> Self {

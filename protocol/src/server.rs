@@ -127,6 +127,20 @@ pub enum ServerMessage {
     AppSettingsMemoriesProposal(Box<crate::AppSettingsMemoriesProposal>),
     /// A settings/memory suggestion was rejected; to every device.
     SettingsMemorySuggestionRejected(crate::SettingsMemorySuggestionRejected),
+    /// A routine run started; to every device.
+    RoutineStarted(crate::RoutineStarted),
+    /// What a routine is doing (`emit("status", ..)`); to every device.
+    RoutineStatus(crate::RoutineText),
+    /// A routine's chat message (`emit("message", ..)`), which the client stores.
+    RoutineMessage(crate::RoutineText),
+    /// A routine's information (`emit("information", ..)`), shown and not stored.
+    RoutineInformation(crate::RoutineText),
+    /// A routine's error (`emit("error", ..)`, or chatd ending the run with a code).
+    RoutineError(crate::RoutineError),
+    /// A routine asks the user; the user's next message in the chat is the answer.
+    AwaitingUserInput(crate::AwaitingUserInput),
+    /// A routine run ended (completed, error or cancelled).
+    RoutineFinished(crate::RoutineFinished),
 }
 
 impl ServerMessage {
@@ -184,6 +198,13 @@ impl ServerMessage {
         "dismiss_app_settings_memories_dialog",
         "app_settings_memories_proposal",
         "settings_memory_suggestion_rejected",
+        "routine_started",
+        "routine_status",
+        "routine_message",
+        "routine_information",
+        "routine_error",
+        "awaiting_user_input",
+        "routine_finished",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -245,6 +266,13 @@ impl ServerMessage {
             ServerMessage::SettingsMemorySuggestionRejected(_) => {
                 "settings_memory_suggestion_rejected"
             }
+            ServerMessage::RoutineStarted(_) => "routine_started",
+            ServerMessage::RoutineStatus(_) => "routine_status",
+            ServerMessage::RoutineMessage(_) => "routine_message",
+            ServerMessage::RoutineInformation(_) => "routine_information",
+            ServerMessage::RoutineError(_) => "routine_error",
+            ServerMessage::AwaitingUserInput(_) => "awaiting_user_input",
+            ServerMessage::RoutineFinished(_) => "routine_finished",
         }
     }
 

@@ -114,6 +114,7 @@ impl Config {
         }
         self.validate_models()?;
         self.skills.validate()?;
+        self.routines.validate()?;
         self.cluster.validate(self)?;
         let url = self.store.url.trim();
         if !(url.is_empty()

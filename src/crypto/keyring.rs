@@ -62,6 +62,8 @@ pub enum Purpose {
     PendingAnswer,
     /// A chat's active focus mode.
     FocusState,
+    /// A routine run's record and journal, or a routine's drive value.
+    Routine,
 }
 
 impl Purpose {
@@ -75,6 +77,7 @@ impl Purpose {
             Purpose::BusFrame => "bus_frame",
             Purpose::PendingAnswer => "pending_answer",
             Purpose::FocusState => "focus_state",
+            Purpose::Routine => "routine",
         }
     }
 }

@@ -178,6 +178,7 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
             frames
         }
         TurnEvent::FollowUp { .. } | TurnEvent::SkillSuggestions(_) => Vec::new(),
+        TurnEvent::Routine(e) => all(routine_frame(ctx, e)),
     }
 }
 
@@ -225,5 +226,45 @@ fn user_message(e: &TurnError) -> &'static str {
         }
         TurnError::AnswerTooLong => "The answer reached its length limit and ends here.",
         TurnError::Deadline => "The answer took longer than allowed and ends here.",
+    }
+}
+
+/// The `routine_*` frame of a routine event.
+pub fn routine_frame(ctx: &TurnContext, e: crate::pipeline::RoutineEvent) -> ServerMessage {
+    use crate::pipeline::RoutineEventKind as K;
+    use chatd_protocol::{
+        AwaitingUserInput, RoutineError, RoutineFinished, RoutineStarted, RoutineText,
+    };
+    let (chat_id, run_id) = (ctx.chat_id.clone(), e.run_id);
+    let text = |text| RoutineText {
+        chat_id: chat_id.clone(),
+        run_id: run_id.clone(),
+        text,
+    };
+    match e.kind {
+        K::Started { routine } => ServerMessage::RoutineStarted(RoutineStarted {
+            chat_id: chat_id.clone(),
+            run_id: run_id.clone(),
+            routine,
+        }),
+        K::Status(t) => ServerMessage::RoutineStatus(text(t)),
+        K::Message(t) => ServerMessage::RoutineMessage(text(t)),
+        K::Information(t) => ServerMessage::RoutineInformation(text(t)),
+        K::Error { message, code } => ServerMessage::RoutineError(RoutineError {
+            chat_id: chat_id.clone(),
+            run_id: run_id.clone(),
+            message,
+            code,
+        }),
+        K::Awaiting { question } => ServerMessage::AwaitingUserInput(AwaitingUserInput {
+            chat_id: chat_id.clone(),
+            run_id: run_id.clone(),
+            question,
+        }),
+        K::Finished(outcome) => ServerMessage::RoutineFinished(RoutineFinished {
+            chat_id: chat_id.clone(),
+            run_id: run_id.clone(),
+            outcome,
+        }),
     }
 }

@@ -33,6 +33,9 @@ pub struct AppManifest {
     /// The app's settings/memories categories (see `crate::memories`).
     #[serde(default)]
     pub settings_memories: Option<crate::memories::SettingsMemoriesSection>,
+    /// Procedures over several messages (`crate::routines`).
+    #[serde(default)]
+    pub routines: Vec<super::routine_manifest::RoutineManifest>,
 }
 
 #[derive(Debug, Clone, Deserialize)]

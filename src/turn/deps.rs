@@ -39,6 +39,8 @@ pub struct TurnDeps {
     pub predictions: Predictions,
     /// The skills the main model may call (the pipeline's tool runner).
     pub skills: Arc<Skills>,
+    /// The apps' routines and their runs (a part of the turn's tools).
+    pub routines: crate::routines::Routines,
     /// Background link validation of answers; `None` when `links.enabled` is off.
     pub links: Option<Arc<LinkChecker>>,
     pub metrics: Arc<Metrics>,

@@ -149,6 +149,12 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         }
     };
 
+    // A routine waiting in this chat takes the message as its answer.
+    if super::routine::answer(app, user, chat, ticket, &writer).await {
+        settle_messages(app, &owner, chat, ticket, Settled::Answered).await;
+        writer.flushed().await;
+        return;
+    }
     let initiated = ServerMessage::AiTaskInitiated(AiTaskInitiated {
         chat_id: chat.clone(),
         user_message_id: ticket.user_message_id.clone(),
@@ -189,7 +195,12 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     );
     // Per-turn tools of other owners join the skills here (see `ToolSet`).
     let proposals = ProposalTools::new(app.memories.clone(), app.delivery.clone());
-    let tool_set = ToolSet::new(vec![app.skills.as_ref(), &focus, &proposals]);
+    let tool_set = ToolSet::new(vec![
+        app.skills.as_ref() as &dyn ToolRunner,
+        &app.routines,
+        &focus,
+        &proposals,
+    ]);
     let tools: &dyn ToolRunner = &tool_set;
     let stage = preprocess::Stage {
         instructions: &app.instructions,

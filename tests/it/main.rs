@@ -31,6 +31,8 @@ mod private_logs;
 mod redis_cache;
 mod reprocess;
 mod resume;
+mod routine_store_contract;
+mod routines;
 mod shutdown;
 mod skill_flows;
 mod skills;

@@ -74,8 +74,12 @@ async fn worker(
     while tokio::time::Instant::now() < until {
         // Connection ids are unique (chat and message ids derive from them); users repeat.
         let id = w * 10_000_000 + k;
+        // Worker w's k-th user: distinct across workers at any moment (users ≥ clients).
+        let user = format!(
+            "soak-user-{}",
+            (w + k * p.concurrency as u64) % p.users as u64
+        );
         k += 1;
-        let user = format!("soak-user-{}", id % p.users as u64);
         let opened = match procs::mint(&servers.keys, &user) {
             Ok(token) => Conn::open(&target, id, Some(&token)).await,
             Err(e) => Err(e),

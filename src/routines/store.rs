@@ -1,0 +1,195 @@
+//! Where runs live between messages: each run's record, the one run per chat that waits
+//! for the user, cancel requests for runs on other nodes, and each user's per-app drive.
+//! Values are sealed with the user's server key, bound to the owner and the key's name; the
+//! seam is the cache backend's small-value interface (in-memory or Redis, one contract).
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd_protocol::{ChatId, RunId};
+use sha2::{Digest, Sha256};
+
+use super::journal::RunRecord;
+use crate::cache::CacheBackend;
+use crate::cache::backend::{CacheError, keys};
+use crate::crypto::UserHash;
+use crate::crypto::keyring::{Keyring, OpenError, Purpose, SealError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StoreFault {
+    #[error("routine store: {0}")]
+    Cache(#[from] CacheError),
+    #[error("routine store: cannot seal: {0}")]
+    Seal(#[from] SealError),
+    #[error("routine store: cannot open: {0}")]
+    Open(#[from] OpenError),
+    #[error("routine store: bad record: {0}")]
+    Decode(#[from] serde_json::Error),
+}
+
+/// A cancel request for a run on another node lives this long.
+const CANCEL_TTL: Duration = Duration::from_secs(3600);
+
+#[derive(Clone)]
+pub struct RunStore {
+    backend: Arc<dyn CacheBackend>,
+    keyring: Arc<Keyring>,
+}
+
+fn run_key(owner: &UserHash, run: &RunId) -> String {
+    format!("{}:routine:run:{}", keys::tag(owner), run.as_str())
+}
+fn waiting_key(owner: &UserHash, chat: &ChatId) -> String {
+    format!("{}:routine:waiting:{}", keys::tag(owner), chat.as_str())
+}
+fn cancel_key(owner: &UserHash, run: &RunId) -> String {
+    format!("{}:routine:cancel:{}", keys::tag(owner), run.as_str())
+}
+/// The drive key's name carries a hash of the user's key, never the key itself.
+fn drive_key(owner: &UserHash, app: &str, key: &str) -> String {
+    let digest = hex::encode(Sha256::digest(format!("{app}\n{key}").as_bytes()));
+    format!("{}:routine:drive:{app}:{}", keys::tag(owner), &digest[..32])
+}
+
+impl RunStore {
+    pub fn new(backend: Arc<dyn CacheBackend>, keyring: Arc<Keyring>) -> Self {
+        Self { backend, keyring }
+    }
+
+    async fn seal(
+        &self,
+        owner: &UserHash,
+        name: &str,
+        plain: &[u8],
+    ) -> Result<Vec<u8>, StoreFault> {
+        Ok(self
+            .keyring
+            .seal(owner, name, Purpose::Routine, plain)
+            .await?)
+    }
+
+    async fn open(
+        &self,
+        owner: &UserHash,
+        name: &str,
+        sealed: &[u8],
+    ) -> Result<Vec<u8>, StoreFault> {
+        Ok(self
+            .keyring
+            .open(owner, name, Purpose::Routine, sealed)
+            .await?)
+    }
+
+    pub async fn put(
+        &self,
+        owner: &UserHash,
+        run: &RunRecord,
+        ttl: Duration,
+    ) -> Result<(), StoreFault> {
+        let key = run_key(owner, &run.run_id);
+        let sealed = self.seal(owner, &key, &serde_json::to_vec(run)?).await?;
+        Ok(self.backend.kv_put(&key, sealed, ttl).await?)
+    }
+
+    pub async fn get(
+        &self,
+        owner: &UserHash,
+        run: &RunId,
+    ) -> Result<Option<RunRecord>, StoreFault> {
+        let key = run_key(owner, run);
+        let Some(sealed) = self.backend.kv_get(&key).await? else {
+            return Ok(None);
+        };
+        let plain = self.open(owner, &key, &sealed).await?;
+        Ok(Some(serde_json::from_slice(&plain)?))
+    }
+
+    pub async fn delete(&self, owner: &UserHash, run: &RunId) -> Result<(), StoreFault> {
+        self.backend.kv_delete(&run_key(owner, run)).await?;
+        Ok(self.backend.kv_delete(&cancel_key(owner, run)).await?)
+    }
+
+    /// Makes `run` the chat's waiting run unless another one waits; whether it is now.
+    pub async fn claim_waiting(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        run: &RunId,
+        ttl: Duration,
+    ) -> Result<bool, StoreFault> {
+        if let Some(current) = self.waiting(owner, chat).await? {
+            return Ok(&current == run);
+        }
+        let key = waiting_key(owner, chat);
+        let sealed = self.seal(owner, &key, run.as_str().as_bytes()).await?;
+        let held = self.backend.kv_claim(&key, sealed.clone(), ttl).await?;
+        Ok(held == sealed)
+    }
+
+    /// The run that waits for the user's answer in the chat.
+    pub async fn waiting(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+    ) -> Result<Option<RunId>, StoreFault> {
+        let key = waiting_key(owner, chat);
+        let Some(sealed) = self.backend.kv_get(&key).await? else {
+            return Ok(None);
+        };
+        let plain = self.open(owner, &key, &sealed).await?;
+        Ok(String::from_utf8(plain)
+            .ok()
+            .and_then(|s| RunId::parse(s).ok()))
+    }
+
+    pub async fn clear_waiting(&self, owner: &UserHash, chat: &ChatId) -> Result<(), StoreFault> {
+        Ok(self.backend.kv_delete(&waiting_key(owner, chat)).await?)
+    }
+
+    /// Asks whichever node runs `run` to stop it (it looks at each effect).
+    pub async fn request_cancel(&self, owner: &UserHash, run: &RunId) -> Result<(), StoreFault> {
+        Ok(self
+            .backend
+            .kv_put(&cancel_key(owner, run), b"1".to_vec(), CANCEL_TTL)
+            .await?)
+    }
+
+    pub async fn cancel_requested(
+        &self,
+        owner: &UserHash,
+        run: &RunId,
+    ) -> Result<bool, StoreFault> {
+        Ok(self
+            .backend
+            .kv_get(&cancel_key(owner, run))
+            .await?
+            .is_some())
+    }
+
+    pub async fn drive_get(
+        &self,
+        owner: &UserHash,
+        app: &str,
+        key: &str,
+    ) -> Result<Option<serde_json::Value>, StoreFault> {
+        let name = drive_key(owner, app, key);
+        let Some(sealed) = self.backend.kv_get(&name).await? else {
+            return Ok(None);
+        };
+        let plain = self.open(owner, &name, &sealed).await?;
+        Ok(Some(serde_json::from_slice(&plain)?))
+    }
+
+    pub async fn drive_put(
+        &self,
+        owner: &UserHash,
+        app: &str,
+        key: &str,
+        value: &serde_json::Value,
+        ttl: Duration,
+    ) -> Result<(), StoreFault> {
+        let name = drive_key(owner, app, key);
+        let sealed = self.seal(owner, &name, &serde_json::to_vec(value)?).await?;
+        Ok(self.backend.kv_put(&name, sealed, ttl).await?)
+    }
+}

@@ -1,0 +1,138 @@
+//! One contract for the routine run store, on the in-memory cache backend and on a real
+//! `redis-server`: records round-trip sealed, one run per chat waits, cancel requests,
+//! the drive, and one user never reads another's.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chatd::cache::CacheBackend;
+use chatd::cache::memory::MemoryBackend;
+use chatd::cache::redis::RedisBackend;
+use chatd::crypto::{Keyring, LocalKeyProvider, UserHash};
+use chatd::routines::journal::{EffectKind, Entry, RunRecord, RunStatus};
+use chatd::routines::store::RunStore;
+use chatd_protocol::{ChatId, RunId};
+use chatd_test_harness::redis::RedisServer;
+use serde_json::json;
+
+const TTL: Duration = Duration::from_secs(3600);
+
+fn user(name: &str) -> UserHash {
+    UserHash::of(&chatd::auth::UserId::parse(name).unwrap())
+}
+
+fn store(backend: Arc<dyn CacheBackend>) -> RunStore {
+    let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([9u8; 32])));
+    let keyring = Arc::new(Keyring::new(
+        provider,
+        Arc::new(chatd::cache::WrappedKeys(backend.clone())),
+        Duration::from_secs(60),
+    ));
+    RunStore::new(backend, keyring)
+}
+
+fn record(chat: &str) -> RunRecord {
+    RunRecord {
+        run_id: RunId::random(),
+        chat_id: ChatId::parse(chat).unwrap(),
+        routine: "demo.ask".into(),
+        args: json!({"topic": "secret-topic-5521"}),
+        status: RunStatus::Paused,
+        journal: vec![Entry {
+            kind: EffectKind::Model,
+            request: json!({"prompt": "p"}),
+            result: json!("model-said-7731"),
+        }],
+        question: Some("Where to?".into()),
+        frames: Vec::new(),
+        created_at: 1,
+    }
+}
+
+async fn contract(backend: Arc<dyn CacheBackend>) {
+    let s = store(backend);
+    let (alice, bob) = (user("alice"), user("bob"));
+    let run = record("chat-a");
+    s.put(&alice, &run, TTL).await.unwrap();
+    assert_eq!(s.get(&alice, &run.run_id).await.unwrap(), Some(run.clone()));
+    assert_eq!(
+        s.get(&bob, &run.run_id).await.unwrap(),
+        None,
+        "another user's run"
+    );
+
+    // One run per chat waits.
+    let chat = run.chat_id.clone();
+    assert!(
+        s.claim_waiting(&alice, &chat, &run.run_id, TTL)
+            .await
+            .unwrap()
+    );
+    assert!(
+        s.claim_waiting(&alice, &chat, &run.run_id, TTL)
+            .await
+            .unwrap()
+    );
+    let other = RunId::random();
+    assert!(!s.claim_waiting(&alice, &chat, &other, TTL).await.unwrap());
+    assert_eq!(
+        s.waiting(&alice, &chat).await.unwrap(),
+        Some(run.run_id.clone())
+    );
+    assert_eq!(s.waiting(&bob, &chat).await.unwrap(), None);
+    s.clear_waiting(&alice, &chat).await.unwrap();
+    assert_eq!(s.waiting(&alice, &chat).await.unwrap(), None);
+    assert!(s.claim_waiting(&alice, &chat, &other, TTL).await.unwrap());
+
+    // Cancel requests.
+    assert!(!s.cancel_requested(&alice, &run.run_id).await.unwrap());
+    s.request_cancel(&alice, &run.run_id).await.unwrap();
+    assert!(s.cancel_requested(&alice, &run.run_id).await.unwrap());
+    assert!(!s.cancel_requested(&bob, &run.run_id).await.unwrap());
+    s.delete(&alice, &run.run_id).await.unwrap();
+    assert_eq!(s.get(&alice, &run.run_id).await.unwrap(), None);
+    assert!(!s.cancel_requested(&alice, &run.run_id).await.unwrap());
+
+    // The drive, per user and app.
+    let value = json!({"home": "drive-value-3391"});
+    s.drive_put(&alice, "web", "profile", &value, TTL)
+        .await
+        .unwrap();
+    assert_eq!(
+        s.drive_get(&alice, "web", "profile").await.unwrap(),
+        Some(value)
+    );
+    assert_eq!(s.drive_get(&alice, "docs", "profile").await.unwrap(), None);
+    assert_eq!(s.drive_get(&bob, "web", "profile").await.unwrap(), None);
+}
+
+#[tokio::test]
+async fn the_memory_backend_keeps_the_contract() {
+    contract(Arc::new(MemoryBackend::new(10_000))).await;
+}
+
+#[tokio::test]
+async fn redis_keeps_the_contract_and_holds_no_plaintext() {
+    let redis = RedisServer::start().await.unwrap();
+    let backend = RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap();
+    contract(Arc::new(backend)).await;
+    let s = store(Arc::new(
+        RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap(),
+    ));
+    s.put(&user("carol"), &record("chat-c"), TTL).await.unwrap();
+    for (key, value) in redis.dump().await.unwrap() {
+        let text = String::from_utf8_lossy(&value);
+        for secret in [
+            "secret-topic-5521",
+            "model-said-7731",
+            "drive-value-3391",
+            "Where to?",
+        ] {
+            assert!(!text.contains(secret), "{key} holds plaintext");
+        }
+        assert!(
+            !key.contains("profile"),
+            "a drive key's name is hashed: {key}"
+        );
+    }
+}
