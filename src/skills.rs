@@ -252,24 +252,16 @@ impl ToolRunner for Skills {
         cancel: CancellationToken,
     ) -> PreparedCall {
         let Some(skill) = self.find(&call.name).cloned() else {
-            let refusal = crate::pipeline::tools::refused(&call.name);
-            return PreparedCall {
-                reference: None,
-                run: Box::pin(async move { refusal }),
-            };
+            return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
         let requests = match requests::parse_requests(&skill, &call.arguments) {
             Ok(r) => r,
             Err(reason) => {
-                let message = toon(&json!({
+                return PreparedCall::answer(toon(&json!({
                     "status": "error",
                     "error": format!("invalid arguments for {}: {reason}", skill.full_id),
                     "app_id": skill.app_id, "skill_id": skill.skill_id,
-                }));
-                return PreparedCall {
-                    reference: None,
-                    run: Box::pin(async move { message }),
-                };
+                })));
             }
         };
         let invocation = Invocation {

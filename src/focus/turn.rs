@@ -120,24 +120,17 @@ impl ToolRunner for FocusTools {
         _cancel: CancellationToken,
     ) -> PreparedCall {
         let Some(mode) = self.catalog.get(&call.name).cloned() else {
-            let refusal = crate::pipeline::tools::refused(&call.name);
-            return PreparedCall {
-                reference: None,
-                run: Box::pin(async move { refusal }),
-            };
+            return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
         let already = self.active_id() == Some(mode.id.as_str());
         let (cache, delivery) = (self.cache.clone(), self.delivery.clone());
         let (user, chat) = (UserHash::of(&ctx.user), ctx.chat_id.clone());
-        PreparedCall {
-            reference: None,
-            run: Box::pin(async move {
-                if already {
-                    return toon(&json!({"status": "already_active", "focus_id": mode.id}));
-                }
-                activate(&cache, &delivery, &user, &chat, &mode).await
-            }),
-        }
+        PreparedCall::later(async move {
+            if already {
+                return toon(&json!({"status": "already_active", "focus_id": mode.id}));
+            }
+            activate(&cache, &delivery, &user, &chat, &mode).await
+        })
     }
 }
 

@@ -124,10 +124,7 @@ impl ToolRunner for ProposalTools {
         _sink: &Arc<dyn TurnSink>,
         _cancel: CancellationToken,
     ) -> PreparedCall {
-        let done = |message: String| PreparedCall {
-            reference: None,
-            run: Box::pin(async move { message }),
-        };
+        let done = PreparedCall::answer;
         let Some((category, action)) = self.find(&call.name) else {
             return done(crate::pipeline::tools::refused(&call.name));
         };
@@ -187,9 +184,6 @@ impl ToolRunner for ProposalTools {
                 "message": "proposed; the user will confirm or decline it in the app. Do not wait for it.",
             }))
         };
-        PreparedCall {
-            reference: None,
-            run: Box::pin(run),
-        }
+        PreparedCall::later(run)
     }
 }

@@ -27,6 +27,21 @@ pub struct PreparedCall {
     pub run: BoxFuture<'static, String>,
 }
 
+impl PreparedCall {
+    /// A call answered at once with `message` (a refusal, an argument error).
+    pub fn answer(message: String) -> PreparedCall {
+        PreparedCall::later(async move { message })
+    }
+
+    /// A call whose tool message comes from `run`, with no embed reference.
+    pub fn later(run: impl std::future::Future<Output = String> + Send + 'static) -> PreparedCall {
+        PreparedCall {
+            reference: None,
+            run: Box::pin(run),
+        }
+    }
+}
+
 pub trait ToolRunner: Send + Sync {
     /// Every skill that exists.
     fn skills(&self) -> Vec<SkillInfo>;
@@ -94,13 +109,7 @@ impl ToolRunner for ToolSet<'_> {
         let name = std::slice::from_ref(&call.name);
         match self.parts.iter().find(|p| !p.definitions(name).is_empty()) {
             Some(part) => part.prepare(call, ctx, sink, cancel),
-            None => {
-                let refusal = refused(&call.name);
-                PreparedCall {
-                    reference: None,
-                    run: Box::pin(async move { refusal }),
-                }
-            }
+            None => PreparedCall::answer(refused(&call.name)),
         }
     }
 }

@@ -386,7 +386,9 @@ impl Slice {
             biased;
             _ = self.cancel.cancelled() => Err(Stop::Cancelled),
             _ = tokio::time::sleep_until(deadline) => Err(self.time_out()),
-            r = work => r,
+            // A cancel landing while `work` is polled can end the work itself (a skill
+            // answers "cancelled" to the model): that is still a cancelled run.
+            r = work => if self.cancel.is_cancelled() { Err(Stop::Cancelled) } else { r },
         }
     }
 

@@ -56,20 +56,13 @@ impl ToolRunner for Routines {
         cancel: CancellationToken,
     ) -> PreparedCall {
         let Some(routine) = self.catalog().find(&call.name).cloned() else {
-            let refusal = crate::pipeline::tools::refused(&call.name);
-            return PreparedCall {
-                reference: None,
-                run: Box::pin(async move { refusal }),
-            };
+            return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
         let this = self.clone();
         let (ctx, sink) = (ctx.clone(), sink.clone());
-        PreparedCall {
-            reference: None,
-            run: Box::pin(async move {
-                this.start(routine, &call.arguments, ctx, sink, cancel)
-                    .await
-            }),
-        }
+        PreparedCall::later(async move {
+            this.start(routine, &call.arguments, ctx, sink, cancel)
+                .await
+        })
     }
 }

@@ -22,7 +22,7 @@ const SECRET: &str = "cluster-test-secret";
 const MASTER_KEY: &str = "7f3a9c2e5b1d8f4a6c0e2b4d6f8a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a";
 
 /// The Redis the nodes share: one server, or a 3-master Redis Cluster.
-enum Shared {
+pub(crate) enum Shared {
     Server(RedisServer),
     Cluster(RedisCluster),
 }
@@ -67,10 +67,10 @@ impl Shared {
     }
 }
 
-struct Cluster {
+pub(crate) struct Cluster {
     nodes: Vec<ChatdProcess>,
     redis: Shared,
-    fake: FakeLlm,
+    pub(crate) fake: FakeLlm,
     _pg: Postgres,
 }
 
@@ -84,7 +84,7 @@ impl Cluster {
     }
 
     /// `n` nodes whose configuration ends with `extra` (TOML).
-    async fn start_with(n: usize, redis: Shared, extra: &str) -> Cluster {
+    pub(crate) async fn start_with(n: usize, redis: Shared, extra: &str) -> Cluster {
         let redis_cluster = matches!(redis, Shared::Cluster(_));
         let pg = Postgres::start().await.unwrap();
         pg.create_database("cluster").await.unwrap();
@@ -171,7 +171,7 @@ lease = "2s"
             .unwrap()
     }
 
-    async fn connect_showing(&self, node: usize, user: &str, chat: &str) -> WsClient {
+    pub(crate) async fn connect_showing(&self, node: usize, user: &str, chat: &str) -> WsClient {
         let mut ws = self.connect(node, user).await;
         ws.send(&set_active_chat(Some(chat))).await;
         ws.recv_until(|m| matches!(m, ServerMessage::ActiveChatSetAck(_)).then_some(()))

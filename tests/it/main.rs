@@ -16,6 +16,7 @@ mod cli;
 mod client_flows;
 mod cluster;
 mod cluster_harness;
+mod cluster_routines;
 mod faults;
 mod focus;
 mod history;

@@ -71,7 +71,7 @@ let found = skill("demo-find", #{ query: "slow" });
 
 /// A manifest directory: `demo` (a remote skill `find` and the test routines, scripts in
 /// `demo/`) and the built-in web app (its routines from the built-in scripts).
-fn manifests(skill: &FakeSkill) -> tempfile::TempDir {
+pub(crate) fn manifests(skill: &FakeSkill) -> tempfile::TempDir {
     let dir = tempfile::tempdir().unwrap();
     let mut routines = String::new();
     for (name, _) in SCRIPTS {
@@ -118,9 +118,9 @@ struct Setup {
     apps: tempfile::TempDir,
 }
 
-async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
-    let fake = FakeLlm::start().await.unwrap();
-    let skill = FakeSkill::start().await.unwrap();
+/// The fake providers' answers: web searches, pages, the remote skill, and every external
+/// text called clean by the prompt-injection check.
+pub(crate) fn script_providers(fake: &FakeLlm, skill: &FakeSkill) {
     skill.respond(|seen| {
         if seen.path.contains("/web/search") {
             return SkillReply::Json(json!({"web": {"results": [
@@ -145,6 +145,12 @@ async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
             )
         })
     });
+}
+
+async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
+    let fake = FakeLlm::start().await.unwrap();
+    let skill = FakeSkill::start().await.unwrap();
+    script_providers(&fake, &skill);
     let apps = manifests(&skill);
     let (dir, base) = (apps.path().to_path_buf(), skill.url());
     let app = spawn_app(|c| {
@@ -195,7 +201,9 @@ fn is_routine(m: &ServerMessage) -> bool {
 }
 
 /// Routine frames up to the next question or the end: (frames, question or None).
-async fn until_pause_or_end(ws: &mut WsClient) -> (Vec<ServerMessage>, Option<(RunId, String)>) {
+pub(crate) async fn until_pause_or_end(
+    ws: &mut WsClient,
+) -> (Vec<ServerMessage>, Option<(RunId, String)>) {
     let mut seen = Vec::new();
     loop {
         let m = ws.recv().await;
@@ -211,14 +219,14 @@ async fn until_pause_or_end(ws: &mut WsClient) -> (Vec<ServerMessage>, Option<(R
     }
 }
 
-fn finished(frames: &[ServerMessage]) -> Option<RoutineOutcome> {
+pub(crate) fn finished(frames: &[ServerMessage]) -> Option<RoutineOutcome> {
     frames.iter().find_map(|f| match f {
         ServerMessage::RoutineFinished(r) => Some(r.outcome),
         _ => None,
     })
 }
 
-fn messages(frames: &[ServerMessage]) -> Vec<String> {
+pub(crate) fn messages(frames: &[ServerMessage]) -> Vec<String> {
     frames
         .iter()
         .filter_map(|f| match f {
@@ -409,7 +417,6 @@ async fn cancelling_a_running_run_stops_it() {
 }
 
 #[tokio::test]
-#[ignore = "flaky when run beside the other tests: the run sometimes ends `completed`; under investigation"]
 async fn cancelling_a_run_waiting_on_a_skill_stops_it() {
     let s = setup().await;
     let gate = chatd_test_harness::fake_llm::Gate::new();
@@ -451,6 +458,32 @@ async fn a_script_past_its_operation_budget_ends_with_a_typed_error() {
         })
         .unwrap();
     assert_eq!(error.code, Some(RoutineErrorCode::OperationBudgetExceeded));
+    assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
+    collect_answer(&mut ws).await;
+    let result = tool_result(&s.fake.requests()[1], "r1");
+    assert_eq!(result["status"], "error");
+}
+
+#[tokio::test]
+async fn a_script_past_its_time_budget_ends_with_a_typed_error() {
+    // No operation budget to speak of: only the slice's time stops the loop.
+    let s = setup_with(|c| {
+        c.routines.max_operations = u64::MAX;
+        c.routines.slice_time = Duration::from_millis(300);
+    })
+    .await;
+    call_routine(&s.fake, "demo-spin", json!({}), "It took too long.");
+    let mut ws = s.app.connect_showing("alice", "chat-time").await;
+    ws.send(&user_message("chat-time", "m1", "go")).await;
+    let (frames, _) = until_pause_or_end(&mut ws).await;
+    let error = frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::RoutineError(e) => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(error.code, Some(RoutineErrorCode::TimeBudgetExceeded));
     assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
     collect_answer(&mut ws).await;
     let result = tool_result(&s.fake.requests()[1], "r1");
