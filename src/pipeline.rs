@@ -54,6 +54,9 @@ pub struct TurnContext {
     pub model_name: String,
     /// The chat category preprocessing chose (shown with the answer).
     pub category: Option<String>,
+    /// Apps whose account the user has connected (sent with the message): skills that
+    /// need an account run only for these.
+    pub connected_accounts: Vec<String>,
 }
 
 impl TurnContext {

@@ -53,6 +53,8 @@ pub enum RoutineErrorCode {
     JournalUnavailable,
     /// A model call of the routine failed.
     ModelFailed,
+    /// `skill` named a skill that needs an account the user has not connected.
+    AccountRequired,
 }
 
 /// An error of a run: `code` when chatd ended it, none for a script's `emit("error", ..)`.

@@ -397,10 +397,19 @@ impl Slice {
     async fn call_skill(&self, request: &Value) -> Result<Value, Stop> {
         let name = request["skill"].as_str().unwrap_or_default().to_string();
         let skills = &self.inner.skills;
-        if skills.definitions(std::slice::from_ref(&name)).is_empty() {
+        let Some(info) = skills.skills().into_iter().find(|s| s.id == name) else {
             return Err(failed(
                 RoutineErrorCode::ScriptError,
                 format!("no skill `{name}`"),
+            ));
+        };
+        // The rule preprocessing applies to the model's tools holds for scripts too.
+        if let Some(app) = info.requires_account
+            && !self.ctx.connected_accounts.contains(&app)
+        {
+            return Err(failed(
+                RoutineErrorCode::AccountRequired,
+                format!("skill `{name}` needs the user's connected {app} account"),
             ));
         }
         let mut requests = match &request["args"] {

@@ -80,6 +80,7 @@ pub(super) async fn deliver(
             user_message_id: f.user_message_id.clone(),
             model_name: f.model_name.clone(),
             category: f.category.clone(),
+            connected_accounts: Vec::new(),
         };
         let key = TurnKey {
             owner: owner.clone(),

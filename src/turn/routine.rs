@@ -33,6 +33,11 @@ pub(super) async fn answer(
         user_message_id: ticket.user_message_id.clone(),
         model_name: String::new(),
         category: None,
+        connected_accounts: ticket
+            .inbound
+            .iter()
+            .flat_map(|i| i.options.connected_accounts.iter().cloned())
+            .collect(),
     };
     let sink: Arc<dyn TurnSink> = writer.clone();
     app.routines

@@ -293,6 +293,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         user_message_id: ticket.user_message_id.clone(),
         model_name: pre.choice.model.spec.id.clone(),
         category: Some(pre.category.clone()),
+        connected_accounts: opts.connected_accounts.clone(),
     };
     let sink: Arc<dyn TurnSink> = writer.clone();
     let sink = &sink;

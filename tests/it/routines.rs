@@ -15,7 +15,9 @@ use chatd_test_harness::ws_client::WsClient;
 use serde_json::{Value, json};
 
 use crate::skills::{calls, offer, text, tool_result};
-use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
+use crate::support::{
+    TestApp, collect_answer, spawn_app, use_llm, user_message, user_message_with,
+};
 
 const SCRIPTS: &[(&str, &str)] = &[
     (
@@ -54,6 +56,11 @@ emit("message", `${first} / ${second} / ${found.results[0].results.len()}`);
         r#"emit("status", "spinning"); let n = 0; loop { n += 1; }"#,
     ),
     (
+        "uses_private",
+        r#"let found = skill("demo-private", #{ query: "mine" });
+found.results[0].results.len()"#,
+    ),
+    (
         "chatty",
         r#"emit("status", "one");
 emit("information", "two");
@@ -88,6 +95,17 @@ skills:
     description: Finds things.
     input: {{properties: {{query: {{type: string}}}}, required: [query]}}
     executor: {{http: {{url: "{base}/skill/find", timeout: 5s}}}}
+    output:
+      mode: template
+      child_type: thing
+      agent_data:
+        rank: {{type: integer}}
+      template: "{{count}} things"
+  - id: private
+    description: Finds the user's own things.
+    requires_account: true
+    input: {{properties: {{query: {{type: string}}}}, required: [query]}}
+    executor: {{http: {{url: "{base}/skill/private", timeout: 5s}}}}
     output:
       mode: template
       child_type: thing
@@ -488,6 +506,39 @@ async fn a_script_past_its_time_budget_ends_with_a_typed_error() {
     collect_answer(&mut ws).await;
     let result = tool_result(&s.fake.requests()[1], "r1");
     assert_eq!(result["status"], "error");
+}
+
+/// `skill()` keeps the skills' privilege rule: a skill needing the user's connected account
+/// runs only when the message says the account is connected.
+#[tokio::test]
+async fn a_skill_needing_an_account_runs_only_with_the_account_connected() {
+    let s = setup().await;
+    call_routine(&s.fake, "demo-uses_private", json!({}), "No account.");
+    let mut ws = s.app.connect_showing("alice", "chat-private").await;
+    ws.send(&user_message("chat-private", "m1", "mine")).await;
+    let (frames, _) = until_pause_or_end(&mut ws).await;
+    let error = frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::RoutineError(e) => Some(e.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert_eq!(error.code, Some(RoutineErrorCode::AccountRequired));
+    assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
+    collect_answer(&mut ws).await;
+    assert!(s.skill.seen().is_empty(), "the skill was never called");
+
+    call_routine(&s.fake, "demo-uses_private", json!({}), "Found them.");
+    ws.send(&user_message_with("chat-private", "m2", "mine", |m| {
+        m.connected_accounts = vec!["demo".into()];
+    }))
+    .await;
+    let (frames, _) = until_pause_or_end(&mut ws).await;
+    assert_eq!(finished(&frames), Some(RoutineOutcome::Completed));
+    collect_answer(&mut ws).await;
+    assert_eq!(s.skill.seen().len(), 1);
+    assert!(s.skill.seen()[0].path.contains("/skill/private"));
 }
 
 #[tokio::test]
