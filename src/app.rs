@@ -194,9 +194,23 @@ impl App {
         let instructions = Arc::new(instructions);
         let models = Models::from_config(&config, llm)?;
         let backend = cache_backend(&config)?;
+        let store = crate::store::open(&config.store_url()).await?;
+        // What must outlive the process lives in Redis when the cache is Redis, else in
+        // the store: the wrapped data keys, and routine runs (they open with those keys).
+        let in_process = config.cache.backend == CacheBackendKind::Memory;
+        let wrapped_keys: Arc<dyn crate::crypto::WrappedKeyStore> = if in_process {
+            Arc::new(crate::store::values::StoreWrappedKeys(store.clone()))
+        } else {
+            Arc::new(WrappedKeys(backend.clone()))
+        };
+        let runs_home = if in_process {
+            crate::routines::store::Home::Store(store.clone())
+        } else {
+            crate::routines::store::Home::Cache(backend.clone())
+        };
         let keyring = Arc::new(Keyring::new(
             key_provider(&config)?,
-            Arc::new(WrappedKeys(backend.clone())),
+            wrapped_keys,
             config.keys.data_key_ttl,
         ));
         let ai_cache = AiCache::new(
@@ -240,11 +254,10 @@ impl App {
         let routines = crate::routines::Routines::new(
             &config.routines,
             crate::routines::Catalog::load(&config.skills.apps_dir)?,
-            crate::routines::store::RunStore::new(ai_cache.backend().clone(), keyring.clone()),
+            crate::routines::store::RunStore::new(runs_home, keyring.clone()),
             skills.clone(),
             &models,
         );
-        let store = crate::store::open(&config.store_url()).await?;
         let memories = memories(&config, &ai_cache, store.clone())?;
         let limits = &config.limits;
         let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));

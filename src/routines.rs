@@ -52,11 +52,15 @@ pub(crate) struct Inner {
     running: DashMap<RunId, (UserHash, CancellationToken)>,
 }
 
+/// Clock skew between nodes allowed for when deciding a running run is orphaned.
+const ORPHAN_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// What `cancel_routine` did.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Cancelled {
-    /// The run waited for the user: it is gone (its `routine_finished` is the caller's).
-    Paused(ChatId),
+    /// No slice of the run was running (it waited for the user, or the node running it
+    /// stopped mid-slice): it is gone, and its `routine_finished` is the caller's.
+    Ended(ChatId),
     /// The run is running (here or on another node): it stops and reports itself.
     Signalled,
     NotFound,
@@ -138,6 +142,7 @@ impl Routines {
             question: None,
             frames: Vec::new(),
             created_at: crate::clock::unix_millis(),
+            slice_started_at: 0,
         };
         let run_id = record.run_id.clone();
         emit(
@@ -218,12 +223,13 @@ impl Routines {
     async fn slice(
         &self,
         owner: UserHash,
-        record: RunRecord,
+        mut record: RunRecord,
         ctx: TurnContext,
         sink: Arc<dyn TurnSink>,
         turn_cancel: CancellationToken,
     ) -> SliceEnd {
         let store = &self.inner.store;
+        record.slice_started_at = crate::clock::unix_millis();
         let run_id = record.run_id.clone();
         let chat = record.chat_id.clone();
         let cancel = turn_cancel.child_token();
@@ -351,7 +357,7 @@ impl Routines {
         }
         let store = &self.inner.store;
         match store.get(&owner, run).await {
-            Ok(Some(record)) if record.status == RunStatus::Paused => {
+            Ok(Some(record)) if record.status == RunStatus::Paused || self.orphaned(&record) => {
                 if let Err(e) = store.delete(&owner, run).await {
                     tracing::warn!(error = %e, "cannot remove a cancelled routine run");
                 }
@@ -360,7 +366,7 @@ impl Routines {
                 {
                     let _ = store.clear_waiting(&owner, &record.chat_id).await;
                 }
-                Cancelled::Paused(record.chat_id)
+                Cancelled::Ended(record.chat_id)
             }
             Ok(Some(_)) => match store.request_cancel(&owner, run).await {
                 Ok(()) => Cancelled::Signalled,
@@ -368,6 +374,15 @@ impl Routines {
             },
             _ => Cancelled::NotFound,
         }
+    }
+
+    /// A running run whose slice cannot be running anywhere: a slice ends within
+    /// `slice_time`, so one that started longer ago (with a margin for clocks) died with its
+    /// node.
+    fn orphaned(&self, record: &RunRecord) -> bool {
+        let limit = self.inner.config.slice_time + ORPHAN_MARGIN;
+        let age = crate::clock::unix_millis().saturating_sub(record.slice_started_at);
+        record.status == RunStatus::Running && u128::try_from(age).unwrap_or(0) > limit.as_millis()
     }
 
     /// Slices running on this node.

@@ -12,6 +12,7 @@ pub mod owners;
 mod postgres;
 mod sql;
 mod sqlite;
+pub mod values;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -140,7 +141,7 @@ pub struct DeletedChat {
 }
 
 /// The permanent store. Every method takes the owner and touches only the owner's rows.
-pub trait Store: Send + Sync {
+pub trait Store: values::SealedValues + Send + Sync {
     /// `sqlite` or `postgres`.
     fn backend_name(&self) -> &'static str;
 

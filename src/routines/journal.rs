@@ -61,6 +61,10 @@ pub struct RunRecord {
     pub frames: Vec<FrameSnapshot>,
     /// Unix milliseconds.
     pub created_at: i64,
+    /// When its latest slice started (Unix milliseconds). A running run whose slice started
+    /// longer than `routines.slice_time` ago runs nowhere: its node stopped mid-slice.
+    #[serde(default)]
+    pub slice_started_at: i64,
 }
 
 impl RunRecord {

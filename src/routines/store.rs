@@ -1,7 +1,9 @@
 //! Where runs live between messages: each run's record, the one run per chat that waits
 //! for the user, cancel requests for runs on other nodes, and each user's per-app drive.
-//! Values are sealed with the user's server key, bound to the owner and the key's name; the
-//! seam is the cache backend's small-value interface (in-memory or Redis, one contract).
+//! Values are sealed with the user's server key, bound to the owner and the key's name.
+//! They live in one [`Home`]: Redis when the cache is Redis (every node reads them there),
+//! else the permanent store (SQLite or PostgreSQL), so that a paused run survives a
+//! restart of an embedded chatd too. One contract suite runs against all four.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -14,11 +16,14 @@ use crate::cache::CacheBackend;
 use crate::cache::backend::{CacheError, keys};
 use crate::crypto::UserHash;
 use crate::crypto::keyring::{Keyring, OpenError, Purpose, SealError};
+use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreFault {
     #[error("routine store: {0}")]
     Cache(#[from] CacheError),
+    #[error("routine store: {0}")]
+    Store(#[from] StoreError),
     #[error("routine store: cannot seal: {0}")]
     Seal(#[from] SealError),
     #[error("routine store: cannot open: {0}")]
@@ -30,9 +35,50 @@ pub enum StoreFault {
 /// A cancel request for a run on another node lives this long.
 const CANCEL_TTL: Duration = Duration::from_secs(3600);
 
+/// Where the run store keeps its values.
+#[derive(Clone)]
+pub enum Home {
+    /// The cache backend's small values (in-memory or Redis).
+    Cache(Arc<dyn CacheBackend>),
+    /// The permanent store's sealed values.
+    Store(Arc<dyn Store>),
+}
+
+impl Home {
+    async fn put(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<(), StoreFault> {
+        match self {
+            Home::Cache(c) => c.kv_put(key, value, ttl).await?,
+            Home::Store(s) => s.value_put(key, value, ttl).await?,
+        }
+        Ok(())
+    }
+
+    async fn get(&self, key: &str) -> Result<Option<Vec<u8>>, StoreFault> {
+        Ok(match self {
+            Home::Cache(c) => c.kv_get(key).await?,
+            Home::Store(s) => s.value_get(key).await?,
+        })
+    }
+
+    async fn delete(&self, key: &str) -> Result<(), StoreFault> {
+        match self {
+            Home::Cache(c) => c.kv_delete(key).await?,
+            Home::Store(s) => s.value_delete(key).await?,
+        }
+        Ok(())
+    }
+
+    async fn claim(&self, key: &str, value: Vec<u8>, ttl: Duration) -> Result<Vec<u8>, StoreFault> {
+        Ok(match self {
+            Home::Cache(c) => c.kv_claim(key, value, ttl).await?,
+            Home::Store(s) => s.value_claim(key, value, ttl).await?,
+        })
+    }
+}
+
 #[derive(Clone)]
 pub struct RunStore {
-    backend: Arc<dyn CacheBackend>,
+    backend: Home,
     keyring: Arc<Keyring>,
 }
 
@@ -52,7 +98,7 @@ fn drive_key(owner: &UserHash, app: &str, key: &str) -> String {
 }
 
 impl RunStore {
-    pub fn new(backend: Arc<dyn CacheBackend>, keyring: Arc<Keyring>) -> Self {
+    pub fn new(backend: Home, keyring: Arc<Keyring>) -> Self {
         Self { backend, keyring }
     }
 
@@ -88,7 +134,7 @@ impl RunStore {
     ) -> Result<(), StoreFault> {
         let key = run_key(owner, &run.run_id);
         let sealed = self.seal(owner, &key, &serde_json::to_vec(run)?).await?;
-        Ok(self.backend.kv_put(&key, sealed, ttl).await?)
+        self.backend.put(&key, sealed, ttl).await
     }
 
     pub async fn get(
@@ -97,7 +143,7 @@ impl RunStore {
         run: &RunId,
     ) -> Result<Option<RunRecord>, StoreFault> {
         let key = run_key(owner, run);
-        let Some(sealed) = self.backend.kv_get(&key).await? else {
+        let Some(sealed) = self.backend.get(&key).await? else {
             return Ok(None);
         };
         let plain = self.open(owner, &key, &sealed).await?;
@@ -105,8 +151,8 @@ impl RunStore {
     }
 
     pub async fn delete(&self, owner: &UserHash, run: &RunId) -> Result<(), StoreFault> {
-        self.backend.kv_delete(&run_key(owner, run)).await?;
-        Ok(self.backend.kv_delete(&cancel_key(owner, run)).await?)
+        self.backend.delete(&run_key(owner, run)).await?;
+        self.backend.delete(&cancel_key(owner, run)).await
     }
 
     /// Makes `run` the chat's waiting run unless another one waits; whether it is now.
@@ -122,7 +168,7 @@ impl RunStore {
         }
         let key = waiting_key(owner, chat);
         let sealed = self.seal(owner, &key, run.as_str().as_bytes()).await?;
-        let held = self.backend.kv_claim(&key, sealed.clone(), ttl).await?;
+        let held = self.backend.claim(&key, sealed.clone(), ttl).await?;
         Ok(held == sealed)
     }
 
@@ -133,7 +179,7 @@ impl RunStore {
         chat: &ChatId,
     ) -> Result<Option<RunId>, StoreFault> {
         let key = waiting_key(owner, chat);
-        let Some(sealed) = self.backend.kv_get(&key).await? else {
+        let Some(sealed) = self.backend.get(&key).await? else {
             return Ok(None);
         };
         let plain = self.open(owner, &key, &sealed).await?;
@@ -143,15 +189,14 @@ impl RunStore {
     }
 
     pub async fn clear_waiting(&self, owner: &UserHash, chat: &ChatId) -> Result<(), StoreFault> {
-        Ok(self.backend.kv_delete(&waiting_key(owner, chat)).await?)
+        self.backend.delete(&waiting_key(owner, chat)).await
     }
 
     /// Asks whichever node runs `run` to stop it (it looks at each effect).
     pub async fn request_cancel(&self, owner: &UserHash, run: &RunId) -> Result<(), StoreFault> {
-        Ok(self
-            .backend
-            .kv_put(&cancel_key(owner, run), b"1".to_vec(), CANCEL_TTL)
-            .await?)
+        self.backend
+            .put(&cancel_key(owner, run), b"1".to_vec(), CANCEL_TTL)
+            .await
     }
 
     pub async fn cancel_requested(
@@ -159,11 +204,7 @@ impl RunStore {
         owner: &UserHash,
         run: &RunId,
     ) -> Result<bool, StoreFault> {
-        Ok(self
-            .backend
-            .kv_get(&cancel_key(owner, run))
-            .await?
-            .is_some())
+        Ok(self.backend.get(&cancel_key(owner, run)).await?.is_some())
     }
 
     pub async fn drive_get(
@@ -173,7 +214,7 @@ impl RunStore {
         key: &str,
     ) -> Result<Option<serde_json::Value>, StoreFault> {
         let name = drive_key(owner, app, key);
-        let Some(sealed) = self.backend.kv_get(&name).await? else {
+        let Some(sealed) = self.backend.get(&name).await? else {
             return Ok(None);
         };
         let plain = self.open(owner, &name, &sealed).await?;
@@ -190,6 +231,6 @@ impl RunStore {
     ) -> Result<(), StoreFault> {
         let name = drive_key(owner, app, key);
         let sealed = self.seal(owner, &name, &serde_json::to_vec(value)?).await?;
-        Ok(self.backend.kv_put(&name, sealed, ttl).await?)
+        self.backend.put(&name, sealed, ttl).await
     }
 }

@@ -16,8 +16,8 @@ impl Session {
             .cancel(&self.device.user, &m.run_id)
             .await
         {
-            // A waiting run has no slice to report its end: it is reported here.
-            Cancelled::Paused(chat_id) => self.app.turn.delivery.send(
+            // A run with no live slice cannot report its end: it is reported here.
+            Cancelled::Ended(chat_id) => self.app.turn.delivery.send(
                 &self.device.user_hash,
                 Audience::All,
                 &ServerMessage::RoutineFinished(RoutineFinished {

@@ -25,3 +25,4 @@ impl PostgresStore {
 }
 
 super::sql::impl_store!(PostgresStore, sqlx::Postgres, "postgres");
+super::values::impl_values!(PostgresStore);

@@ -40,3 +40,4 @@ impl SqliteStore {
 }
 
 super::sql::impl_store!(SqliteStore, sqlx::Sqlite, "sqlite");
+super::values::impl_values!(SqliteStore);

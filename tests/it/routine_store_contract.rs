@@ -1,6 +1,7 @@
-//! One contract for the routine run store, on the in-memory cache backend and on a real
-//! `redis-server`: records round-trip sealed, one run per chat waits, cancel requests,
-//! the drive, and one user never reads another's.
+//! One contract for the routine run store, on each of its homes: the in-memory cache
+//! backend, a real `redis-server`, SQLite and a real PostgreSQL. Records round-trip sealed,
+//! one run per chat waits (an expired waiting run gives way), cancel requests, the drive,
+//! and one user never reads another's.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -8,10 +9,15 @@ use std::time::Duration;
 use chatd::cache::CacheBackend;
 use chatd::cache::memory::MemoryBackend;
 use chatd::cache::redis::RedisBackend;
+use chatd::crypto::WrappedKeyStore;
 use chatd::crypto::{Keyring, LocalKeyProvider, UserHash};
 use chatd::routines::journal::{EffectKind, Entry, RunRecord, RunStatus};
-use chatd::routines::store::RunStore;
+use chatd::routines::store::{Home, RunStore};
+use chatd::store::Store;
+use chatd::store::values::StoreWrappedKeys;
 use chatd_protocol::{ChatId, RunId};
+use chatd_test_harness::postgres::Postgres;
+use chatd_test_harness::process::wait_until;
 use chatd_test_harness::redis::RedisServer;
 use serde_json::json;
 
@@ -21,14 +27,20 @@ fn user(name: &str) -> UserHash {
     UserHash::of(&chatd::auth::UserId::parse(name).unwrap())
 }
 
-fn store(backend: Arc<dyn CacheBackend>) -> RunStore {
+fn store_in(home: Home, wrapped: Arc<dyn WrappedKeyStore>) -> RunStore {
     let provider = Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([9u8; 32])));
-    let keyring = Arc::new(Keyring::new(
-        provider,
-        Arc::new(chatd::cache::WrappedKeys(backend.clone())),
-        Duration::from_secs(60),
-    ));
-    RunStore::new(backend, keyring)
+    let keyring = Arc::new(Keyring::new(provider, wrapped, Duration::from_secs(60)));
+    RunStore::new(home, keyring)
+}
+
+fn store(backend: Arc<dyn CacheBackend>) -> RunStore {
+    let wrapped = Arc::new(chatd::cache::WrappedKeys(backend.clone()));
+    store_in(Home::Cache(backend), wrapped)
+}
+
+fn in_store(store: Arc<dyn Store>) -> RunStore {
+    let wrapped = Arc::new(StoreWrappedKeys(store.clone()));
+    store_in(Home::Store(store), wrapped)
 }
 
 fn record(chat: &str) -> RunRecord {
@@ -46,11 +58,11 @@ fn record(chat: &str) -> RunRecord {
         question: Some("Where to?".into()),
         frames: Vec::new(),
         created_at: 1,
+        slice_started_at: 1,
     }
 }
 
-async fn contract(backend: Arc<dyn CacheBackend>) {
-    let s = store(backend);
+async fn contract(s: RunStore) {
     let (alice, bob) = (user("alice"), user("bob"));
     let run = record("chat-a");
     s.put(&alice, &run, TTL).await.unwrap();
@@ -104,18 +116,34 @@ async fn contract(backend: Arc<dyn CacheBackend>) {
     );
     assert_eq!(s.drive_get(&alice, "docs", "profile").await.unwrap(), None);
     assert_eq!(s.drive_get(&bob, "web", "profile").await.unwrap(), None);
+
+    // A waiting run whose time is up gives way to the next one.
+    let chat = ChatId::parse("chat-expiring").unwrap();
+    let (first, second) = (RunId::random(), RunId::random());
+    assert!(
+        s.claim_waiting(&alice, &chat, &first, Duration::from_millis(1))
+            .await
+            .unwrap()
+    );
+    wait_until("the waiting run expired", || async {
+        s.waiting(&alice, &chat).await.unwrap().is_none()
+    })
+    .await
+    .unwrap();
+    assert!(s.claim_waiting(&alice, &chat, &second, TTL).await.unwrap());
+    assert_eq!(s.waiting(&alice, &chat).await.unwrap(), Some(second));
 }
 
 #[tokio::test]
 async fn the_memory_backend_keeps_the_contract() {
-    contract(Arc::new(MemoryBackend::new(10_000))).await;
+    contract(store(Arc::new(MemoryBackend::new(10_000)))).await;
 }
 
 #[tokio::test]
 async fn redis_keeps_the_contract_and_holds_no_plaintext() {
     let redis = RedisServer::start().await.unwrap();
     let backend = RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap();
-    contract(Arc::new(backend)).await;
+    contract(store(Arc::new(backend))).await;
     let s = store(Arc::new(
         RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap(),
     ));
@@ -135,4 +163,37 @@ async fn redis_keeps_the_contract_and_holds_no_plaintext() {
             "a drive key's name is hashed: {key}"
         );
     }
+}
+
+#[tokio::test]
+async fn sqlite_keeps_the_contract_and_holds_no_plaintext() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("runs.db");
+    let url = format!("sqlite://{}", path.display());
+    let db = chatd::store::open(&url).await.unwrap();
+    contract(in_store(db.clone())).await;
+    in_store(db)
+        .put(&user("carol"), &record("chat-c"), TTL)
+        .await
+        .unwrap();
+    let mut bytes = std::fs::read(&path).unwrap();
+    for side in ["-wal", "-shm"] {
+        bytes.extend(std::fs::read(format!("{}{side}", path.display())).unwrap_or_default());
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    for secret in [
+        "secret-topic-5521",
+        "model-said-7731",
+        "drive-value-3391",
+        "Where to?",
+    ] {
+        assert!(!text.contains(secret), "the database holds {secret}");
+    }
+}
+
+#[tokio::test]
+async fn postgres_keeps_the_contract() {
+    let pg = Postgres::start().await.unwrap();
+    pg.create_database("runs").await.unwrap();
+    contract(in_store(chatd::store::open(&pg.url("runs")).await.unwrap())).await;
 }

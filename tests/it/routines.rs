@@ -322,9 +322,21 @@ async fn a_sub_routine_runs_in_a_state_frame_of_its_own() {
 #[tokio::test]
 async fn a_restart_while_paused_resumes_without_repeating_a_model_or_skill_call() {
     let redis = RedisServer::start().await.unwrap();
+    restart_while_paused(|c| crate::redis_cache::use_redis(c, &redis)).await;
+}
+
+/// Embedded mode (in-memory cache, SQLite): the run waits in the store and survives too.
+#[tokio::test]
+async fn an_embedded_restart_while_paused_resumes_from_the_store() {
+    restart_while_paused(|_| {}).await;
+}
+
+/// A run pauses, chatd stops, a new process on the same data directory (and `edit`'s
+/// shared services) takes the answer and finishes the run, repeating no model or skill call.
+async fn restart_while_paused(edit: impl Fn(&mut chatd::config::Config)) {
     let data = tempfile::tempdir().unwrap();
     let shared = |c: &mut chatd::config::Config| {
-        crate::redis_cache::use_redis(c, &redis);
+        edit(c);
         c.server.data_dir = data.path().to_path_buf();
     };
     let s = setup_with(shared).await;
@@ -352,7 +364,7 @@ async fn a_restart_while_paused_resumes_without_repeating_a_model_or_skill_call(
     } = s;
     app.shutdown().await.unwrap();
 
-    // A new process on the same Redis and keys.
+    // A new process on the same data directory (store, master key) and shared services.
     let dir = apps.path().to_path_buf();
     let base = skill.url();
     let app = spawn_app(|c| {
@@ -360,8 +372,7 @@ async fn a_restart_while_paused_resumes_without_repeating_a_model_or_skill_call(
         c.skills.apps_dir = dir;
         c.skills.allow_private_targets = true;
         c.skills.web_search.base_url = base;
-        crate::redis_cache::use_redis(c, &redis);
-        c.server.data_dir = data.path().to_path_buf();
+        shared(c);
     })
     .await;
     fake.push(text("World"));
@@ -459,6 +470,51 @@ async fn cancelling_a_run_waiting_on_a_skill_stops_it() {
     assert_eq!(finished(&frames), Some(RoutineOutcome::Cancelled));
     collect_answer(&mut ws).await;
     gate.release();
+}
+
+/// A run left `running` by a node that stopped mid-slice runs nowhere: cancelling it ends
+/// it at once. A run whose slice may still run elsewhere is only asked to stop.
+#[tokio::test]
+async fn cancelling_a_run_orphaned_by_a_stopped_node_ends_it() {
+    use chatd::routines::journal::{RunRecord, RunStatus};
+    let s = setup().await;
+    let runs = s.app.state.turn.routines.store();
+    let owner = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse("alice").unwrap());
+    let running = |started: i64| RunRecord {
+        run_id: RunId::random(),
+        chat_id: ChatId::parse("chat-orphan").unwrap(),
+        routine: "demo.slow".into(),
+        args: json!({}),
+        status: RunStatus::Running,
+        journal: Vec::new(),
+        question: None,
+        frames: Vec::new(),
+        created_at: started,
+        slice_started_at: started,
+    };
+    let live = running(chatd::clock::unix_millis());
+    let orphan = running(1);
+    let ttl = Duration::from_secs(3600);
+    runs.put(&owner, &live, ttl).await.unwrap();
+    runs.put(&owner, &orphan, ttl).await.unwrap();
+    let mut ws = s.app.connect("alice").await;
+    for run in [&live, &orphan] {
+        ws.send_json(json!({"type": "cancel_routine", "payload": {"run_id": run.run_id.as_str()}}))
+            .await;
+    }
+    let finished = ws
+        .recv_until(|m| match m {
+            ServerMessage::RoutineFinished(f) => Some(f.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(finished.run_id, orphan.run_id, "only the orphan ends here");
+    assert_eq!(finished.outcome, RoutineOutcome::Cancelled);
+    assert_eq!(finished.chat_id.as_str(), "chat-orphan");
+    assert_eq!(runs.get(&owner, &orphan.run_id).await.unwrap(), None);
+    // The live one (its slice may run on another node) keeps its record and is asked to stop.
+    assert!(runs.get(&owner, &live.run_id).await.unwrap().is_some());
+    assert!(runs.cancel_requested(&owner, &live.run_id).await.unwrap());
 }
 
 #[tokio::test]
