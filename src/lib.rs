@@ -33,6 +33,7 @@ pub mod net_guard;
 pub mod pipeline;
 pub mod redis;
 pub mod routines;
+pub mod schema;
 pub mod session;
 pub mod skills;
 pub mod state;

@@ -5,14 +5,12 @@
 //! client-encrypted entries).
 //!
 //! - [`Categories`]: the declared categories of every app (`app_id:category` keys).
-//! - [`schema`]: the small JSON Schema subset a category's entry is checked against.
 //! - [`store::MemoryStore`]: sealed entries, pending requests and proposals in the cache.
 //! - [`recall`]: a turn's cache-first read and the request for what is missing.
 //! - [`tools::ProposalTools`]: the per-turn `add`/`update`/`delete` tools of relevant apps.
 //! - [`suggest`]: two-phase suggestions of new entries after an answer.
 
 pub mod recall;
-pub mod schema;
 pub mod store;
 pub mod suggest;
 pub mod tools;
@@ -38,7 +36,7 @@ pub struct CategorySpec {
     pub title: String,
     /// What the category holds, for the model (preprocessing chooses by it).
     pub description: String,
-    /// JSON Schema of one entry (see [`schema`] for the supported subset).
+    /// JSON Schema of one entry (checked with [`crate::schema`]).
     pub schema: Value,
 }
 
@@ -72,7 +70,7 @@ pub fn lint_section(section: &SettingsMemoriesSection) -> Result<(), String> {
                 c.id
             ));
         }
-        schema::lint(&c.schema)
+        crate::schema::lint(&c.schema)
             .map_err(|e| format!("settings_memories category `{}`: schema {e}", c.id))?;
     }
     Ok(())

@@ -123,7 +123,7 @@ impl Routines {
                 ));
             }
         };
-        if let Err(reason) = check_arguments(&routine.manifest.arguments, &args) {
+        if let Err(reason) = crate::schema::validate(&routine.manifest.arguments, &args) {
             return tool_error(format!("invalid arguments for {}: {reason}", routine.tool));
         }
         let owner = UserHash::of(&ctx.user);
@@ -399,36 +399,6 @@ fn emit(sink: &Arc<dyn TurnSink>, ctx: &TurnContext, run_id: &RunId, kind: Routi
             kind,
         }),
     );
-}
-
-/// The arguments hold the schema's required properties, with the declared JSON types.
-fn check_arguments(schema: &Value, args: &Value) -> Result<(), String> {
-    let required = schema["required"].as_array().cloned().unwrap_or_default();
-    for name in required.iter().filter_map(Value::as_str) {
-        if args.get(name).is_none_or(Value::is_null) {
-            return Err(format!("`{name}` is required"));
-        }
-    }
-    if let Some(props) = schema["properties"].as_object() {
-        for (name, spec) in props {
-            let (Some(value), Some(ty)) = (args.get(name), spec["type"].as_str()) else {
-                continue;
-            };
-            let ok = match ty {
-                "string" => value.is_string(),
-                "integer" => value.is_i64() || value.is_u64(),
-                "number" => value.is_number(),
-                "boolean" => value.is_boolean(),
-                "array" => value.is_array(),
-                "object" => value.is_object(),
-                _ => true,
-            };
-            if !ok {
-                return Err(format!("`{name}` must be a {ty}"));
-            }
-        }
-    }
-    Ok(())
 }
 
 #[cfg(test)]

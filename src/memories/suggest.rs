@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
 use tokio_util::sync::CancellationToken;
 
-use super::{Category, Memories, schema};
+use super::{Category, Memories};
 use crate::auth::UserId;
 use crate::llm::{LlmMessage, LlmRequest, ToolDef};
 use crate::pipeline::function_call::call_function;
@@ -162,7 +162,7 @@ pub async fn run(
         if title.is_empty() || title.chars().count() > 100 {
             continue;
         }
-        if schema::validate(&c.spec.schema, &value).is_err() {
+        if crate::schema::validate(&c.spec.schema, &value).is_err() {
             continue;
         }
         if rejected.contains(&suggestion_hash(&c.app_id, &c.spec.id, &title)) {

@@ -13,7 +13,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::store::PendingProposal;
-use super::{Category, Memories, schema};
+use super::{Category, Memories};
 use crate::crypto::UserHash;
 use crate::delivery::{Audience, Delivery};
 use crate::llm::{ToolCall, ToolDef};
@@ -134,7 +134,7 @@ impl ToolRunner for ProposalTools {
         let checked = match (entry, action) {
             (None, _) => Err("`entry` is required".to_string()),
             (Some(e), ProposalAction::Delete) if e.is_object() => Ok(e),
-            (Some(e), _) => schema::validate(&category.spec.schema, &e).map(|()| e),
+            (Some(e), _) => crate::schema::validate(&category.spec.schema, &e).map(|()| e),
         };
         let entry = match checked {
             Ok(e) => e,

@@ -108,6 +108,8 @@ impl Catalog {
                 if r.arguments.get("type").and_then(|t| t.as_str()) != Some("object") {
                     return Err(invalid("`arguments` must be an object schema".into()));
                 }
+                crate::schema::lint(&r.arguments)
+                    .map_err(|e| invalid(format!("`arguments` is not a JSON Schema: {e}")))?;
                 let text = read(&app.id, &r.name).map_err(invalid)?;
                 let ast = engine
                     .compile(&text)

@@ -1,7 +1,6 @@
 use serde_json::json;
 
 use super::catalog::Catalog;
-use super::check_arguments;
 use crate::skills::manifest::AppManifest;
 
 fn app(routines: &str) -> AppManifest {
@@ -84,13 +83,4 @@ fn the_built_in_routines_lint() {
     let catalog = Catalog::load(std::path::Path::new("")).unwrap();
     let ids: Vec<_> = catalog.all().iter().map(|r| r.full_id.as_str()).collect();
     assert_eq!(ids, ["web.research", "web.plan_trip"]);
-}
-
-#[test]
-fn arguments_are_checked_against_the_schema() {
-    let schema = json!({"type": "object", "properties": {"topic": {"type": "string"}, "pages": {"type": "integer"}}, "required": ["topic"]});
-    assert!(check_arguments(&schema, &json!({"topic": "t", "pages": 2})).is_ok());
-    assert!(check_arguments(&schema, &json!({"pages": 2})).is_err());
-    assert!(check_arguments(&schema, &json!({"topic": 3})).is_err());
-    assert!(check_arguments(&schema, &json!({"topic": "t", "pages": "2"})).is_err());
 }

@@ -71,7 +71,7 @@ impl Session {
                 );
                 continue;
             }
-            match crate::memories::schema::validate(&category.spec.schema, &entry.content) {
+            match crate::schema::validate(&category.spec.schema, &entry.content) {
                 Ok(()) => accepted.entry(key).or_default().push(entry.content),
                 Err(reason) => self.memories_error(
                     ErrorCode::InvalidSettingsMemoryEntry,
