@@ -1,5 +1,3 @@
-use serde_json::json;
-
 use super::catalog::Catalog;
 use crate::skills::manifest::AppManifest;
 
