@@ -636,6 +636,13 @@ macro_rules! impl_store {
                 Box::pin(async move {
                     let mut tx = self.pool.begin().await?;
                     claim(&mut tx, owner, chat).await?;
+                    // Locks the row until commit (PostgreSQL; SQLite's writer already holds
+                    // the database), so two rejections in one chat never lose one another.
+                    sqlx::query("UPDATE chats SET owner = owner WHERE chat_id = $1 AND owner = $2")
+                        .bind(chat.as_str())
+                        .bind(owner.as_str())
+                        .execute(&mut *tx)
+                        .await?;
                     let row = sqlx::query(
                         "SELECT rejected_suggestion_hashes FROM chats WHERE chat_id = $1 AND owner = $2",
                     )

@@ -377,6 +377,21 @@ async fn contract(store: Arc<dyn Store>) {
         store.reject_suggestion(&b, &c9, &h1).await,
         Err(StoreError::Forbidden)
     ));
+    // Rejections of one chat at the same time: none lost.
+    let hashes: Vec<String> = (0..16).map(|i| format!("{i:064x}")).collect();
+    let all =
+        futures_util::future::join_all(hashes.iter().map(|h| store.reject_suggestion(&a, &c9, h)))
+            .await;
+    assert!(all.into_iter().all(|r| r.unwrap()));
+    let kept = store
+        .chat(&a, &c9)
+        .await
+        .unwrap()
+        .unwrap()
+        .rejected_suggestion_hashes;
+    for h in &hashes {
+        assert!(kept.contains(h), "a concurrent rejection was lost");
+    }
 }
 
 #[tokio::test]
