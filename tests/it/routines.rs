@@ -237,6 +237,17 @@ pub(crate) async fn until_pause_or_end(
     }
 }
 
+/// The run's error frame among `frames`.
+fn routine_error(frames: &[ServerMessage]) -> chatd_protocol::RoutineError {
+    frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::RoutineError(e) => Some(e.clone()),
+            _ => None,
+        })
+        .expect("a routine_error frame")
+}
+
 pub(crate) fn finished(frames: &[ServerMessage]) -> Option<RoutineOutcome> {
     frames.iter().find_map(|f| match f {
         ServerMessage::RoutineFinished(r) => Some(r.outcome),
@@ -519,45 +530,35 @@ async fn cancelling_a_run_orphaned_by_a_stopped_node_ends_it() {
 
 #[tokio::test]
 async fn a_script_past_its_operation_budget_ends_with_a_typed_error() {
-    let s = setup_with(|c| c.routines.max_operations = 20_000).await;
-    call_routine(&s.fake, "demo-spin", json!({}), "It failed.");
-    let mut ws = s.app.connect_showing("alice", "chat-budget").await;
-    ws.send(&user_message("chat-budget", "m1", "go")).await;
-    let (frames, _) = until_pause_or_end(&mut ws).await;
-    let error = frames
-        .iter()
-        .find_map(|f| match f {
-            ServerMessage::RoutineError(e) => Some(e.clone()),
-            _ => None,
-        })
-        .unwrap();
-    assert_eq!(error.code, Some(RoutineErrorCode::OperationBudgetExceeded));
-    assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
-    collect_answer(&mut ws).await;
-    let result = tool_result(&s.fake.requests()[1], "r1");
-    assert_eq!(result["status"], "error");
+    past_a_budget(
+        |c| c.routines.max_operations = 20_000,
+        RoutineErrorCode::OperationBudgetExceeded,
+    )
+    .await;
 }
 
 #[tokio::test]
 async fn a_script_past_its_time_budget_ends_with_a_typed_error() {
     // No operation budget to speak of: only the slice's time stops the loop.
-    let s = setup_with(|c| {
-        c.routines.max_operations = u64::MAX;
-        c.routines.slice_time = Duration::from_millis(300);
-    })
+    past_a_budget(
+        |c| {
+            c.routines.max_operations = u64::MAX;
+            c.routines.slice_time = Duration::from_millis(300);
+        },
+        RoutineErrorCode::TimeBudgetExceeded,
+    )
     .await;
-    call_routine(&s.fake, "demo-spin", json!({}), "It took too long.");
-    let mut ws = s.app.connect_showing("alice", "chat-time").await;
-    ws.send(&user_message("chat-time", "m1", "go")).await;
+}
+
+/// A script that never ends, under `edit`'s budgets: the run ends with `code`, and the model
+/// hears of the error.
+async fn past_a_budget(edit: impl FnOnce(&mut chatd::config::Config), code: RoutineErrorCode) {
+    let s = setup_with(edit).await;
+    call_routine(&s.fake, "demo-spin", json!({}), "It failed.");
+    let mut ws = s.app.connect_showing("alice", "chat-budget").await;
+    ws.send(&user_message("chat-budget", "m1", "go")).await;
     let (frames, _) = until_pause_or_end(&mut ws).await;
-    let error = frames
-        .iter()
-        .find_map(|f| match f {
-            ServerMessage::RoutineError(e) => Some(e.clone()),
-            _ => None,
-        })
-        .unwrap();
-    assert_eq!(error.code, Some(RoutineErrorCode::TimeBudgetExceeded));
+    assert_eq!(routine_error(&frames).code, Some(code));
     assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
     collect_answer(&mut ws).await;
     let result = tool_result(&s.fake.requests()[1], "r1");
@@ -573,13 +574,7 @@ async fn a_skill_needing_an_account_runs_only_with_the_account_connected() {
     let mut ws = s.app.connect_showing("alice", "chat-private").await;
     ws.send(&user_message("chat-private", "m1", "mine")).await;
     let (frames, _) = until_pause_or_end(&mut ws).await;
-    let error = frames
-        .iter()
-        .find_map(|f| match f {
-            ServerMessage::RoutineError(e) => Some(e.clone()),
-            _ => None,
-        })
-        .unwrap();
+    let error = routine_error(&frames);
     assert_eq!(error.code, Some(RoutineErrorCode::AccountRequired));
     assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
     collect_answer(&mut ws).await;
