@@ -255,6 +255,7 @@ impl App {
             &config.routines,
             crate::routines::Catalog::load(&config.skills.apps_dir)?,
             crate::routines::store::RunStore::new(runs_home, keyring.clone()),
+            ai_cache.clone(),
             skills.clone(),
             &models,
         );

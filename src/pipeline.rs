@@ -231,7 +231,11 @@ pub enum RoutineEventKind {
         routine: String,
     },
     Status(String),
-    Message(String),
+    /// A chat message of the run (cached as the assistant's by the routine).
+    Message {
+        message_id: chatd_protocol::MessageId,
+        text: String,
+    },
     Information(String),
     Error {
         message: String,

@@ -25,6 +25,7 @@ use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use crate::auth::UserId;
+use crate::cache::ai::AiCache;
 use crate::config::RoutinesConfig;
 use crate::crypto::UserHash;
 use crate::pipeline::models::{Model, Models};
@@ -44,6 +45,8 @@ pub struct Routines {
 pub(crate) struct Inner {
     catalog: Catalog,
     store: RunStore,
+    /// Where a run's `message`s join the chat's history.
+    ai_cache: AiCache,
     config: RoutinesConfig,
     skills: Arc<Skills>,
     main_model: Model,
@@ -71,6 +74,7 @@ impl Routines {
         config: &RoutinesConfig,
         catalog: Catalog,
         store: RunStore,
+        ai_cache: AiCache,
         skills: Arc<Skills>,
         models: &Models,
     ) -> Routines {
@@ -84,6 +88,7 @@ impl Routines {
             inner: Arc::new(Inner {
                 catalog,
                 store,
+                ai_cache,
                 config: config.clone(),
                 skills,
                 main_model: models.main(),

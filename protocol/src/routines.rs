@@ -6,7 +6,7 @@
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
-use crate::{ChatId, RunId};
+use crate::{ChatId, MessageId, RunId};
 
 /// Stops a routine run (running or waiting for the user); answered with `routine_finished`
 /// (`outcome: cancelled`) on every device, or `error` `not_found`.
@@ -24,12 +24,24 @@ pub struct RoutineStarted {
     pub routine: String,
 }
 
-/// `emit(kind, text)` of a routine: `routine_status` (what it is doing), `routine_message`
-/// (a chat message the client stores), `routine_information` (shown, not stored).
+/// `emit(kind, text)` of a routine: `routine_status` (what it is doing) and
+/// `routine_information` (shown, not stored).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
 pub struct RoutineText {
     pub chat_id: ChatId,
     pub run_id: RunId,
+    pub text: String,
+}
+
+/// `emit("message", text)` of a routine: an assistant message of the chat. The client
+/// stores it (`ai_response_completed` with this `message_id`); the server has it in the
+/// chat's AI cache already, so the model sees it on the next turn. The id is the same
+/// on every device and for every replay of the run.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct RoutineMessage {
+    pub chat_id: ChatId,
+    pub run_id: RunId,
+    pub message_id: MessageId,
     pub text: String,
 }
 

@@ -132,7 +132,7 @@ pub enum ServerMessage {
     /// What a routine is doing (`emit("status", ..)`); to every device.
     RoutineStatus(crate::RoutineText),
     /// A routine's chat message (`emit("message", ..)`), which the client stores.
-    RoutineMessage(crate::RoutineText),
+    RoutineMessage(crate::RoutineMessage),
     /// A routine's information (`emit("information", ..)`), shown and not stored.
     RoutineInformation(crate::RoutineText),
     /// A routine's error (`emit("error", ..)`, or chatd ending the run with a code).

@@ -248,7 +248,14 @@ pub fn routine_frame(ctx: &TurnContext, e: crate::pipeline::RoutineEvent) -> Ser
             routine,
         }),
         K::Status(t) => ServerMessage::RoutineStatus(text(t)),
-        K::Message(t) => ServerMessage::RoutineMessage(text(t)),
+        K::Message { message_id, text } => {
+            ServerMessage::RoutineMessage(chatd_protocol::RoutineMessage {
+                chat_id: chat_id.clone(),
+                run_id: run_id.clone(),
+                message_id,
+                text,
+            })
+        }
         K::Information(t) => ServerMessage::RoutineInformation(text(t)),
         K::Error { message, code } => ServerMessage::RoutineError(RoutineError {
             chat_id: chat_id.clone(),

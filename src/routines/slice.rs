@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use chatd_protocol::{RoutineErrorCode, RunId};
+use chatd_protocol::{MessageId, Role, RoutineErrorCode, RunId};
 use futures_util::StreamExt;
 use rhai::{Dynamic, Engine, EvalAltResult, Position, Scope};
 use serde_json::{Value, json};
@@ -20,6 +20,7 @@ use super::Inner;
 use super::catalog::Routine;
 use super::engine::{self, State};
 use super::journal::{EffectKind, Entry, FrameSnapshot, RunRecord};
+use crate::cache::ai::CachedMessage;
 use crate::config::RoutinesConfig;
 use crate::crypto::UserHash;
 use crate::llm::{LlmEvent, LlmMessage, LlmRequest, ToolCall, ToolDef};
@@ -48,10 +49,10 @@ impl EmitKind {
         })
     }
 
-    fn event(self, text: String) -> RoutineEventKind {
+    fn event(self, text: String, message_id: MessageId) -> RoutineEventKind {
         match self {
             Self::Status => RoutineEventKind::Status(text),
-            Self::Message => RoutineEventKind::Message(text),
+            Self::Message => RoutineEventKind::Message { message_id, text },
             Self::Information => RoutineEventKind::Information(text),
             Self::Error => RoutineEventKind::Error {
                 message: text,
@@ -343,11 +344,18 @@ impl Slice {
                         .and_then(EmitKind::parse)
                         .unwrap_or(EmitKind::Status);
                     let text = request["text"].as_str().unwrap_or_default().to_string();
+                    // The effect's position names the message: the same on every replay.
+                    let position = self.cursor.load(Ordering::SeqCst).saturating_sub(1);
+                    let message_id = MessageId::parse(format!("{}-{position}", run.as_str()))
+                        .unwrap_or_else(|_| MessageId::random());
+                    if kind == EmitKind::Message {
+                        self.cache_message(&message_id, &text).await;
+                    }
                     self.sink.emit(
                         &self.ctx,
                         TurnEvent::Routine(RoutineEvent {
                             run_id: run,
-                            kind: kind.event(text),
+                            kind: kind.event(text, message_id),
                         }),
                     );
                     Ok(Value::Null)
@@ -389,6 +397,28 @@ impl Slice {
             // A cancel landing while `work` is polled can end the work itself (a skill
             // answers "cancelled" to the model): that is still a cancelled run.
             r = work => if self.cancel.is_cancelled() { Err(Stop::Cancelled) } else { r },
+        }
+    }
+
+    /// A `message` is the assistant's message of the chat: counted and cached like an
+    /// answer, so the next turn's model sees it (the client stores it under the same id).
+    async fn cache_message(&self, message_id: &MessageId, text: &str) {
+        let cache = &self.inner.ai_cache;
+        let chat = &self.ctx.chat_id;
+        let entry = CachedMessage {
+            message_id: message_id.clone(),
+            role: Role::Assistant,
+            content: text.to_string(),
+            created_at: crate::clock::unix_now(),
+            category: None,
+            model_name: None,
+            token_count: Some(crate::pipeline::tokens::count_one(text).await),
+        };
+        if let Err(e) = cache.bump_messages_v(&self.owner, chat, None).await {
+            tracing::warn!(error = %e, "could not count a routine message");
+        }
+        if let Err(e) = cache.append(&self.owner, chat, &[entry]).await {
+            tracing::warn!(error = %e, "could not cache a routine message");
         }
     }
 

@@ -302,14 +302,36 @@ async fn a_routine_asks_and_resumes_across_two_messages() {
     assert!(asked.is_none());
     assert_eq!(messages(&frames), vec!["red and blue".to_string()]);
     assert_eq!(finished(&frames), Some(RoutineOutcome::Completed));
+    // The message is the chat's: named by the run and its place in the journal.
+    let id = frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::RoutineMessage(m) => Some(m.message_id.clone()),
+            _ => None,
+        })
+        .unwrap();
+    assert!(
+        id.as_str().starts_with(&format!("{}-", run.as_str())),
+        "{id:?}"
+    );
     // The answers went to the routine, not to the main model.
     assert_eq!(s.fake.requests().len(), main_calls);
-    // The run is gone: the next message is the model's again.
+    // The run is gone: the next message is the model's again, and the model sees the
+    // routine's message in the chat's history.
     offer(&s.fake, &[]);
     s.fake.push(text("Back to normal."));
     ws.send(&user_message("chat-ask", "m4", "hello")).await;
     let (_, fin) = collect_answer(&mut ws).await;
     assert_eq!(fin.full_content_so_far, "Back to normal.");
+    let last = s.fake.requests().last().unwrap().clone();
+    assert!(
+        last["messages"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["role"] == "assistant" && m["content"] == "red and blue"),
+        "{last}"
+    );
 }
 
 #[tokio::test]
