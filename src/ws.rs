@@ -10,6 +10,7 @@ use std::sync::Arc;
 use axum::extract::{Query, State, WebSocketUpgrade};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::response::{IntoResponse, Response};
+use tracing::Instrument;
 
 use crate::auth::source::{SUBPROTOCOL, offers_chatd};
 use crate::auth::{AuthError, TokenSource, token_from_request};
@@ -86,9 +87,10 @@ pub async fn upgrade(
         .max_message_size(server.max_message_bytes)
         .max_frame_size(server.max_message_bytes)
         .on_upgrade(move |socket| {
-            tracker.track_future(connection::run(
-                app, socket, user, session_id, expires_at, mode,
-            ))
+            let span = tracing::info_span!("connection", user_id = %user);
+            tracker.track_future(
+                connection::run(app, socket, user, session_id, expires_at, mode).instrument(span),
+            )
         })
 }
 

@@ -31,7 +31,22 @@ impl Server {
 
     fn spawn_with(args: &[String], env: &[(String, String)]) -> anyhow::Result<Server> {
         let exe = std::env::current_exe()?;
-        let mut child = Command::new(exe)
+        // `CHATD_LOAD_WRAP_CHATD` (e.g. `valgrind --tool=massif`) runs the chatd child
+        // under a profiler; its figures are then the profiler's, its report the point.
+        let wrap = match args.first().map(String::as_str) {
+            Some("chatd") => std::env::var("CHATD_LOAD_WRAP_CHATD").unwrap_or_default(),
+            _ => String::new(),
+        };
+        let mut words = wrap.split_whitespace();
+        let mut command = match words.next() {
+            Some(tool) => {
+                let mut c = Command::new(tool);
+                c.args(words).arg(&exe);
+                c
+            }
+            None => Command::new(&exe),
+        };
+        let mut child = command
             .arg("serve")
             .args(args)
             .envs(env.iter().map(|(k, v)| (k, v)))

@@ -27,7 +27,8 @@ const WRITE_BATCH: usize = 32;
 /// library's buffer, besides its outbox.
 const WRITE_BATCH_BYTES: usize = 16 * 1024;
 
-#[tracing::instrument(skip_all, fields(user_id = %user))]
+/// The caller gives the span (`ws::upgrade`): `#[tracing::instrument]` on this function
+/// would store its body's future twice in every connection's task.
 pub async fn run(
     app: Arc<AppState>,
     socket: WebSocket,
@@ -43,19 +44,22 @@ pub async fn run(
         grace: server.slow_consumer_grace,
         mode,
     };
+    // Split first: the socket itself (large) is then never held across an await.
+    let (sink, stream) = socket.split();
     let (out, out_rx) = outbox(settings, app.metrics.clone());
     let device = Arc::new(Device::new(session_id, user, out.clone()));
     let delivery = &app.turn.delivery;
-    delivery.register(device.clone()).await;
+    // The one-off steps are boxed: held inline, the largest of them would set the size of
+    // every connection's task for its whole life (see load-tests `idle`, run N).
+    Box::pin(delivery.register(device.clone())).await;
     app.metrics.connections_open.inc();
-    let (sink, stream) = socket.split();
     let session = Session::new(app.clone(), device.clone(), expires_at);
-    session.send_pending().await;
+    Box::pin(session.send_pending()).await;
     let shutdown = app.tasks.connections_shutdown.clone();
     let reader = read_loop(stream, &session, &out, &shutdown);
     let writer = write_loop(sink, out_rx, &out);
     tokio::join!(reader, writer);
-    delivery.unregister(&device.user_hash, device.conn_id).await;
+    Box::pin(delivery.unregister(&device.user_hash, device.conn_id)).await;
     app.metrics.connections_open.dec();
 }
 
@@ -172,9 +176,11 @@ async fn write_loop(mut sink: SplitSink<WebSocket, Message>, rx: OutboxReceiver,
         // A write the client does not read blocks; the queue behind it may then stay over
         // its bound. Either way the socket is closed with 4001 (the frames already handed
         // to the socket library stay in its buffer, ahead of the close frame).
+        // Boxed: a write is short-lived, and held inline it (with its timer) would be part of
+        // every idle connection's task.
         tokio::select! {
             biased;
-            written = tokio::time::timeout(WRITE_TIMEOUT, write) => match written {
+            written = Box::pin(tokio::time::timeout(WRITE_TIMEOUT, write)) => match written {
                 Ok(Ok(())) => {}
                 Ok(Err(e)) => {
                     tracing::debug!(error = %e, "socket write failed");
