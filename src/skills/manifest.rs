@@ -470,9 +470,10 @@ skills:
             )
         };
         parse(&with("{type: object, properties: {to: {type: string}}}")).unwrap();
-        let err = parse(&with("{type: object, pattern: x}")).unwrap_err();
+        // Not a JSON Schema (an unknown type): refused, naming the category.
+        let err = parse(&with("{type: objcet}")).unwrap_err();
         assert!(
-            err.contains("t.yml") && err.contains("`trips`") && err.contains("pattern"),
+            err.contains("t.yml") && err.contains("`trips`") && err.contains("objcet"),
             "{err}"
         );
         let bare = "id: empty\nname: Empty\n";
