@@ -182,11 +182,13 @@ impl MemoryStore {
         id: &str,
         request: &PendingRequest,
     ) -> Result<(), CacheFault> {
-        let sealed = self.seal(user, &format!("request:{id}"), request).await?;
-        self.backend
-            .kv_put(&request_key(user, id), sealed, PENDING_TTL)
-            .await?;
-        Ok(())
+        self.put_pending(
+            user,
+            &request_key(user, id),
+            &format!("request:{id}"),
+            request,
+        )
+        .await
     }
 
     /// The pending request, if it is the user's and still waits.
@@ -215,10 +217,25 @@ impl MemoryStore {
         id: &str,
         proposal: &PendingProposal,
     ) -> Result<(), CacheFault> {
-        let sealed = self.seal(user, &format!("proposal:{id}"), proposal).await?;
-        self.backend
-            .kv_put(&proposal_key(user, id), sealed, PENDING_TTL)
-            .await?;
+        self.put_pending(
+            user,
+            &proposal_key(user, id),
+            &format!("proposal:{id}"),
+            proposal,
+        )
+        .await
+    }
+
+    /// Seals `value` under `scope` and keeps it at `key` while it waits for the user.
+    async fn put_pending<T: Serialize>(
+        &self,
+        user: &UserHash,
+        key: &str,
+        scope: &str,
+        value: &T,
+    ) -> Result<(), CacheFault> {
+        let sealed = self.seal(user, scope, value).await?;
+        self.backend.kv_put(key, sealed, PENDING_TTL).await?;
         Ok(())
     }
 

@@ -190,6 +190,17 @@ async fn setup_with(edit: impl FnOnce(&mut chatd::config::Config)) -> Setup {
     }
 }
 
+impl Setup {
+    /// The model calls routine `tool` (then says `after`) for alice's message "go" in
+    /// `chat`; the device that sent it, showing the chat.
+    async fn start(&self, tool: &str, chat: &str, after: &str) -> WsClient {
+        call_routine(&self.fake, tool, json!({}), after);
+        let mut ws = self.app.connect_showing("alice", chat).await;
+        ws.send(&user_message(chat, "m1", "go")).await;
+        ws
+    }
+}
+
 async fn setup() -> Setup {
     setup_with(|_| {}).await
 }
@@ -337,9 +348,7 @@ async fn a_routine_asks_and_resumes_across_two_messages() {
 #[tokio::test]
 async fn a_sub_routine_runs_in_a_state_frame_of_its_own() {
     let s = setup().await;
-    call_routine(&s.fake, "demo-outer", json!({}), "Started.");
-    let mut ws = s.app.connect_showing("alice", "chat-sub").await;
-    ws.send(&user_message("chat-sub", "m1", "go")).await;
+    let mut ws = s.start("demo-outer", "chat-sub", "Started.").await;
     let (_, asked) = until_pause_or_end(&mut ws).await;
     assert_eq!(asked.unwrap().1, "Inner question for 1?");
     collect_answer(&mut ws).await;
@@ -428,9 +437,7 @@ async fn restart_while_paused(edit: impl Fn(&mut chatd::config::Config)) {
 #[tokio::test]
 async fn cancelling_a_waiting_run_ends_it_and_frees_the_chat() {
     let s = setup().await;
-    call_routine(&s.fake, "demo-ask_twice", json!({}), "Asked.");
-    let mut ws = s.app.connect_showing("alice", "chat-cancel").await;
-    ws.send(&user_message("chat-cancel", "m1", "go")).await;
+    let mut ws = s.start("demo-ask_twice", "chat-cancel", "Asked.").await;
     let (_, asked) = until_pause_or_end(&mut ws).await;
     let (run, _) = asked.unwrap();
     collect_answer(&mut ws).await;
@@ -460,9 +467,7 @@ async fn cancelling_a_running_run_stops_it() {
         c.routines.slice_time = Duration::from_secs(60);
     })
     .await;
-    call_routine(&s.fake, "demo-spin", json!({}), "Stopped.");
-    let mut ws = s.app.connect_showing("alice", "chat-spin").await;
-    ws.send(&user_message("chat-spin", "m1", "go")).await;
+    let mut ws = s.start("demo-spin", "chat-spin", "Stopped.").await;
     let run = ws
         .recv_until(|m| match m {
             ServerMessage::RoutineStatus(t) if t.text == "spinning" => Some(t.run_id.clone()),
@@ -487,9 +492,7 @@ async fn cancelling_a_run_waiting_on_a_skill_stops_it() {
         gate: held.clone(),
         then: Box::new(SkillReply::Json(json!({"results": []}))),
     });
-    call_routine(&s.fake, "demo-slow", json!({}), "Stopped.");
-    let mut ws = s.app.connect_showing("alice", "chat-slow").await;
-    ws.send(&user_message("chat-slow", "m1", "go")).await;
+    let mut ws = s.start("demo-slow", "chat-slow", "Stopped.").await;
     let run = ws
         .recv_until(|m| match m {
             ServerMessage::RoutineStatus(t) if t.text == "calling" => Some(t.run_id.clone()),
@@ -576,9 +579,7 @@ async fn a_script_past_its_time_budget_ends_with_a_typed_error() {
 /// hears of the error.
 async fn past_a_budget(edit: impl FnOnce(&mut chatd::config::Config), code: RoutineErrorCode) {
     let s = setup_with(edit).await;
-    call_routine(&s.fake, "demo-spin", json!({}), "It failed.");
-    let mut ws = s.app.connect_showing("alice", "chat-budget").await;
-    ws.send(&user_message("chat-budget", "m1", "go")).await;
+    let mut ws = s.start("demo-spin", "chat-budget", "It failed.").await;
     let (frames, _) = until_pause_or_end(&mut ws).await;
     assert_eq!(routine_error(&frames).code, Some(code));
     assert_eq!(finished(&frames), Some(RoutineOutcome::Error));
@@ -760,9 +761,7 @@ async fn a_script_changed_under_a_waiting_run_ends_it_with_journal_mismatch() {
         c.server.data_dir = data.path().to_path_buf();
     })
     .await;
-    call_routine(&s.fake, "demo-ask_twice", json!({}), "Asked.");
-    let mut ws = s.app.connect_showing("alice", "chat-changed").await;
-    ws.send(&user_message("chat-changed", "m1", "go")).await;
+    let mut ws = s.start("demo-ask_twice", "chat-changed", "Asked.").await;
     let (_, asked) = until_pause_or_end(&mut ws).await;
     assert_eq!(asked.unwrap().1, "First?");
     collect_answer(&mut ws).await;
