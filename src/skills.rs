@@ -49,6 +49,8 @@ pub struct Skill {
     /// `app_id-skill_id`, the tool name.
     pub full_id: String,
     pub manifest: SkillManifest,
+    /// The tool definition, built once (see [`definition`]).
+    definition: ToolDef,
     patterns: contract::Patterns,
     limiter: Option<governor::DefaultDirectRateLimiter>,
 }
@@ -178,10 +180,12 @@ fn build(apps: &[AppManifest]) -> Vec<Arc<Skill>> {
     apps.iter()
         .flat_map(|app| {
             app.skills.iter().map(move |s| {
+                let full_id = format!("{}-{}", app.id, s.id);
                 Arc::new(Skill {
                     app_id: app.id.clone(),
                     skill_id: s.id.clone(),
-                    full_id: format!("{}-{}", app.id, s.id),
+                    definition: definition(&full_id, s),
+                    full_id,
                     patterns: contract::Patterns::compile(&s.output),
                     limiter: s.rate_limit.and_then(|r| {
                         std::num::NonZeroU32::new(r.per_second)
@@ -196,24 +200,25 @@ fn build(apps: &[AppManifest]) -> Vec<Arc<Skill>> {
 
 /// The tool definition: the skill's request schema wrapped in a `requests` array, with the
 /// `id` injected (a number or a string; required when there are several requests).
-fn definition(skill: &Skill) -> ToolDef {
-    let mut properties = skill.manifest.input.properties.clone();
+fn definition(full_id: &str, manifest: &SkillManifest) -> ToolDef {
+    let mut properties = manifest.input.properties.clone();
     properties.insert(
         "id".into(),
         json!({"type": ["integer", "string"], "description": "unique per request (number or UUID); results come back under it"}),
     );
     ToolDef {
-        name: skill.full_id.clone(),
-        description: skill.manifest.description.clone(),
+        name: full_id.to_string(),
+        description: manifest.description.clone(),
         parameters: json!({
             "type": "object",
             "properties": {"requests": {
                 "type": "array", "minItems": 1,
                 "items": {"type": "object", "properties": properties,
-                          "required": skill.manifest.input.required},
+                          "required": manifest.input.required},
             }},
             "required": ["requests"],
-        }),
+        })
+        .into(),
     }
 }
 
@@ -240,7 +245,7 @@ impl ToolRunner for Skills {
     fn definitions(&self, ids: &[String]) -> Vec<ToolDef> {
         ids.iter()
             .filter_map(|id| self.find(id))
-            .map(|s| definition(s))
+            .map(|s| s.definition.clone())
             .collect()
     }
 

@@ -22,6 +22,10 @@ mod stats;
 mod sync_bench;
 
 use std::path::PathBuf;
+
+/// The allocator chatd's own binary uses (see `src/main.rs`), for the floors as well.
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use std::time::Duration;
 
 use clap::{Parser, Subcommand, ValueEnum};

@@ -87,7 +87,7 @@ fn definition(mode: &FocusMode) -> ToolDef {
              request fits this mode.",
             mode.title
         ),
-        parameters: json!({"type": "object", "properties": {}}),
+        parameters: json!({"type": "object", "properties": {}}).into(),
     }
 }
 

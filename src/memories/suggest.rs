@@ -103,7 +103,8 @@ pub async fn run(
         description: "The categories worth a new settings/memory entry.".into(),
         parameters: json!({"type": "object", "required": ["categories"], "properties": {
             "categories": {"type": "array", "maxItems": MAX_SUGGESTIONS,
-                           "items": {"type": "string", "enum": keys}}}}),
+                           "items": {"type": "string", "enum": keys}}}})
+        .into(),
     }];
     let chosen: Vec<&Category> =
         match call_function(model.client.as_ref(), request, timeout, cancel).await {
@@ -143,7 +144,8 @@ pub async fn run(
             description: "One suggested settings/memory entry.".into(),
             parameters: json!({"type": "object", "required": ["suggested_title", "item_value"],
                 "properties": {"suggested_title": {"type": "string", "maxLength": 100},
-                               "item_value": c.spec.schema}}),
+                               "item_value": c.spec.schema}})
+            .into(),
         }];
         call_function(model.client.as_ref(), request, timeout, cancel)
     });

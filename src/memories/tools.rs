@@ -94,7 +94,8 @@ fn definition(c: &Category, action: ProposalAction, name: String) -> ToolDef {
             "type": "object",
             "properties": {"entry": c.spec.schema},
             "required": ["entry"],
-        }),
+        })
+        .into(),
     }
 }
 

@@ -212,7 +212,7 @@ fn fixed_cost(system: &str, tools: &[ToolDef]) -> u64 {
             .iter()
             .map(|t| {
                 u64::from(tokens::estimate(&t.description))
-                    + u64::from(tokens::estimate(&t.parameters.to_string()))
+                    + u64::from(tokens::estimate(t.parameters.json().get()))
             })
             .sum::<u64>()
 }

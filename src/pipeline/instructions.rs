@@ -8,7 +8,7 @@ use std::path::Path;
 use serde::Deserialize;
 
 use crate::config::PipelineConfig;
-use crate::llm::ToolDef;
+use crate::llm::{Schema, ToolDef};
 
 /// The copy compiled into the binary.
 pub const DEFAULT_YAML: &str = include_str!("../../config/instructions.yml");
@@ -77,7 +77,10 @@ pub struct Functions {
 pub struct Function {
     pub description: String,
     /// JSON Schema of the arguments.
-    pub parameters: serde_json::Value,
+    pub parameters: Schema,
+    /// `preprocess` without the first-message-only arguments, made on first use.
+    #[serde(skip)]
+    later: std::sync::OnceLock<Schema>,
 }
 
 /// Function names the stages force with `tool_choice`.
@@ -185,23 +188,10 @@ impl Instructions {
     /// The `preprocess` tool; without the first-message-only arguments unless `first`.
     pub fn preprocess_tool(&self, first: bool) -> ToolDef {
         let f = &self.functions.preprocess;
-        let mut parameters = f.parameters.clone();
-        if !first {
-            if let Some(props) = parameters
-                .get_mut("properties")
-                .and_then(|p| p.as_object_mut())
-            {
-                for key in FIRST_MESSAGE_ONLY {
-                    props.remove(*key);
-                }
-            }
-            if let Some(required) = parameters
-                .get_mut("required")
-                .and_then(|r| r.as_array_mut())
-            {
-                required.retain(|r| !FIRST_MESSAGE_ONLY.contains(&r.as_str().unwrap_or("")));
-            }
-        }
+        let parameters = match first {
+            true => f.parameters.clone(),
+            false => f.later.get_or_init(|| later(&f.parameters)).clone(),
+        };
         ToolDef {
             name: PREPROCESS.into(),
             description: f.description.clone(),
@@ -217,6 +207,26 @@ impl Instructions {
             parameters: f.parameters.clone(),
         }
     }
+}
+
+/// The `preprocess` schema without [`FIRST_MESSAGE_ONLY`] arguments.
+fn later(first: &serde_json::Value) -> Schema {
+    let mut parameters = first.clone();
+    if let Some(props) = parameters
+        .get_mut("properties")
+        .and_then(|p| p.as_object_mut())
+    {
+        for key in FIRST_MESSAGE_ONLY {
+            props.remove(*key);
+        }
+    }
+    if let Some(required) = parameters
+        .get_mut("required")
+        .and_then(|r| r.as_array_mut())
+    {
+        required.retain(|r| !FIRST_MESSAGE_ONLY.contains(&r.as_str().unwrap_or("")));
+    }
+    parameters.into()
 }
 
 /// Replaces each `{key}` in `template`.

@@ -5,6 +5,8 @@
 //! else the permanent store (SQLite or PostgreSQL), so that a paused run survives a
 //! restart of an embedded chatd too. One contract suite runs against all four.
 
+mod waiting;
+
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -17,6 +19,7 @@ use crate::cache::backend::{CacheError, keys};
 use crate::crypto::UserHash;
 use crate::crypto::keyring::{Keyring, OpenError, Purpose, SealError};
 use crate::store::{Store, StoreError};
+use waiting::WaitingIndex;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StoreFault {
@@ -80,13 +83,15 @@ impl Home {
 pub struct RunStore {
     backend: Home,
     keyring: Arc<Keyring>,
+    /// With the permanent store as home: which chats have a waiting run (see [`waiting`]).
+    waiting_index: Option<Arc<WaitingIndex>>,
 }
 
 fn run_key(owner: &UserHash, run: &RunId) -> String {
     format!("{}:routine:run:{}", keys::tag(owner), run.as_str())
 }
 fn waiting_key(owner: &UserHash, chat: &ChatId) -> String {
-    format!("{}:routine:waiting:{}", keys::tag(owner), chat.as_str())
+    format!("{}{}{}", keys::tag(owner), waiting::INFIX, chat.as_str())
 }
 fn cancel_key(owner: &UserHash, run: &RunId) -> String {
     format!("{}:routine:cancel:{}", keys::tag(owner), run.as_str())
@@ -99,7 +104,15 @@ fn drive_key(owner: &UserHash, app: &str, key: &str) -> String {
 
 impl RunStore {
     pub fn new(backend: Home, keyring: Arc<Keyring>) -> Self {
-        Self { backend, keyring }
+        let waiting_index = match backend {
+            Home::Store(_) => Some(Arc::default()),
+            Home::Cache(_) => None,
+        };
+        Self {
+            backend,
+            keyring,
+            waiting_index,
+        }
     }
 
     async fn seal(
@@ -168,6 +181,9 @@ impl RunStore {
         }
         let key = waiting_key(owner, chat);
         let sealed = self.seal(owner, &key, run.as_str().as_bytes()).await?;
+        if let (Some(index), Home::Store(store)) = (&self.waiting_index, &self.backend) {
+            index.insert(store.as_ref(), &key, ttl).await?;
+        }
         let held = self.backend.claim(&key, sealed.clone(), ttl).await?;
         Ok(held == sealed)
     }
@@ -179,6 +195,11 @@ impl RunStore {
         chat: &ChatId,
     ) -> Result<Option<RunId>, StoreFault> {
         let key = waiting_key(owner, chat);
+        if let (Some(index), Home::Store(store)) = (&self.waiting_index, &self.backend)
+            && !index.may_hold(store.as_ref(), &key).await?
+        {
+            return Ok(None);
+        }
         let Some(sealed) = self.backend.get(&key).await? else {
             return Ok(None);
         };
@@ -189,7 +210,12 @@ impl RunStore {
     }
 
     pub async fn clear_waiting(&self, owner: &UserHash, chat: &ChatId) -> Result<(), StoreFault> {
-        self.backend.delete(&waiting_key(owner, chat)).await
+        let key = waiting_key(owner, chat);
+        // Out of the index first: a run claiming the chat meanwhile is indexed after this.
+        if let Some(index) = &self.waiting_index {
+            index.remove(&key);
+        }
+        self.backend.delete(&key).await
     }
 
     /// Asks whichever node runs `run` to stop it (it looks at each effect).

@@ -26,6 +26,13 @@ pub trait SealedValues: Send + Sync {
 
     fn value_delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>>;
 
+    /// The unexpired names that contain `infix`, each with its expiry (milliseconds since
+    /// the epoch). `infix` is chatd's own constant, never client input.
+    fn value_names<'a>(
+        &'a self,
+        infix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>>;
+
     /// Sets `name` to `value` for `ttl` unless it holds an unexpired value; returns the
     /// value it holds afterwards (`value` when this call set it).
     fn value_claim<'a>(
@@ -108,6 +115,27 @@ macro_rules! impl_values {
                         .execute(&self.pool)
                         .await?;
                     Ok(())
+                })
+            }
+
+            fn value_names<'a>(
+                &'a self,
+                infix: &'a str,
+            ) -> futures_util::future::BoxFuture<'a, Result<Vec<(String, i64)>, crate::store::StoreError>>
+            {
+                Box::pin(async move {
+                    use sqlx::Row;
+                    let rows = sqlx::query(
+                        "SELECT name, expires_at FROM sealed_values \
+                         WHERE expires_at > $1 AND name LIKE '%' || $2 || '%'",
+                    )
+                    .bind(crate::store::values::now_millis())
+                    .bind(infix)
+                    .fetch_all(&self.pool)
+                    .await?;
+                    rows.iter()
+                        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
+                        .collect()
                 })
             }
 

@@ -62,7 +62,9 @@ fn record(chat: &str) -> RunRecord {
     }
 }
 
-async fn contract(s: RunStore) {
+/// `open` opens the store over the same backend each time (a second node, or a restart).
+async fn contract(open: impl Fn() -> RunStore) {
+    let s = open();
     let (alice, bob) = (user("alice"), user("bob"));
     let run = record("chat-a");
     s.put(&alice, &run, TTL).await.unwrap();
@@ -131,19 +133,43 @@ async fn contract(s: RunStore) {
     .await
     .unwrap();
     assert!(s.claim_waiting(&alice, &chat, &second, TTL).await.unwrap());
-    assert_eq!(s.waiting(&alice, &chat).await.unwrap(), Some(second));
+    assert_eq!(
+        s.waiting(&alice, &chat).await.unwrap(),
+        Some(second.clone())
+    );
+
+    // Opened again (a restart), the store finds the waiting runs, and only those.
+    let again = open();
+    assert_eq!(
+        again.waiting(&alice, &chat).await.unwrap(),
+        Some(second.clone())
+    );
+    let quiet = ChatId::parse("chat-quiet").unwrap();
+    assert_eq!(again.waiting(&alice, &quiet).await.unwrap(), None);
+    again.clear_waiting(&alice, &chat).await.unwrap();
+    assert_eq!(again.waiting(&alice, &chat).await.unwrap(), None);
+    let third = RunId::random();
+    assert!(
+        again
+            .claim_waiting(&alice, &quiet, &third, TTL)
+            .await
+            .unwrap()
+    );
+    assert_eq!(again.waiting(&alice, &quiet).await.unwrap(), Some(third));
 }
 
 #[tokio::test]
 async fn the_memory_backend_keeps_the_contract() {
-    contract(store(Arc::new(MemoryBackend::new(10_000)))).await;
+    let backend: Arc<dyn CacheBackend> = Arc::new(MemoryBackend::new(10_000));
+    contract(|| store(backend.clone())).await;
 }
 
 #[tokio::test]
 async fn redis_keeps_the_contract_and_holds_no_plaintext() {
     let redis = RedisServer::start().await.unwrap();
-    let backend = RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap();
-    contract(store(Arc::new(backend))).await;
+    let backend: Arc<dyn CacheBackend> =
+        Arc::new(RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap());
+    contract(|| store(backend.clone())).await;
     let s = store(Arc::new(
         RedisBackend::new(&redis.url(), false, Duration::from_secs(2)).unwrap(),
     ));
@@ -171,7 +197,7 @@ async fn sqlite_keeps_the_contract_and_holds_no_plaintext() {
     let path = dir.path().join("runs.db");
     let url = format!("sqlite://{}", path.display());
     let db = chatd::store::open(&url).await.unwrap();
-    contract(in_store(db.clone())).await;
+    contract(|| in_store(db.clone())).await;
     in_store(db)
         .put(&user("carol"), &record("chat-c"), TTL)
         .await
@@ -195,5 +221,6 @@ async fn sqlite_keeps_the_contract_and_holds_no_plaintext() {
 async fn postgres_keeps_the_contract() {
     let pg = Postgres::start().await.unwrap();
     pg.create_database("runs").await.unwrap();
-    contract(in_store(chatd::store::open(&pg.url("runs")).await.unwrap())).await;
+    let db = chatd::store::open(&pg.url("runs")).await.unwrap();
+    contract(|| in_store(db.clone())).await;
 }

@@ -2,7 +2,6 @@
 //! [`LlmRequest`] and serialized straight to the body.
 
 use serde::Serialize;
-use serde_json::Value;
 
 use crate::llm::{LlmMessage, LlmRequest, ToolChoice};
 
@@ -74,7 +73,7 @@ struct WireTool<'a> {
 struct WireToolFunction<'a> {
     name: &'a str,
     description: &'a str,
-    parameters: &'a Value,
+    parameters: &'a serde_json::value::RawValue,
 }
 
 #[derive(Serialize)]
@@ -109,7 +108,7 @@ pub(super) fn request_body(r: &LlmRequest) -> Body<'_> {
                 function: WireToolFunction {
                     name: &t.name,
                     description: &t.description,
-                    parameters: &t.parameters,
+                    parameters: t.parameters.json(),
                 },
             })
             .collect(),

@@ -90,7 +90,7 @@ fn request_body_is_the_openai_wire_format() {
     r.tools = vec![crate::llm::ToolDef {
         name: "f".into(),
         description: "d".into(),
-        parameters: serde_json::json!({"type": "object"}),
+        parameters: serde_json::json!({"type": "object"}).into(),
     }];
     r.tool_choice = ToolChoice::Function("f".into());
     r.max_tokens = Some(5);

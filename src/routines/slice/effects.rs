@@ -171,7 +171,7 @@ impl Slice {
             llm.tools = vec![ToolDef {
                 name: "routine_output".into(),
                 description: "Return the result in this shape.".into(),
-                parameters: schema.clone(),
+                parameters: schema.clone().into(),
             }];
             let left = self.deadline.saturating_duration_since(Instant::now());
             return crate::pipeline::function_call::call_function(
