@@ -103,10 +103,12 @@ impl Postgres {
         pg.child = Some(child);
         let port = pg.port;
         wait_until("postgres", || async move { port_open(port).await }).await?;
-        // Accepting TCP precedes accepting logins: ready once a database can be created.
+        // Accepting TCP precedes accepting logins: ready once a query answers (a query, not
+        // a `createdb`: an attempt the server finished but the client saw fail would make
+        // every later one fail with "already exists").
         let pg_ref = &pg;
         wait_until("postgres logins", || async move {
-            pg_ref.create_database("chatd_ready").await.is_ok()
+            pg_ref.psql("postgres", "SELECT 1").await.is_ok()
         })
         .await?;
         Ok(pg)
