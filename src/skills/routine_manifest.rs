@@ -3,7 +3,9 @@
 //! (`<apps_dir>/<app_id>/<name>.rhai`); `crate::routines` loads, compiles and runs it.
 
 use serde::Deserialize;
-use serde_json::{Value, json};
+use serde_json::json;
+
+use crate::llm::Schema;
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -13,7 +15,7 @@ pub struct RoutineManifest {
     pub description: String,
     /// JSON Schema of the arguments (an object schema); default: no arguments.
     #[serde(default = "no_arguments")]
-    pub arguments: Value,
+    pub arguments: Schema,
     /// A catalog model id for the script's `model()` calls; default: the main model.
     #[serde(default)]
     pub model: Option<String>,
@@ -22,6 +24,6 @@ pub struct RoutineManifest {
     pub always_include: bool,
 }
 
-fn no_arguments() -> Value {
-    json!({"type": "object", "properties": {}})
+fn no_arguments() -> Schema {
+    json!({"type": "object", "properties": {}}).into()
 }
