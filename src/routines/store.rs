@@ -104,8 +104,8 @@ fn drive_key(owner: &UserHash, app: &str, key: &str) -> String {
 
 impl RunStore {
     pub fn new(backend: Home, keyring: Arc<Keyring>) -> Self {
-        let waiting_index = match &backend {
-            Home::Store(store) => Some(Arc::new(WaitingIndex::new(store.clone()))),
+        let waiting_index = match backend {
+            Home::Store(_) => Some(Arc::default()),
             Home::Cache(_) => None,
         };
         Self {
@@ -181,8 +181,8 @@ impl RunStore {
         }
         let key = waiting_key(owner, chat);
         let sealed = self.seal(owner, &key, run.as_str().as_bytes()).await?;
-        if let Some(index) = &self.waiting_index {
-            index.insert(&key, ttl).await?;
+        if let (Some(index), Home::Store(store)) = (&self.waiting_index, &self.backend) {
+            index.insert(store.as_ref(), &key, ttl).await?;
         }
         let held = self.backend.claim(&key, sealed.clone(), ttl).await?;
         Ok(held == sealed)
@@ -195,8 +195,8 @@ impl RunStore {
         chat: &ChatId,
     ) -> Result<Option<RunId>, StoreFault> {
         let key = waiting_key(owner, chat);
-        if let Some(index) = &self.waiting_index
-            && !index.may_hold(&key).await?
+        if let (Some(index), Home::Store(store)) = (&self.waiting_index, &self.backend)
+            && !index.may_hold(store.as_ref(), &key).await?
         {
             return Ok(None);
         }

@@ -43,7 +43,7 @@ impl ToolRunner for Routines {
                     "Routine {}: {} (it may ask the user questions over several messages)",
                     r.full_id, r.manifest.description
                 ),
-                parameters: r.manifest.arguments.clone(),
+                parameters: r.manifest.arguments.clone().into(),
             })
             .collect()
     }

@@ -3,9 +3,7 @@
 //! (`<apps_dir>/<app_id>/<name>.rhai`); `crate::routines` loads, compiles and runs it.
 
 use serde::Deserialize;
-use serde_json::json;
-
-use crate::llm::Schema;
+use serde_json::{Value, json};
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -15,7 +13,7 @@ pub struct RoutineManifest {
     pub description: String,
     /// JSON Schema of the arguments (an object schema); default: no arguments.
     #[serde(default = "no_arguments")]
-    pub arguments: Schema,
+    pub arguments: Value,
     /// A catalog model id for the script's `model()` calls; default: the main model.
     #[serde(default)]
     pub model: Option<String>,
@@ -24,6 +22,6 @@ pub struct RoutineManifest {
     pub always_include: bool,
 }
 
-fn no_arguments() -> Schema {
-    json!({"type": "object", "properties": {}}).into()
+fn no_arguments() -> Value {
+    json!({"type": "object", "properties": {}})
 }

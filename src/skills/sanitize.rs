@@ -34,7 +34,7 @@ pub struct DetectorPrompt {
 pub struct DetectorFunction {
     pub name: String,
     pub description: String,
-    pub parameters: crate::llm::Schema,
+    pub parameters: serde_json::Value,
 }
 
 impl DetectorPrompt {
@@ -86,7 +86,7 @@ impl Detector {
         let tool = ToolDef {
             name: self.prompt.function.name.clone(),
             description: self.prompt.function.description.clone(),
-            parameters: self.prompt.function.parameters.clone(),
+            parameters: self.prompt.function.parameters.clone().into(),
         };
         let calls = chunks.iter().map(|chunk| {
             let mut request = LlmRequest::chat(

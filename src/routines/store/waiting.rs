@@ -10,78 +10,70 @@
 //! store read that follows says so. A name not in the index is not in the store.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
+use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::OnceCell;
 
-use crate::store::values::{expiry, now_millis};
+use crate::store::values::now_millis;
 use crate::store::{Store, StoreError};
 
 /// What every waiting marker's name contains (see `waiting_key`).
 pub(super) const INFIX: &str = ":routine:waiting:";
 
-pub(super) struct WaitingIndex {
-    store: Arc<dyn Store>,
-    loaded: OnceCell<()>,
-    names: Mutex<Names>,
-}
-
 #[derive(Default)]
-struct Names {
+pub(super) struct WaitingIndex {
+    loaded: OnceCell<()>,
     /// Name → expiry (milliseconds since the epoch).
-    expiries: HashMap<String, i64>,
-    /// The size after the last sweep of expired names (the next waits until it doubles).
-    swept_at: usize,
+    names: Mutex<HashMap<String, i64>>,
+    /// The size after the last sweep of expired names (the next sweep waits until the
+    /// index has doubled).
+    swept_at: Mutex<usize>,
 }
 
 impl WaitingIndex {
-    pub(super) fn new(store: Arc<dyn Store>) -> Self {
-        Self {
-            store,
-            loaded: OnceCell::new(),
-            names: Mutex::default(),
-        }
-    }
-
     /// Whether the store may hold `name` (false: it surely does not).
-    pub(super) async fn may_hold(&self, name: &str) -> Result<bool, StoreError> {
-        self.load().await?;
+    pub(super) async fn may_hold(&self, store: &dyn Store, name: &str) -> Result<bool, StoreError> {
+        self.load(store).await?;
         let names = self.names();
-        Ok(names
-            .expiries
-            .get(name)
-            .is_some_and(|&exp| exp > now_millis()))
+        Ok(names.get(name).is_some_and(|&exp| exp > now_millis()))
     }
 
     /// `name` is about to be written for `ttl`.
-    pub(super) async fn insert(&self, name: &str, ttl: Duration) -> Result<(), StoreError> {
-        self.load().await?;
-        let expiry = expiry(ttl);
+    pub(super) async fn insert(
+        &self,
+        store: &dyn Store,
+        name: &str,
+        ttl: Duration,
+    ) -> Result<(), StoreError> {
+        self.load(store).await?;
+        let expiry = crate::store::values::expiry(ttl);
         let mut names = self.names();
         // A live holder may outlast this claim: the later expiry stands.
-        let held = names.expiries.entry(name.to_string()).or_insert(expiry);
+        let held = names.entry(name.to_string()).or_insert(expiry);
         *held = (*held).max(expiry);
-        if names.expiries.len() > 2 * names.swept_at.max(64) {
+        let mut swept = self.swept_at.lock().unwrap_or_else(PoisonError::into_inner);
+        if names.len() > 2 * (*swept).max(64) {
             let now = now_millis();
-            names.expiries.retain(|_, exp| *exp > now);
-            names.swept_at = names.expiries.len();
+            names.retain(|_, exp| *exp > now);
+            *swept = names.len();
         }
         Ok(())
     }
 
-    /// `name` is being deleted from the store.
+    /// `name` was deleted from the store.
     pub(super) fn remove(&self, name: &str) {
-        self.names().expiries.remove(name);
+        self.names().remove(name);
     }
 
-    async fn load(&self) -> Result<(), StoreError> {
+    async fn load(&self, store: &dyn Store) -> Result<(), StoreError> {
         self.loaded
             .get_or_try_init(|| async {
-                let found = self.store.value_names(INFIX).await?;
+                let found = store.value_names(INFIX).await?;
                 let mut names = self.names();
+                // A name written meanwhile (none can be: writers load first) keeps its own.
                 for (name, expiry) in found {
-                    names.expiries.entry(name).or_insert(expiry);
+                    names.entry(name).or_insert(expiry);
                 }
                 Ok::<(), StoreError>(())
             })
@@ -89,7 +81,7 @@ impl WaitingIndex {
             .map(|_| ())
     }
 
-    fn names(&self) -> MutexGuard<'_, Names> {
+    fn names(&self) -> std::sync::MutexGuard<'_, HashMap<String, i64>> {
         self.names.lock().unwrap_or_else(PoisonError::into_inner)
     }
 }
