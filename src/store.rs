@@ -10,6 +10,7 @@
 
 pub mod owners;
 mod postgres;
+mod present;
 mod sql;
 mod sqlite;
 pub mod values;

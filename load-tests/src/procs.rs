@@ -132,18 +132,28 @@ impl Server {
 
     /// CPU time (user + system) the child used so far, from `/proc/PID/stat`.
     pub fn cpu_time(&self) -> Duration {
-        let Ok(stat) = std::fs::read_to_string(format!("/proc/{}/stat", self.pid())) else {
-            return Duration::ZERO;
-        };
-        let after = stat.rsplit(')').next().unwrap_or("");
-        let fields: Vec<&str> = after.split_whitespace().collect();
-        // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the name.
-        let ticks: u64 = [11, 12]
-            .iter()
-            .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<u64>().ok()))
-            .sum();
-        Duration::from_millis(ticks * 10)
+        cpu_time_of(&self.pid().to_string())
     }
+}
+
+/// CPU time (user + system) this process (the load clients) used so far.
+pub fn own_cpu_time() -> Duration {
+    cpu_time_of("self")
+}
+
+/// CPU time (user + system) of `/proc/{pid}` so far (zero when unreadable).
+fn cpu_time_of(pid: &str) -> Duration {
+    let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+        return Duration::ZERO;
+    };
+    let after = stat.rsplit(')').next().unwrap_or("");
+    let fields: Vec<&str> = after.split_whitespace().collect();
+    // Fields 14 and 15 of stat (utime, stime) are at 11 and 12 after the name.
+    let ticks: u64 = [11, 12]
+        .iter()
+        .filter_map(|i| fields.get(*i).and_then(|v| v.parse::<u64>().ok()))
+        .sum();
+    Duration::from_millis(ticks * 10)
 }
 
 impl Drop for Server {

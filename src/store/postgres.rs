@@ -9,6 +9,8 @@ static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/postgres
 
 pub struct PostgresStore {
     pool: sqlx::PgPool,
+    /// None: several nodes write the store (see `present`).
+    present: Option<super::present::PresentChats>,
 }
 
 impl PostgresStore {
@@ -20,7 +22,10 @@ impl PostgresStore {
             .connect(url)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        Ok(Self {
+            pool,
+            present: None,
+        })
     }
 }
 

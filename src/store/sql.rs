@@ -86,9 +86,14 @@ macro_rules! impl_store {
         /// Creates the chat for `owner` if no one has it; `Forbidden` if another owner does.
         async fn claim(
             conn: &mut <$db as sqlx::Database>::Connection,
+            present: Option<&super::present::PresentChats>,
             owner: &UserId,
             chat: &ChatId,
         ) -> Result<(), StoreError> {
+            // Noted before the row exists (see `present`).
+            if let Some(present) = present {
+                present.note(chat);
+            }
             sqlx::query(
                 "INSERT INTO chats (chat_id, owner) VALUES ($1, $2) ON CONFLICT (chat_id) DO NOTHING",
             )
@@ -147,7 +152,7 @@ macro_rules! impl_store {
                 patch: &ChatPatch,
             ) -> Result<ChatDetails, StoreError> {
                 let mut tx = self.pool.begin().await?;
-                claim(&mut tx, owner, chat).await?;
+                claim(&mut tx, self.present.as_ref(), owner, chat).await?;
                 let new_suggestions = match &patch.encrypted_new_chat_suggestions {
                     Some(list) => Some(encode(list)?),
                     None => None,
@@ -219,7 +224,7 @@ macro_rules! impl_store {
                     chatd_protocol::Role::System => "system",
                 };
                 let mut tx = self.pool.begin().await?;
-                claim(&mut tx, owner, chat).await?;
+                claim(&mut tx, self.present.as_ref(), owner, chat).await?;
                 let inserted = sqlx::query(
                     "INSERT INTO messages (message_id, chat_id, owner, role, created_at, body) \
                      VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING",
@@ -635,7 +640,7 @@ macro_rules! impl_store {
             ) -> BoxFuture<'a, Result<bool, StoreError>> {
                 Box::pin(async move {
                     let mut tx = self.pool.begin().await?;
-                    claim(&mut tx, owner, chat).await?;
+                    claim(&mut tx, self.present.as_ref(), owner, chat).await?;
                     // Locks the row until commit (PostgreSQL; SQLite's writer already holds
                     // the database), so two rejections in one chat never lose one another.
                     sqlx::query("UPDATE chats SET owner = owner WHERE chat_id = $1 AND owner = $2")
@@ -705,6 +710,9 @@ macro_rules! impl_store {
                 chat: &'a ChatId,
             ) -> BoxFuture<'a, Result<Option<ChatVersions>, StoreError>> {
                 Box::pin(async move {
+                    if self.present.as_ref().is_some_and(|p| !p.may_hold(chat)) {
+                        return Ok(None);
+                    }
                     let row = sqlx::query(
                         "SELECT owner, messages_v, title_v, last_edited_overall_timestamp \
                          FROM chats WHERE chat_id = $1",

@@ -6,12 +6,17 @@ use std::time::Duration;
 
 use sqlx::sqlite::{SqliteConnectOptions, SqliteJournalMode, SqlitePoolOptions, SqliteSynchronous};
 
+use futures_util::TryStreamExt;
+
 use super::ACQUIRE_TIMEOUT;
+use super::present::PresentChats;
 
 static MIGRATOR: sqlx::migrate::Migrator = sqlx::migrate!("./migrations/sqlite");
 
 pub struct SqliteStore {
     pool: sqlx::SqlitePool,
+    /// Which chats the store may hold (this process is its only writer).
+    present: Option<PresentChats>,
 }
 
 impl SqliteStore {
@@ -35,7 +40,16 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
-        Ok(Self { pool })
+        let present = PresentChats::new(std::iter::empty());
+        let mut stored = sqlx::query_scalar::<_, String>("SELECT chat_id FROM chats").fetch(&pool);
+        while let Some(id) = stored.try_next().await? {
+            present.note_id(&id);
+        }
+        drop(stored);
+        Ok(Self {
+            pool,
+            present: Some(present),
+        })
     }
 }
 

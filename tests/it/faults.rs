@@ -377,6 +377,7 @@ async fn stalled_devices_beside_fast_ones_are_closed_4001_and_leak_nothing() {
     let ports = [app.addr.port()];
     let provider = [0, port(&fake.base_url())];
     let before = counts(&ports);
+    let tracked_before = tracked(&app);
     let pool_before = counts(&provider).0;
     let mut stalled = Vec::new();
     for u in &users {
@@ -446,6 +447,14 @@ async fn stalled_devices_beside_fast_ones_are_closed_4001_and_leak_nothing() {
     );
     assert!(
         after.1 <= before.1 + 2 * pool_growth,
-        "tasks: {before:?} → {after:?} (provider pool grew by {pool_growth})"
+        "tasks: {before:?} → {after:?} (provider pool grew by {pool_growth}); chatd's trackers \
+         (turn, connection): {tracked_before:?} → {:?}",
+        tracked(&app)
     );
+}
+
+/// The tasks on chatd's own trackers (turns, connections): where a leak would be.
+fn tracked(app: &crate::support::TestApp) -> (usize, usize) {
+    let tasks = &app.state.tasks;
+    (tasks.turns.len(), tasks.connections.len())
 }

@@ -65,10 +65,22 @@ fn titled(title: &str, key: &str) -> ChatPatch {
     }
 }
 
+/// `chat`'s versions are `owner`'s to read; `other`'s read is refused.
+async fn owned_by(store: &dyn Store, owner: &str, other: &str, chat: &ChatId) {
+    let versions = store.chat_versions(&user(owner), chat).await.unwrap();
+    assert!(versions.is_some(), "{owner} reads {chat:?}");
+    assert!(matches!(
+        store.chat_versions(&user(other), chat).await,
+        Err(StoreError::Forbidden)
+    ));
+}
+
 async fn contract(store: Arc<dyn Store>) {
     let (a, b) = (user("alice"), user("bob"));
     let c1 = chat("chat-1");
     store.ping().await.unwrap();
+    // A chat no one stored: no versions, for anyone.
+    assert!(store.chat_versions(&a, &c1).await.unwrap().is_none());
 
     // Metadata: created on first write, title_v counts title changes.
     let d = store
@@ -122,6 +134,7 @@ async fn contract(store: Arc<dyn Store>) {
     );
 
     // Another user: every operation on alice's ids is refused and changes nothing.
+    owned_by(store.as_ref(), "alice", "bob", &c1).await;
     let before = store.chat(&a, &c1).await.unwrap();
     assert!(matches!(
         store.update_chat(&b, &c1, &titled("x", "k2")).await,
@@ -404,6 +417,11 @@ async fn sqlite_store_meets_the_contract() {
     // Migrations are idempotent: reopening applies nothing and keeps the data.
     let again = chatd::store::open(&url).await.unwrap();
     assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    // The reopened store knows the chats it holds (deleted and taken by bob, chat-1 is
+    // his; SQLite's filter of present chats is read from the file), and one it does not.
+    owned_by(again.as_ref(), "bob", "alice", &chat("chat-1")).await;
+    let (bob, never) = (user("bob"), chat("never-stored"));
+    assert!(again.chat_versions(&bob, &never).await.unwrap().is_none());
     let wal = dir.path().join("store.db-wal");
     assert!(wal.exists(), "SQLite runs in WAL mode");
 }
@@ -418,6 +436,7 @@ async fn postgres_store_meets_the_contract() {
     contract(store).await;
     let again = chatd::store::open(&url).await.unwrap();
     assert_eq!(again.count_chats(&user("alice")).await.unwrap(), 25);
+    owned_by(again.as_ref(), "bob", "alice", &chat("chat-1")).await;
     let versions = pg
         .psql("contract", "SELECT count(*) FROM _sqlx_migrations")
         .await

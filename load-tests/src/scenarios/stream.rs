@@ -76,34 +76,46 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
                 "floor3" => &servers.floor3,
                 _ => servers.server(target.kind),
             };
-            let (cpu0, llm0) = (server.cpu_time(), servers.llm.cpu_time());
+            let (cpu0, llm0, own0) = (
+                server.cpu_time(),
+                servers.llm.cpu_time(),
+                crate::procs::own_cpu_time(),
+            );
             let start = tokio::time::Instant::now();
             let (conns, batch) = run_turns(conns, Until::Deadline(start + p.duration), stall).await;
             let elapsed = start.elapsed().as_secs_f64();
             let cpu = server.cpu_time().saturating_sub(cpu0);
             let llm_cpu = servers.llm.cpu_time().saturating_sub(llm0);
+            let client_cpu = crate::procs::own_cpu_time().saturating_sub(own0);
             drop(conns);
             let rate = batch.ok as f64 / elapsed;
             chats_s[i] = rate;
             curves[i].1.push((c as f64, rate));
-            let cpu_per_chat_us = if batch.ok > 0 {
-                cpu.as_secs_f64() * 1e6 / batch.ok as f64
-            } else {
-                0.0
+            let per_chat = |d: Duration| {
+                if batch.ok > 0 {
+                    d.as_secs_f64() * 1e6 / batch.ok as f64
+                } else {
+                    0.0
+                }
             };
+            let cpu_per_chat_us = per_chat(cpu);
+            let client_cpu_us = per_chat(client_cpu);
             per_kind.insert(
                 (*name).into(),
                 json!({
                     "chats": batch.ok, "errors": batch.errors, "elapsed_s": elapsed,
                     "chats_per_s": rate, "tokens_per_s": rate * p.tokens as f64,
                     "server_cpu_us_per_chat": cpu_per_chat_us,
-                    "fake_llm_cpu_us_per_chat": if batch.ok > 0 { llm_cpu.as_secs_f64() * 1e6 / batch.ok as f64 } else { 0.0 },
+                    "fake_llm_cpu_us_per_chat": per_chat(llm_cpu),
+                    // The load clients share the box: their cost per chat differs by lane
+                    // (chatd's frames are parsed, the floor's only matched).
+                    "client_cpu_us_per_chat": client_cpu_us,
                     "turn_latency": batch.done.json(),
                     "first_error": batch.first_error,
                 }),
             );
             report.line(format!(
-                "  {c:>4} chats  {name:<6} {rate:>9.0} chats/s {:>11.0} tokens/s  p50 turn {:>8.1} µs  p99 {:>9.1} µs  cpu/chat {cpu_per_chat_us:>7.0} µs  errors {}",
+                "  {c:>4} chats  {name:<6} {rate:>9.0} chats/s {:>11.0} tokens/s  p50 turn {:>8.1} µs  p99 {:>9.1} µs  cpu/chat {cpu_per_chat_us:>7.0} µs  client {client_cpu_us:>5.0} µs  errors {}",
                 rate * p.tokens as f64,
                 batch.done.us(0.5),
                 batch.done.us(0.99),

@@ -132,9 +132,12 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
             p99_added(2),
             ratio(chatd_added, floor_added)
         ));
+        // With the speculative main call (on for a local model) the main call runs beside
+        // preprocessing, so its first token is often there when typing starts: the gap is
+        // shown as it is, not as an "added" time (which would be negative).
         report.line(format!(
-            "        added  chatd main call p50 {main_added:>8.1} µs ({:.1}x floor; ai_typing_started -> first ai_message_update)",
-            ratio(main_added, floor_added)
+            "        chatd ai_typing_started -> first ai_message_update p50 {:>8.1} µs (minus the direct TTFT: {main_added:.1} µs)",
+            totals[2].main_first.us(0.5)
         ));
         if errors > 0 {
             report.line(format!("        errors: {errors}"));
