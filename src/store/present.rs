@@ -23,16 +23,12 @@ pub struct PresentChats {
 }
 
 impl PresentChats {
-    /// A filter holding `stored` (every chat id in the store).
-    pub fn new<'a>(stored: impl IntoIterator<Item = &'a str>) -> Self {
-        let present = Self {
+    /// An empty filter (the store's chats are noted as they are read at start-up).
+    pub fn new() -> Self {
+        Self {
             filter: AtomicBloomFilter::with_false_pos(FALSE_POSITIVES)
                 .expected_items(EXPECTED_CHATS),
-        };
-        for id in stored {
-            present.note_id(id);
         }
-        present
     }
 
     /// Notes a chat about to be written (before the write).
@@ -61,7 +57,9 @@ mod tests {
 
     #[test]
     fn holds_what_was_stored_and_noted() {
-        let present = PresentChats::new(["a", "b"]);
+        let present = PresentChats::new();
+        present.note_id("a");
+        present.note_id("b");
         assert!(present.may_hold(&chat("a")));
         assert!(present.may_hold(&chat("b")));
         present.note(&chat("c"));

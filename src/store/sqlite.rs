@@ -40,7 +40,7 @@ impl SqliteStore {
             .connect_with(options)
             .await?;
         MIGRATOR.run(&pool).await?;
-        let present = PresentChats::new(std::iter::empty());
+        let present = PresentChats::new();
         let mut stored = sqlx::query_scalar::<_, String>("SELECT chat_id FROM chats").fetch(&pool);
         while let Some(id) = stored.try_next().await? {
             present.note_id(&id);
