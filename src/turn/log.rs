@@ -28,10 +28,6 @@ pub enum LogEntry {
         append: bool,
         update: AiMessageUpdate,
     },
-    /// The chunks of an ended turn, kept only as positions `(log index, sequence)` in place
-    /// of the first of them: the final frame after them holds the whole text (see
-    /// [`TurnLog::compact`]).
-    Marks { chunks: Vec<(u64, u64)> },
 }
 
 impl LogEntry {
@@ -224,33 +220,6 @@ impl TurnLog {
         }))
     }
 
-    /// Keeps an in-process log's chunks (`chunks`: their log indexes and sequences, all
-    /// before the final frame just logged) only as positions: the final frame holds the
-    /// whole text, so a device resuming after it needs that frame, not every step to it
-    /// (the outbox coalesces superseded chunks the same way), and a finished turn's log
-    /// holds a handful of entries for `cluster.resume_window` instead of one per chunk.
-    /// A log outside this process is kept whole (it is bounded by its own length).
-    pub async fn compact(
-        &self,
-        owner: &UserHash,
-        chat: &ChatId,
-        task: &TaskId,
-        generation: u64,
-        chunks: Vec<(u64, u64)>,
-    ) -> Result<(), LogError> {
-        if !self.in_process() || chunks.is_empty() {
-            return Ok(());
-        }
-        let indexes = chunks.iter().map(|(i, _)| *i).collect();
-        let marks = serde_json::to_vec(&LogEntry::Marks { chunks }).unwrap_or_default();
-        // The in-process stored form (see `append`): the owner, then the entry.
-        let entry = [owner.as_str().as_bytes(), &marks].concat();
-        Ok(self
-            .store
-            .log_compact(chat, task, generation, indexes, entry)
-            .await?)
-    }
-
     /// Ends the log (refused with `Fenced` when another node took the turn over).
     pub async fn end(&self, chat: &ChatId, task: &TaskId, generation: u64) -> Result<(), LogError> {
         Ok(self
@@ -268,15 +237,8 @@ pub fn replay(log: &Logged, last_sequence: u64) -> Option<Vec<(u64, ServerMessag
     if log.first.is_some_and(|f| f > 1) {
         return None;
     }
-    // The device's position: the log index of the update it saw last (0: none yet).
-    let position = match last_sequence {
-        0 => 0,
-        _ => log
-            .entries
-            .iter()
-            .find_map(|(index, entry)| entry.index_of(*index, last_sequence))?,
-    };
     let mut text = String::new();
+    let mut found = last_sequence == 0;
     let mut out = Vec::new();
     for (index, entry) in &log.entries {
         let frame = match entry {
@@ -290,32 +252,18 @@ pub fn replay(log: &Logged, last_sequence: u64) -> Option<Vec<(u64, ServerMessag
                 (Audience::All, ServerMessage::AiMessageUpdate(update))
             }
             LogEntry::Frame { audience, frame } => (audience.clone(), frame.clone()),
-            // Positions only: the final frame after them holds the text.
-            LogEntry::Marks { .. } => continue,
         };
-        if *index > position && matches!(frame.0, Audience::All | Audience::Showing(_)) {
+        let sequence = match &frame.1 {
+            ServerMessage::AiMessageUpdate(u) => Some(u.sequence),
+            _ => None,
+        };
+        if found && matches!(frame.0, Audience::All | Audience::Showing(_)) {
             out.push((*index, frame.1));
+        } else if sequence == Some(last_sequence) {
+            found = true;
         }
     }
-    Some(out)
-}
-
-impl LogEntry {
-    /// The log index of the `ai_message_update` numbered `sequence`, if this entry holds it
-    /// (`index`: the entry's own).
-    fn index_of(&self, index: u64, sequence: u64) -> Option<u64> {
-        match self {
-            LogEntry::Chunk { update, .. }
-            | LogEntry::Frame {
-                frame: ServerMessage::AiMessageUpdate(update),
-                ..
-            } => (update.sequence == sequence).then_some(index),
-            LogEntry::Marks { chunks } => chunks
-                .iter()
-                .find_map(|&(i, s)| (s == sequence).then_some(i)),
-            LogEntry::Frame { .. } => None,
-        }
-    }
+    found.then_some(out)
 }
 
 /// For a device that starts showing a chat while its turn runs: the latest
@@ -344,7 +292,7 @@ pub fn latest(log: &Logged) -> (Vec<(u64, ServerMessage)>, u64) {
                 u.full_content_so_far = text.clone();
                 update = Some((*index, u));
             }
-            LogEntry::Frame { .. } | LogEntry::Marks { .. } => {}
+            LogEntry::Frame { .. } => {}
         }
     }
     let last = log.entries.last().map_or(0, |(i, _)| *i);

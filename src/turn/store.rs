@@ -214,21 +214,6 @@ pub trait TurnStore: Send + Sync {
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
 
-    /// Replaces the entries at `replaced` (ascending log indexes) with one `entry` at the
-    /// first of them still held; `Fenced` as for [`TurnStore::log_end`]. For logs kept in
-    /// this process ([`crate::turn::log::TurnLog::compact`]); a store whose logs
-    /// leave the process keeps them whole (this default), bounded by their own length.
-    fn log_compact<'a>(
-        &'a self,
-        _chat: &'a ChatId,
-        _task: &'a TaskId,
-        _generation: u64,
-        _replaced: Vec<u64>,
-        _entry: Vec<u8>,
-    ) -> BoxFuture<'a, Result<(), TurnStoreError>> {
-        Box::pin(std::future::ready(Ok(())))
-    }
-
     /// Reachability for `/readyz`.
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>>;
 }

@@ -47,9 +47,6 @@ struct Written {
     /// When the turn started, until its first chunk is timed
     /// (`chatd_turn_first_chunk_seconds`).
     first_chunk_from: Option<std::time::Instant>,
-    /// The chunks written since the last final frame (log index, sequence): the final
-    /// frame supersedes them, so an in-process log then keeps them as positions only.
-    chunks: Vec<(u64, u64)>,
 }
 
 /// A frame on its way to the log and to the other nodes.
@@ -110,7 +107,6 @@ impl TurnWriter {
                 suggestions: Vec::new(),
                 text: String::new(),
                 first_chunk_from: None,
-                chunks: Vec::new(),
             }),
             log,
             flushed,
@@ -143,22 +139,31 @@ impl TurnWriter {
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
-        let mut compact = Vec::new();
+        let hub = &self.deps.delivery.hub;
+        hub.send_turn(
+            &self.key.owner,
+            &audience,
+            &self.key.task,
+            w.index,
+            encoded,
+            &msg,
+        );
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
-            match u.is_final_chunk {
-                true => compact = std::mem::take(&mut w.chunks),
-                false if self.log.is_none() => w.chunks.push((w.index, u.sequence)),
-                false => {}
-            }
         }
         let Some(flusher) = &self.log else {
-            // An in-process log appends at once (its store never waits), before the frame
-            // goes out: a device that saw the frame finds it in the log.
-            self.append_here(&entry, compact);
-            return self.deliver(w.index, &audience, encoded, &msg);
+            // An in-process log appends at once (its store never waits).
+            let k = &self.key;
+            let appended = self
+                .deps
+                .log
+                .append(&k.owner, &k.chat, &k.task, k.generation, &entry)
+                .now_or_never();
+            if let Some(Err(e)) = appended {
+                tracing::warn!(error = %e, "could not log a turn frame");
+            }
+            return;
         };
-        self.deliver(w.index, &audience, encoded, &msg);
         // Other nodes get the frame after the log (kept only when there are other nodes).
         let publish = self.deps.delivery.has_peers().then_some((audience, msg));
         // The flusher is gone only at shutdown; the frame was delivered here anyway.
@@ -167,31 +172,6 @@ impl TurnWriter {
             entry,
             publish,
         });
-    }
-
-    fn deliver(&self, index: u64, audience: &Audience, encoded: EncodedFrame, msg: &ServerMessage) {
-        let k = &self.key;
-        let hub = &self.deps.delivery.hub;
-        hub.send_turn(&k.owner, audience, &k.task, index, encoded, msg);
-    }
-
-    /// Appends to the in-process log; with a final frame, the chunks before it
-    /// (`compact`) are kept as positions only (see [`crate::turn::log::TurnLog::compact`]).
-    fn append_here(&self, entry: &[u8], compact: Vec<(u64, u64)>) {
-        let k = &self.key;
-        let log = &self.deps.log;
-        let appended = log
-            .append(&k.owner, &k.chat, &k.task, k.generation, entry)
-            .now_or_never();
-        if let Some(Err(e)) = appended {
-            tracing::warn!(error = %e, "could not log a turn frame");
-        }
-        let compacted = log
-            .compact(&k.owner, &k.chat, &k.task, k.generation, compact)
-            .now_or_never();
-        if let Some(Err(e)) = compacted {
-            tracing::warn!(error = %e, "could not compact a turn's log");
-        }
     }
 
     /// Waits until every frame written so far is in the log (so a resume that reads the

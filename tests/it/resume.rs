@@ -145,10 +145,8 @@ async fn resume_table_while_running_and_after_the_end() {
     let last = crate::support::collect_answer(&mut sender).await.1;
     assert_eq!(last.full_content_so_far, final_text);
 
-    // After the final frame, inside the resume window: the rest of the log, where the final
-    // frame (the whole text) stands for the chunks before it (embedded mode keeps them as
-    // positions only, as the outbox coalesces superseded chunks for a device behind).
-    for (from, expected) in [(0, vec![5]), (2, vec![5]), (4, vec![5])] {
+    // After the end, inside the resume window: the rest of the log, up to the final frame.
+    for (from, expected) in [(0, vec![1, 2, 3, 4, 5]), (2, vec![3, 4, 5]), (4, vec![5])] {
         let mut ws = app.connect("alice").await;
         let (recovered, updates) = resumed(&mut ws, CHAT, &task, from, true).await;
         assert!(recovered, "finished turn from {from}");

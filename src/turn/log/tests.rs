@@ -135,36 +135,6 @@ fn replay_table() {
     }
 }
 
-/// After the final frame an in-process log keeps its chunks as positions only: a device
-/// resuming from any of them gets the frames after its position, the final frame (the
-/// whole text) among them, and nothing it had.
-#[test]
-fn a_compacted_log_replays_from_every_position() {
-    let mut log = log();
-    let marks = LogEntry::Marks {
-        chunks: vec![(3, 1), (4, 2), (5, 3), (6, 4)],
-    };
-    log.entries.retain(|(i, _)| !(3..=6).contains(i));
-    log.entries.insert(2, (3, marks));
-    let final_frame = (7, "5:A\n\nX\n\nC".to_string());
-    let cases = [
-        (
-            0,
-            vec![(2, "ai_typing_started".to_string()), final_frame.clone()],
-        ),
-        (1, vec![final_frame.clone()]),
-        (4, vec![final_frame.clone()]),
-        (5, Vec::new()),
-    ];
-    for (position, expected) in cases {
-        let replayed = replay(&log, position).map(|f| texts(&f));
-        assert_eq!(replayed, Some(expected), "from {position}");
-    }
-    assert_eq!(replay(&log, 9), None, "ahead of the log");
-    let (frames, _) = latest(&log);
-    assert_eq!(texts(&frames).last(), Some(&final_frame));
-}
-
 #[test]
 fn latest_is_typing_and_the_newest_cumulative_update() {
     let mut log = log();

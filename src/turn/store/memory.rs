@@ -364,35 +364,6 @@ impl TurnStore for MemoryTurnStore {
         Box::pin(ready(Ok(())))
     }
 
-    fn log_compact<'a>(
-        &'a self,
-        chat: &'a ChatId,
-        task: &'a TaskId,
-        generation: u64,
-        replaced: Vec<u64>,
-        entry: Vec<u8>,
-    ) -> Res<'a, ()> {
-        let mut s = self.lock();
-        let Some(log) = s.logs.get_mut(&(chat.clone(), task.clone())) else {
-            return Box::pin(ready(Ok(())));
-        };
-        if generation < log.fence {
-            return Box::pin(ready(Err(TurnStoreError::Fenced)));
-        }
-        let mut entry = Some(entry);
-        let mut kept =
-            VecDeque::with_capacity(log.entries.len().saturating_sub(replaced.len()) + 1);
-        for (index, value) in log.entries.drain(..) {
-            if replaced.binary_search(&index).is_err() {
-                kept.push_back((index, value));
-            } else if let Some(entry) = entry.take() {
-                kept.push_back((index, entry));
-            }
-        }
-        log.entries = kept;
-        Box::pin(ready(Ok(())))
-    }
-
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>> {
         Box::pin(ready(Ok(())))
     }
