@@ -108,6 +108,9 @@ pub async fn connect(target: &Target, keys: &TokenKeys, id: u64) -> anyhow::Resu
     Conn::open(target, id, token.as_deref()).await
 }
 
+/// How many raw first-frame times a batch keeps.
+pub const RAW_CAP: usize = 100_000;
+
 /// What a batch of clients measured.
 #[derive(Default, Clone)]
 pub struct Batch {
@@ -116,6 +119,9 @@ pub struct Batch {
     /// Turns whose longest gap between frames exceeded the stall threshold.
     pub stalls: u64,
     pub first: Hist,
+    /// The first-frame times themselves (up to [`RAW_CAP`]), for exact medians where the
+    /// histogram's 3 significant digits are too coarse (131 µs steps at 200 ms).
+    pub first_raw: Vec<Duration>,
     pub main_first: Hist,
     pub model_selected: Hist,
     pub done: Hist,
@@ -127,6 +133,9 @@ impl Batch {
     fn add_turn(&mut self, t: &TurnTiming, stall: Duration) {
         self.ok += 1;
         self.first.record(t.first);
+        if self.first_raw.len() < RAW_CAP {
+            self.first_raw.push(t.first);
+        }
         if let Some(m) = t.main_first {
             self.main_first.record(m);
         }
@@ -145,6 +154,9 @@ impl Batch {
         self.errors += o.errors;
         self.stalls += o.stalls;
         self.first.add(&o.first);
+        let room = RAW_CAP.saturating_sub(self.first_raw.len());
+        self.first_raw
+            .extend(o.first_raw.iter().take(room).copied());
         self.main_first.add(&o.main_first);
         self.model_selected.add(&o.model_selected);
         self.done.add(&o.done);
@@ -201,6 +213,18 @@ pub async fn run_turns(conns: Vec<Conn>, until: Until, stall: Duration) -> (Vec<
         }
     }
     (pool, all)
+}
+
+impl Batch {
+    /// The exact median first-frame time in µs (from the raw samples).
+    pub fn first_median_us(&self) -> f64 {
+        crate::stats::median(
+            self.first_raw
+                .iter()
+                .map(|d| d.as_secs_f64() * 1e6)
+                .collect(),
+        )
+    }
 }
 
 pub fn ratio(a: f64, b: f64) -> f64 {

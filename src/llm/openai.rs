@@ -236,6 +236,11 @@ struct ChunkUsage {
 struct State<S> {
     events: S,
     idle: Duration,
+    /// The idle deadline: one timer for the whole stream, armed at the last event's time +
+    /// `idle` and moved on only when it fires (registering a fresh timer per event takes
+    /// the runtime's timer lock twice an event).
+    idle_timer: std::pin::Pin<Box<tokio::time::Sleep>>,
+    last_event: tokio::time::Instant,
     pending: VecDeque<Result<LlmEvent, LlmError>>,
     tools: ToolCallAccumulator,
     finish_reason: Option<String>,
@@ -248,9 +253,12 @@ where
     S: Stream<Item = Result<eventsource_stream::Event, E>> + Unpin + Send,
     E: std::fmt::Display,
 {
+    let now = tokio::time::Instant::now();
     let state = State {
         events,
         idle,
+        idle_timer: Box::pin(tokio::time::sleep_until(now + idle)),
+        last_event: now,
         pending: VecDeque::new(),
         tools: ToolCallAccumulator::default(),
         finish_reason: None,
@@ -264,12 +272,9 @@ where
             if st.finished {
                 return None;
             }
-            let next = match tokio::time::timeout(st.idle, st.events.next()).await {
-                Err(_) => {
-                    st.finished = true;
-                    return Some((Err(LlmError::Idle(st.idle)), st));
-                }
-                Ok(next) => next,
+            let Some(next) = next_event(&mut st).await else {
+                st.finished = true;
+                return Some((Err(LlmError::Idle(st.idle)), st));
             };
             match next {
                 None => {
@@ -307,6 +312,26 @@ where
             }
         }
     })
+}
+
+/// The stream's next item, or `None` when nothing came for `idle` since the last one.
+async fn next_event<S: Stream + Unpin>(st: &mut State<S>) -> Option<Option<S::Item>> {
+    loop {
+        tokio::select! {
+            biased;
+            next = st.events.next() => {
+                st.last_event = tokio::time::Instant::now();
+                return Some(next);
+            }
+            () = st.idle_timer.as_mut() => {
+                let due = st.last_event + st.idle;
+                if due <= tokio::time::Instant::now() {
+                    return None;
+                }
+                st.idle_timer.as_mut().reset(due);
+            }
+        }
+    }
 }
 
 /// The events a response body cut into `chunks` (as the network might deliver it) turns

@@ -159,3 +159,41 @@ fn local_endpoints_are_not_metered() {
         assert!(!is_local(url), "{url}");
     }
 }
+
+/// The idle deadline counts from the last event: a stream whose events come more often
+/// than `idle` runs for as long as it lasts, and a gap longer than `idle` ends it as idle.
+#[tokio::test(start_paused = true)]
+async fn idle_deadline_counts_from_the_last_event() {
+    let chunk = |text: &str| {
+        let line = format!(r#"{{"choices":[{{"index":0,"delta":{{"content":"{text}"}}}}]}}"#);
+        Ok::<_, std::io::Error>(bytes::Bytes::from(format!("data: {line}\n\n")))
+    };
+    // Five events 40 ms apart (200 ms in all) under a 100 ms idle deadline, then done.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    let steady = async move {
+        for i in 0..5 {
+            tokio::time::sleep(Duration::from_millis(40)).await;
+            let _ = tx.send(chunk(&i.to_string())).await;
+        }
+        let _ = tx
+            .send(Ok(bytes::Bytes::from_static(b"data: [DONE]\n\n")))
+            .await;
+    };
+    let body = futures_util::stream::poll_fn(|cx| rx.poll_recv(cx));
+    let read = sse_to_events(body.eventsource(), Duration::from_millis(100)).collect::<Vec<_>>();
+    let ((), events) = tokio::join!(steady, read);
+    assert_eq!(events.len(), 6, "{events:?}");
+    assert!(events.iter().all(Result::is_ok), "{events:?}");
+
+    // Two events, then silence past the deadline: the stream ends as idle.
+    let (tx, mut rx) = tokio::sync::mpsc::channel(8);
+    tx.send(chunk("a")).await.unwrap();
+    tx.send(chunk("b")).await.unwrap();
+    let body = futures_util::stream::poll_fn(|cx| rx.poll_recv(cx));
+    let events: Vec<_> = sse_to_events(body.eventsource(), Duration::from_millis(100))
+        .collect()
+        .await;
+    drop(tx);
+    assert_eq!(events.len(), 3, "{events:?}");
+    assert!(matches!(events[2], Err(LlmError::Idle(_))), "{events:?}");
+}
