@@ -1,5 +1,8 @@
 use super::*;
-use crate::llm::{LlmMessage, ToolChoice};
+use crate::llm::{LlmEvent, LlmMessage, ToolChoice, Usage};
+use eventsource_stream::Eventsource;
+use futures_util::StreamExt;
+use std::time::Duration;
 
 #[tokio::test]
 async fn parses_text_tools_usage_and_done() {
