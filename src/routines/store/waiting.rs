@@ -18,6 +18,9 @@ use tokio::sync::OnceCell;
 use crate::store::values::now_millis;
 use crate::store::{Store, StoreError};
 
+/// How much later than the store the index lets a name expire (see `insert`).
+const EXPIRY_MARGIN_MS: i64 = 1_000;
+
 /// What every waiting marker's name contains (see `waiting_key`).
 pub(super) const INFIX: &str = ":routine:waiting:";
 
@@ -47,7 +50,10 @@ impl WaitingIndex {
         ttl: Duration,
     ) -> Result<(), StoreError> {
         self.load(store).await?;
-        let expiry = crate::store::values::expiry(ttl);
+        // The store computes its own expiry when it writes, a little later: the index
+        // keeps a margin so that it never says "surely not" while the store still holds
+        // the name (a filter may err only towards "may hold").
+        let expiry = crate::store::values::expiry(ttl).saturating_add(EXPIRY_MARGIN_MS);
         let mut names = self.names();
         // A live holder may outlast this claim: the later expiry stands.
         let held = names.entry(name.to_string()).or_insert(expiry);
