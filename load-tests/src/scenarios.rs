@@ -130,6 +130,16 @@ pub struct Batch {
 }
 
 impl Batch {
+    /// The exact median first-frame time in µs (from the raw samples).
+    pub fn first_median_us(&self) -> f64 {
+        crate::stats::median(
+            self.first_raw
+                .iter()
+                .map(|d| d.as_secs_f64() * 1e6)
+                .collect(),
+        )
+    }
+
     fn add_turn(&mut self, t: &TurnTiming, stall: Duration) {
         self.ok += 1;
         self.first.record(t.first);
@@ -213,18 +223,6 @@ pub async fn run_turns(conns: Vec<Conn>, until: Until, stall: Duration) -> (Vec<
         }
     }
     (pool, all)
-}
-
-impl Batch {
-    /// The exact median first-frame time in µs (from the raw samples).
-    pub fn first_median_us(&self) -> f64 {
-        crate::stats::median(
-            self.first_raw
-                .iter()
-                .map(|d| d.as_secs_f64() * 1e6)
-                .collect(),
-        )
-    }
 }
 
 pub fn ratio(a: f64, b: f64) -> f64 {

@@ -5,12 +5,15 @@
 //! postprocessing ([`super::stages`]), then run the turn for messages queued meanwhile.
 //! Every frame goes through the turn's [`TurnWriter`].
 
+mod report;
+
+pub(crate) use report::fault_message;
+use report::{reason_label, refuse, speculation_outcome};
+
 use std::sync::Arc;
 use std::time::Instant;
 
-use chatd_protocol::{
-    AiTaskInitiated, ChatId, ErrorCode, ErrorPayload, HistoryReason, ServerMessage,
-};
+use chatd_protocol::{AiTaskInitiated, ChatId, ErrorCode, ServerMessage};
 
 use super::TurnTicket;
 use super::correction::Reprocess;
@@ -21,10 +24,9 @@ use super::stages::{
 };
 use super::writer::{TurnKey, TurnWriter};
 use crate::auth::UserId;
-use crate::cache::ai::CacheFault;
 use crate::clock;
 use crate::config::Speculation;
-use crate::crypto::{KeyError, UserHash};
+use crate::crypto::UserHash;
 use crate::delivery::Audience;
 use crate::history::{self, Prepared};
 use crate::memories::recall as memories;
@@ -443,63 +445,6 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     // The turn's frames are out (logged and published) before the chat's next turn writes
     // its own: devices on other nodes get them in turn order.
     writer.flushed().await;
-}
-
-/// Ends a turn that could not start: a typed error to the devices that asked.
-fn refuse(
-    app: &TurnDeps,
-    writer: &TurnWriter,
-    chat: &ChatId,
-    ticket: &TurnTicket,
-    code: ErrorCode,
-    message: String,
-) {
-    let mut payload = ErrorPayload::new(code, message);
-    payload.chat_id = Some(chat.clone());
-    payload.message_id = Some(ticket.user_message_id.clone());
-    writer.frame(
-        Audience::Only(ticket.requesters.clone()),
-        ServerMessage::Error(payload),
-    );
-    app.metrics
-        .turns
-        .get_or_create(&OutcomeLabel { outcome: "refused" })
-        .inc();
-}
-
-/// The typed error a user sees when the cache or the key service fails a turn.
-pub(crate) fn fault_message(fault: &CacheFault) -> (ErrorCode, String) {
-    match fault {
-        CacheFault::Keys(KeyError::MountMissing(mount)) => (
-            ErrorCode::EncryptionUnavailable,
-            format!(
-                "the key service has no transit engine at `{mount}`; the operator must enable it"
-            ),
-        ),
-        CacheFault::Keys(_) => (
-            ErrorCode::EncryptionUnavailable,
-            "the key service is unavailable; try again shortly".into(),
-        ),
-        CacheFault::Cache(_) => (
-            ErrorCode::CacheUnavailable,
-            "the cache is unavailable; try again shortly".into(),
-        ),
-    }
-}
-
-fn speculation_outcome(app: &TurnDeps, outcome: &'static str) {
-    app.metrics
-        .speculative_main_calls
-        .get_or_create(&OutcomeLabel { outcome })
-        .inc();
-}
-
-fn reason_label(reason: HistoryReason) -> &'static str {
-    match reason {
-        HistoryReason::CacheMiss => "cache_miss",
-        HistoryReason::DecryptionFailed => "decryption_failed",
-        HistoryReason::InsufficientCacheHistory => "insufficient_cache_history",
-    }
 }
 
 /// The turn as settings/memories recall sees it: its owner, chat, message and the text of
