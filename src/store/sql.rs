@@ -1,10 +1,14 @@
 //! The [`Store`](super::Store) implementation shared by both backends: the same SQL (`$N`
 //! parameters work in SQLite and PostgreSQL; no backend-specific functions), expanded once
 //! per pool type. Every statement filters on `owner`. This file holds the chats and
-//! messages; `embeds` the embeds and their keys; `store_trait` the [`Store`](super::Store) impl.
+//! messages; `embeds` the embeds and their keys; `store_trait` the [`Store`](super::Store) impl;
+//! `in_list` the bounded `IN (...)` lists.
 
 pub(super) mod embeds;
+mod in_list;
 pub(super) mod store_trait;
+
+pub use in_list::{MAX_IN, owned_in};
 
 /// Columns of `chats` in the order [`chat_from_row`] reads them.
 pub const CHAT_COLUMNS: &str = "chat_id, encrypted_title, encrypted_icon, encrypted_category, \
@@ -13,9 +17,6 @@ pub const CHAT_COLUMNS: &str = "chat_id, encrypted_title, encrypted_icon, encryp
      encrypted_top_recommended_apps_for_chat, encrypted_quick_tip_slugs, \
      encrypted_share_cta_text, rejected_suggestion_hashes, messages_v, title_v, \
      last_edited_overall_timestamp";
-
-/// Most ids bound in one `IN (...)` list.
-pub const MAX_IN: usize = 500;
 
 pub fn to_u64(v: i64) -> u64 {
     u64::try_from(v).unwrap_or(0)
@@ -37,10 +38,10 @@ macro_rules! impl_store {
             StoreEmbed,
         };
         use futures_util::future::BoxFuture;
-        use sqlx::{QueryBuilder, Row};
+        use sqlx::Row;
 
         use crate::auth::UserId;
-        use crate::store::sql::{CHAT_COLUMNS, MAX_IN, json_list, to_i64, to_u64};
+        use crate::store::sql::{CHAT_COLUMNS, MAX_IN, json_list, owned_in, to_i64, to_u64};
         use crate::store::{
             ChatCursor, ChatPatch, DeletedChat, MessageAdded, Store, StoreError, hash_id,
         };
@@ -331,16 +332,13 @@ macro_rules! impl_store {
             ) -> Result<Vec<(ChatId, EncryptedMessage)>, StoreError> {
                 let mut out = Vec::new();
                 for part in chats.chunks(MAX_IN) {
-                    let mut q = QueryBuilder::<$db>::new(
+                    let mut q = owned_in::<$db, _>(
                         "SELECT chat_id, body FROM messages WHERE owner = ",
+                        owner.as_str(),
+                        "chat_id",
+                        part.iter().map(|c| c.as_str()),
+                        " ORDER BY chat_id, created_at, seq",
                     );
-                    q.push_bind(owner.as_str());
-                    q.push(" AND chat_id IN (");
-                    let mut list = q.separated(", ");
-                    for c in part {
-                        list.push_bind(c.as_str());
-                    }
-                    q.push(") ORDER BY chat_id, created_at, seq");
                     let rows = q.build().fetch_all(&self.pool).await?;
                     for row in rows {
                         let chat: String = row.try_get(0)?;
@@ -415,14 +413,13 @@ macro_rules! impl_store {
                 .execute(&mut *tx)
                 .await?;
                 for part in embeds.chunks(MAX_IN) {
-                    let mut q = QueryBuilder::<$db>::new("DELETE FROM embed_keys WHERE owner = ");
-                    q.push_bind(owner.as_str());
-                    q.push(" AND hashed_embed_id IN (");
-                    let mut list = q.separated(", ");
-                    for e in part {
-                        list.push_bind(hash_id(e.as_str()));
-                    }
-                    q.push(")");
+                    let mut q = owned_in::<$db, _>(
+                        "DELETE FROM embed_keys WHERE owner = ",
+                        owner.as_str(),
+                        "hashed_embed_id",
+                        part.iter().map(|e| hash_id(e.as_str())),
+                        "",
+                    );
                     q.build().execute(&mut *tx).await?;
                 }
                 tx.commit().await?;
@@ -471,14 +468,13 @@ macro_rules! impl_store {
                     });
                 }
                 for part in embeds.chunks(MAX_IN) {
-                    let mut q = QueryBuilder::<$db>::new("DELETE FROM embeds WHERE owner = ");
-                    q.push_bind(owner.as_str());
-                    q.push(" AND embed_id IN (");
-                    let mut list = q.separated(", ");
-                    for e in part {
-                        list.push_bind(e.as_str());
-                    }
-                    q.push(")");
+                    let mut q = owned_in::<$db, _>(
+                        "DELETE FROM embeds WHERE owner = ",
+                        owner.as_str(),
+                        "embed_id",
+                        part.iter().map(|e| e.as_str()),
+                        "",
+                    );
                     q.build().execute(&mut *tx).await?;
                 }
                 let row = sqlx::query(

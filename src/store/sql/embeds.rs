@@ -69,14 +69,13 @@ macro_rules! impl_embeds {
             ) -> Result<Vec<StoreEmbed>, StoreError> {
                 let mut out = Vec::new();
                 for part in hashed.chunks(MAX_IN) {
-                    let mut q = QueryBuilder::<$db>::new("SELECT body FROM embeds WHERE owner = ");
-                    q.push_bind(owner.as_str());
-                    q.push(" AND hashed_chat_id IN (");
-                    let mut list = q.separated(", ");
-                    for h in part {
-                        list.push_bind(h.as_str());
-                    }
-                    q.push(") ORDER BY embed_id");
+                    let mut q = owned_in::<$db, _>(
+                        "SELECT body FROM embeds WHERE owner = ",
+                        owner.as_str(),
+                        "hashed_chat_id",
+                        part.iter().map(|h| h.as_str()),
+                        " ORDER BY embed_id",
+                    );
                     for row in q.build().fetch_all(&self.pool).await? {
                         let body: String = row.try_get(0)?;
                         out.push(decode(&body)?);
@@ -117,17 +116,14 @@ macro_rules! impl_embeds {
             ) -> Result<Vec<EmbedKey>, StoreError> {
                 let mut out = Vec::new();
                 for part in hashed.chunks(MAX_IN) {
-                    let mut q = QueryBuilder::<$db>::new(
+                    let mut q = owned_in::<$db, _>(
                         "SELECT hashed_embed_id, key_type, hashed_chat_id, encrypted_embed_key, \
                          created_at FROM embed_keys WHERE owner = ",
+                        owner.as_str(),
+                        "hashed_embed_id",
+                        part.iter().map(|h| h.as_str()),
+                        " ORDER BY hashed_embed_id, key_type, hashed_chat_id",
                     );
-                    q.push_bind(owner.as_str());
-                    q.push(" AND hashed_embed_id IN (");
-                    let mut list = q.separated(", ");
-                    for h in part {
-                        list.push_bind(h.as_str());
-                    }
-                    q.push(") ORDER BY hashed_embed_id, key_type, hashed_chat_id");
                     for row in q.build().fetch_all(&self.pool).await? {
                         let chat: String = row.try_get(2)?;
                         out.push(EmbedKey {
