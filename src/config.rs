@@ -109,6 +109,13 @@ pub struct LlmConfig {
     /// Sent as `max_tokens` with every main call; a provider that streams on regardless is
     /// cut at 8 bytes per token. Either way the turn ends with `answer_too_long`.
     pub max_output_tokens: u32,
+    /// Whether requests cost money (unset: by address, a provider on this machine or a
+    /// private network is free). Decides `speculative_main_call = "auto"`.
+    #[serde(default)]
+    pub metered: Option<bool>,
+    /// Send `prompt_cache_key` (a hash of the user and chat, never either id) so a provider
+    /// with prompt caching routes a chat's requests to the same cache.
+    pub prompt_cache_key: bool,
 }
 
 /// What a model can do, as far as model selection cares.
@@ -179,6 +186,10 @@ pub struct PipelineConfig {
     pub harmful_response_threshold: u8,
     /// Open the likely main call while preprocessing runs (see `pipeline::speculation`).
     pub speculative_main_call: Speculation,
+    /// `auto` with a metered model: speculate while the expected waste (the estimated share
+    /// of guesses that miss, each a main call's input tokens thrown away) stays at or below
+    /// this share of the main calls' input tokens.
+    pub speculation_budget: f64,
 }
 
 /// `pipeline.speculative_main_call`: whether the likely main call is opened while
@@ -186,7 +197,9 @@ pub struct PipelineConfig {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Speculation {
-    /// Only for models whose requests cost nothing (local endpoints, the simulated model).
+    /// Always for models whose requests cost nothing (local endpoints, the simulated
+    /// model); for metered ones while the expected waste stays within
+    /// `pipeline.speculation_budget`.
     Auto,
     On,
     Off,

@@ -114,6 +114,9 @@ pub struct LlmRequest {
     pub tool_choice: ToolChoice,
     pub temperature: Option<f32>,
     pub max_tokens: Option<u32>,
+    /// Groups requests that share a prompt prefix (a chat's) for a provider's prompt cache;
+    /// an opaque hash, never an id.
+    pub cache_key: Option<String>,
 }
 
 impl LlmRequest {
@@ -125,7 +128,28 @@ impl LlmRequest {
             tool_choice: ToolChoice::Auto,
             temperature: None,
             max_tokens: None,
+            cache_key: None,
         }
+    }
+
+    /// The request's input size in tokens, estimated from its bytes (messages and tool
+    /// definitions): what a thrown-away call costs.
+    pub fn estimated_input_tokens(&self) -> u64 {
+        let text = |m: &LlmMessage| match m {
+            LlmMessage::System(c) | LlmMessage::User(c) => c.len(),
+            LlmMessage::Assistant {
+                content,
+                tool_calls,
+            } => content.len() + tool_calls.iter().map(|c| c.arguments.len()).sum::<usize>(),
+            LlmMessage::Tool { content, .. } => content.len(),
+        };
+        let bytes = self.messages.iter().map(text).sum::<usize>()
+            + self
+                .tools
+                .iter()
+                .map(|t| t.description.len() + t.parameters.json().get().len())
+                .sum::<usize>();
+        (bytes as u64).div_ceil(4)
     }
 }
 

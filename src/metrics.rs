@@ -54,8 +54,21 @@ pub struct Metrics {
     pub links_skipped: Counter,
     pub links_replaced: Counter,
     pub link_check_seconds: Histogram,
-    /// Main calls opened while preprocessing ran, by outcome (`used`, `discarded`).
+    /// Main calls opened while preprocessing ran, by outcome (`started`, `used`, `wasted`).
     pub speculative_main_calls: Family<OutcomeLabel, Counter>,
+    /// Estimated input tokens of speculative main calls thrown away.
+    pub speculative_wasted_input_tokens: Counter,
+    /// Estimated input tokens of every main call sent (wasted speculative ones included).
+    pub main_call_input_tokens: Counter,
+    /// From a turn's start to the moment its main request is decided.
+    pub main_call_decision_seconds: Histogram,
+    /// `turn_first_chunk_seconds` by what became of the speculative main call.
+    pub first_token_seconds: Family<SpeculationLabel, Histogram>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct SpeculationLabel {
+    pub speculation: &'static str,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -180,12 +193,42 @@ impl Metrics {
         let speculative_main_calls = Family::<OutcomeLabel, Counter>::default();
         registry.register(
             "speculative_main_calls",
-            "Main calls opened while preprocessing ran: used (preprocessing decided the same request) or discarded",
+            "Main calls opened while preprocessing ran: started, then used (preprocessing decided the same request) or wasted",
             speculative_main_calls.clone(),
+        );
+        let speculative_wasted_input_tokens = Counter::default();
+        registry.register(
+            "speculative_wasted_input_tokens",
+            "Estimated input tokens of speculative main calls thrown away",
+            speculative_wasted_input_tokens.clone(),
+        );
+        let main_call_input_tokens = Counter::default();
+        registry.register(
+            "main_call_input_tokens",
+            "Estimated input tokens of every main call sent, wasted speculative ones included",
+            main_call_input_tokens.clone(),
+        );
+        let main_call_decision_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
+        registry.register(
+            "main_call_decision_seconds",
+            "Time from a turn's start to the moment its main request is decided (preprocessing's decision fields in)",
+            main_call_decision_seconds.clone(),
+        );
+        let first_token_seconds = Family::<SpeculationLabel, Histogram>::new_with_constructor(
+            first_token_histogram as fn() -> Histogram,
+        );
+        registry.register(
+            "turn_first_token_seconds",
+            "Time from a turn's start to its first streamed chunk, by what became of its speculative main call (used, wasted, off)",
+            first_token_seconds.clone(),
         );
         Self {
             registry,
             speculative_main_calls,
+            speculative_wasted_input_tokens,
+            main_call_input_tokens,
+            main_call_decision_seconds,
+            first_token_seconds,
             links_checked,
             links_broken,
             links_temporary,
@@ -221,4 +264,8 @@ impl Default for Metrics {
     fn default() -> Self {
         Self::new()
     }
+}
+
+fn first_token_histogram() -> Histogram {
+    Histogram::new(exponential_buckets(0.0001, 2.0, 18))
 }

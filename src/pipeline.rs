@@ -5,6 +5,7 @@
 //! with the tool loop), `postprocess` (suggestions, summary, tags).
 
 pub mod answer;
+pub mod arguments;
 pub mod chunker;
 pub mod context;
 pub mod function_call;

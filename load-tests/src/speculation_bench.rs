@@ -197,7 +197,7 @@ pub async fn run(chats: usize) -> anyhow::Result<()> {
         .await?
         .text()
         .await?;
-    let (used, discarded) = (metric(&metrics, "used"), metric(&metrics, "discarded"));
+    let (used, discarded) = (metric(&metrics, "used"), metric(&metrics, "wasted"));
     let total = used + discarded;
     println!("speculative main calls over {chats} chats, {total} turns:");
     for k in KINDS {

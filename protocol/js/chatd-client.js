@@ -800,6 +800,31 @@ export class ChatdClient extends EventTarget {
     return c;
   }
 
+  /**
+   * A generated title (from `ai_typing_started` or a later `title_generated` step), kept
+   * once per chat; the device that wrote the chat's first message stores it, encrypted.
+   * @param {string} chatId @param {string|undefined} userMessageId @param {string} title
+   * @param {string[]|undefined} iconNames @param {string|undefined} category
+   */
+  async storeTitle(chatId, userMessageId, title, iconNames, category) {
+    const key = this.chatKeys.get(chatId);
+    if (!key || this.titles.has(chatId)) return;
+    this.titles.set(chatId, title);
+    const mine = userMessageId ? /** @type {MessageRecord|undefined} */ (await this.store.get('messages', userMessageId)) : undefined;
+    if (mine) {
+      const chat = /** @type {ChatRecord} */ (await this.editChat(chatId, () => {}));
+      const encrypted_title = await seal(key, title, AAD.chat(chatId, 'title'));
+      const encrypted_icon = await seal(key, (iconNames ?? []).join(','), AAD.chat(chatId, 'icon'));
+      const encrypted_chat_category = await seal(key, category ?? '', AAD.chat(chatId, 'category'));
+      await this.editChat(chatId, (c) => { c.encrypted_title = encrypted_title; c.encrypted_icon = encrypted_icon; c.encrypted_category = encrypted_chat_category; });
+      this.send({ type: 'encrypted_chat_metadata', payload: {
+        chat_id: chatId, encrypted_title, encrypted_icon, encrypted_chat_category,
+        encrypted_chat_key: chat.encrypted_chat_key, versions: { title_v: 1 },
+      } });
+    }
+    await this.emitChats();
+  }
+
   /** A chat record from the server (sync, another device). @param {any} details */
   async mergeChat(details) {
     const c = await this.editChat(details.chat_id, (c) => {
@@ -1037,8 +1062,13 @@ const HANDLERS = {
     this.emit('task', { chat_id: p.chat_id, task_id: p.task_id, state: 'waiting', retry_after_ms: p.retry_after_ms });
   },
 
-  preprocessing_step(p) {
+  async preprocessing_step(p) {
     this.emit('reasoning', { chat_id: p.chat_id, task_id: p.task_id, step: p.step, skipped: p.skipped, data: p.data });
+    // The title may come after the answer started (the server does not wait for it).
+    if (p.step === 'title_generated' && !p.skipped && p.data && p.data.title) {
+      const a = this.answers.get(p.task_id);
+      await this.storeTitle(p.chat_id, a ? a.user_message_id : undefined, p.data.title, p.data.icon_names, p.data.category);
+    }
   },
 
   async ai_typing_started(p) {
@@ -1052,23 +1082,7 @@ const HANDLERS = {
       await this.store.put('streams', /** @type {StreamRecord} */ ({ task_id: taskId, chat_id: p.chat_id, user_message_id: p.user_message_id, sequence: 0, at: Date.now() }));
       this.emit('message', { message: { ...this.answers.get(taskId) } });
     }
-    const key = this.chatKeys.get(p.chat_id);
-    if (p.title && key && !this.titles.has(p.chat_id)) {
-      this.titles.set(p.chat_id, p.title);
-      const mine = /** @type {MessageRecord|undefined} */ (await this.store.get('messages', p.user_message_id));
-      if (mine) {
-        // The writer of the chat's first message stores its title, encrypted.
-        const chat = /** @type {ChatRecord} */ (await this.editChat(p.chat_id, () => {}));
-        const encrypted_title = await seal(key, p.title, AAD.chat(p.chat_id, 'title'));
-        const encrypted_icon = await seal(key, (p.icon_names ?? []).join(','), AAD.chat(p.chat_id, 'icon'));
-        const encrypted_chat_category = await seal(key, p.category ?? '', AAD.chat(p.chat_id, 'category'));
-        await this.editChat(p.chat_id, (c) => { c.encrypted_title = encrypted_title; c.encrypted_icon = encrypted_icon; c.encrypted_category = encrypted_chat_category; });
-        this.send({ type: 'encrypted_chat_metadata', payload: {
-          chat_id: p.chat_id, encrypted_title, encrypted_icon, encrypted_chat_category,
-          encrypted_chat_key: chat.encrypted_chat_key, versions: { title_v: 1 },
-        } });
-      }
-    }
+    if (p.title) await this.storeTitle(p.chat_id, p.user_message_id, p.title, p.icon_names, p.category);
     await this.emitChats();
   },
 

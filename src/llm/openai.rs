@@ -25,8 +25,11 @@ pub struct OpenAiClient {
     models_url: String,
     api_key: Option<SecretString>,
     idle_timeout: Duration,
-    /// The endpoint is on this machine or a private network (see `is_metered`).
-    local: bool,
+    /// Requests cost money: `llm.metered`, else the endpoint is not on this machine or a
+    /// private network.
+    metered: bool,
+    /// Send `prompt_cache_key` (`llm.prompt_cache_key`).
+    cache_key: bool,
 }
 
 impl OpenAiClient {
@@ -43,12 +46,18 @@ impl OpenAiClient {
             models_url: format!("{}/models", config.base_url.trim_end_matches('/')),
             api_key: config.api_key.clone(),
             idle_timeout: config.idle_timeout,
-            local: is_local(&config.base_url),
+            metered: config
+                .metered
+                .unwrap_or_else(|| !is_local(&config.base_url)),
+            cache_key: config.prompt_cache_key,
         })
     }
 
     async fn open(&self, request: LlmRequest) -> Result<LlmStream, LlmError> {
-        let mut builder = self.http.post(&self.url).json(&request_body(&request));
+        let mut builder = self
+            .http
+            .post(&self.url)
+            .json(&request_body(&request, self.cache_key));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }
@@ -94,7 +103,7 @@ fn is_local(base_url: &str) -> bool {
 
 impl LlmClient for OpenAiClient {
     fn is_metered(&self) -> bool {
-        !self.local
+        self.metered
     }
 
     fn stream(&self, request: LlmRequest) -> BoxFuture<'_, Result<LlmStream, LlmError>> {

@@ -217,7 +217,8 @@ fn later(first: &serde_json::Value) -> Schema {
         .and_then(|p| p.as_object_mut())
     {
         for key in FIRST_MESSAGE_ONLY {
-            props.remove(*key);
+            // The order of the rest is kept: the main call's fields come first.
+            props.shift_remove(*key);
         }
     }
     if let Some(required) = parameters

@@ -7,10 +7,16 @@
 //! refusal or a cancel, it is dropped unread and the provider sees the hang-up. Nothing of it
 //! reaches a client before preprocessing accepted the message: the harm gate stays in front.
 //! The cost is a wasted main request per wrong guess (`chatd_speculative_main_calls_total`
-//! counts both outcomes). `pipeline.speculative_main_call`: `"auto"` (the default) opens it
-//! only for models whose requests cost nothing, `"on"` for every model, `"off"` never.
+//! counts the calls started, used and wasted; `chatd_speculative_wasted_input_tokens_total`
+//! what the wasted ones cost). `pipeline.speculative_main_call`: `"auto"` (the default)
+//! opens it always for models whose requests cost nothing and, for metered ones, while the
+//! chat's expected share of missed guesses (its own record of hits and misses, drawn towards
+//! the node's while it has few) stays within `pipeline.speculation_budget`: chats whose
+//! guesses miss stop speculating, and their guesses are still scored, so they start again
+//! once the guesses hit. `"on"` speculates for every model, `"off"` never.
 
 use std::future::Future;
+use std::sync::Mutex;
 
 use chatd_protocol::ChatId;
 use dashmap::DashMap;
@@ -20,11 +26,48 @@ use super::context::MainPlan;
 use super::models::Model;
 use crate::llm::{LlmError, LlmStream};
 
-/// Plans remembered per chat; a hint only, so the map is simply cleared when it grows past
-/// its bound.
+/// Plans remembered per chat, with how often each chat's guesses (and this node's) hit; a
+/// hint only, so the map is simply cleared when it grows past its bound.
 pub struct Predictions {
-    last: DashMap<ChatId, MainPlan>,
+    last: DashMap<ChatId, Record>,
+    /// Every guess this node made, for chats with few of their own.
+    node: Mutex<Rate>,
     max_entries: usize,
+}
+
+#[derive(Clone)]
+struct Record {
+    plan: MainPlan,
+    rate: Rate,
+}
+
+/// Hits and misses of guesses, the older ones weighing less (halved past a window).
+#[derive(Clone, Copy, Default, Debug)]
+struct Rate {
+    hits: f32,
+    misses: f32,
+}
+
+impl Rate {
+    /// Observations before the older half is forgotten.
+    const WINDOW: f32 = 32.0;
+
+    fn record(&mut self, hit: bool) {
+        if self.hits + self.misses >= Self::WINDOW {
+            self.hits /= 2.0;
+            self.misses /= 2.0;
+        }
+        match hit {
+            true => self.hits += 1.0,
+            false => self.misses += 1.0,
+        }
+    }
+
+    /// The share of guesses expected to miss: this rate's, drawn towards `prior` while it
+    /// has few observations (`weight` of them count for the prior).
+    fn expected_miss(&self, prior: f32, weight: f32) -> f32 {
+        (self.misses + weight * prior) / (self.hits + self.misses + weight)
+    }
 }
 
 impl Default for Predictions {
@@ -37,6 +80,7 @@ impl Predictions {
     pub fn with_capacity(max_entries: usize) -> Self {
         Self {
             last: DashMap::new(),
+            node: Mutex::new(Rate::default()),
             max_entries,
         }
     }
@@ -50,7 +94,7 @@ impl Predictions {
         active_focus: Option<&str>,
         fallback: impl FnOnce() -> MainPlan,
     ) -> MainPlan {
-        let Some(mut plan) = self.last.get(chat).map(|p| p.clone()) else {
+        let Some(mut plan) = self.last.get(chat).map(|r| r.plan.clone()) else {
             return fallback();
         };
         if let Some(m) = pinned {
@@ -61,16 +105,50 @@ impl Predictions {
         plan
     }
 
-    pub fn remember(&self, chat: &ChatId, plan: MainPlan) {
+    /// The share of this chat's guesses expected to miss: its own record, drawn towards the
+    /// node's while it has few turns (a new chat takes the node's).
+    pub fn expected_miss(&self, chat: &ChatId) -> f32 {
+        let node = *lock(&self.node);
+        let prior = node.expected_miss(0.0, 1.0);
+        match self.last.get(chat) {
+            Some(r) => r.rate.expected_miss(prior, 2.0),
+            None => prior,
+        }
+    }
+
+    /// Whether a speculative call for this chat is worth it when a miss throws away one
+    /// main call's input: the expected miss share within `budget`.
+    pub fn worth_it(&self, chat: &ChatId, budget: f64) -> bool {
+        f64::from(self.expected_miss(chat)) <= budget
+    }
+
+    /// The plan the turn decided, and whether the guess made for it was right (`None`: no
+    /// guess was made, or the turn decided nothing to compare).
+    pub fn remember(&self, chat: &ChatId, plan: MainPlan, hit: Option<bool>) {
+        if let Some(hit) = hit {
+            lock(&self.node).record(hit);
+        }
         if self.last.len() >= self.max_entries && !self.last.contains_key(chat) {
             self.last.clear();
         }
-        self.last.insert(chat.clone(), plan);
+        let mut record = self.last.entry(chat.clone()).or_insert_with(|| Record {
+            plan: plan.clone(),
+            rate: Rate::default(),
+        });
+        record.plan = plan;
+        if let Some(hit) = hit {
+            record.rate.record(hit);
+        }
     }
 
     pub fn forget(&self, chat: &ChatId) {
         self.last.remove(chat);
     }
+}
+
+fn lock(rate: &Mutex<Rate>) -> std::sync::MutexGuard<'_, Rate> {
+    rate.lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// A main call opened ahead of time: still connecting, or connected (or failed).
@@ -103,5 +181,68 @@ pub async fn alongside<'a, T>(
         biased;
         out = &mut main => (out, Some(Early::Pending(side))),
         opened = &mut side => (main.await, Some(Early::Ready(opened))),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use std::sync::Arc;
+
+    use super::*;
+    use crate::pipeline::models::ModelSpec;
+
+    fn plan(category: &str) -> MainPlan {
+        MainPlan {
+            model: Model {
+                spec: Arc::new(ModelSpec {
+                    id: "m".into(),
+                    name: "m".into(),
+                    context_window: 1000,
+                    capabilities: Vec::new(),
+                    cost_tier: 1,
+                }),
+                client: Arc::new(crate::llm::SimulatedClient::new(std::time::Duration::ZERO)),
+            },
+            category: category.into(),
+            language: "en".into(),
+            skills: Vec::new(),
+            focus_mode: None,
+            injection_caution: false,
+        }
+    }
+
+    fn chat(id: &str) -> ChatId {
+        ChatId::parse(id).unwrap_or_else(|_| unreachable!())
+    }
+
+    #[test]
+    fn chats_whose_guesses_miss_stop_speculating_and_start_again_when_they_hit() {
+        let p = Predictions::default();
+        let (steady, jumpy) = (chat("steady"), chat("jumpy"));
+        // Nothing known: the node's record is empty, so a new chat speculates.
+        assert!(p.worth_it(&steady, 0.1));
+        for _ in 0..10 {
+            p.remember(&steady, plan("a"), Some(true));
+        }
+        for i in 0..10 {
+            p.remember(
+                &jumpy,
+                plan(if i % 2 == 0 { "a" } else { "b" }),
+                Some(false),
+            );
+        }
+        assert!(p.worth_it(&steady, 0.1), "{}", p.expected_miss(&steady));
+        assert!(!p.worth_it(&jumpy, 0.1), "{}", p.expected_miss(&jumpy));
+        // A new chat takes the node's record: half of the guesses missed.
+        let fresh = chat("fresh");
+        assert!((p.expected_miss(&fresh) - 10.0 / 21.0).abs() < 1e-6);
+        // Guesses are scored while not speculating; once they hit, the chat speculates again.
+        for _ in 0..100 {
+            p.remember(&jumpy, plan("a"), Some(true));
+        }
+        assert!(p.worth_it(&jumpy, 0.1), "{}", p.expected_miss(&jumpy));
+        // The sticky guess is the chat's last plan.
+        assert_eq!(p.guess(&jumpy, None, None, || plan("z")).category, "a");
+        assert_eq!(p.guess(&fresh, None, None, || plan("z")).category, "z");
     }
 }

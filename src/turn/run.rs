@@ -20,7 +20,7 @@ use super::correction::Reprocess;
 use super::deps::TurnDeps;
 use super::stages::{
     PostJob, Settled, reject, remember_answer, repair_links, run_postprocessing, settle_messages,
-    steps,
+    steps, title_step,
 };
 use super::writer::{TurnKey, TurnWriter};
 use crate::auth::UserId;
@@ -35,7 +35,7 @@ use crate::metrics::StageLabel;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::answer::{AnswerLimits, AnswerStream, ParagraphHook};
 use crate::pipeline::context::MainPlan;
-use crate::pipeline::preprocess::{self};
+use crate::pipeline::preprocess::{self, Decided};
 use crate::pipeline::speculation;
 use crate::pipeline::tools::{ToolRunner, ToolSet};
 use crate::pipeline::{
@@ -222,22 +222,29 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     let caution = app.pipeline.injection_caution_threshold;
     let datetime = clock::now_rfc3339();
     let (history, datetime) = (&history, &datetime);
-    // The early call and the confirmed one alike ask for at most `max_output_tokens`.
-    let main_request = |plan: MainPlan| async move {
-        let (mut request, dropped) = context::main_request(
-            &app.instructions,
-            tools,
-            &plan,
-            history,
-            datetime,
-            app.pipeline.answer_reserve_tokens,
-        )
-        .await;
-        request.max_tokens = Some(app.max_output_tokens);
-        (request, dropped)
+    // The early call and the confirmed one alike ask for at most `max_output_tokens`, and
+    // carry the chat's prompt-cache key.
+    let cache_key = prompt_cache_key(&owner, chat);
+    let main_request = |plan: MainPlan| {
+        let cache_key = cache_key.clone();
+        async move {
+            let (mut request, dropped) = context::main_request(
+                &app.instructions,
+                tools,
+                &plan,
+                history,
+                datetime,
+                app.pipeline.answer_reserve_tokens,
+            )
+            .await;
+            request.max_tokens = Some(app.max_output_tokens);
+            request.cache_key = Some(cache_key);
+            (request, dropped)
+        }
     };
-    // The likely main call goes out while preprocessing runs (see `pipeline::speculation`).
-    // `auto`: only when the guessed model's requests cost nothing (a miss is a wasted call).
+    // The likely main call goes out while preprocessing runs (see `pipeline::speculation`);
+    // `auto` speculates for a metered model only while the chat's guesses hit often enough.
+    // The guess is made (and scored) even when no call is opened for it.
     let mode = app.pipeline.speculative_main_call;
     let guessed = (mode != Speculation::Off).then(|| {
         let pinned = opts
@@ -248,10 +255,18 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
         })
     });
-    let guess = match guessed {
-        Some(plan) if mode == Speculation::On || !plan.model.client.is_metered() => {
+    let speculate = guessed.as_ref().is_some_and(|plan| {
+        mode == Speculation::On
+            || !plan.model.client.is_metered()
+            || app
+                .predictions
+                .worth_it(chat, app.pipeline.speculation_budget)
+    });
+    let guess = match &guessed {
+        Some(plan) if speculate => {
             let (request, dropped) = main_request(plan.clone()).await;
-            Some((plan, request, dropped))
+            speculation_outcome(app, "started");
+            Some((plan.clone(), request, dropped))
         }
         _ => None,
     };
@@ -260,7 +275,14 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         .as_ref()
         .zip(guess.as_ref())
         .map(|(client, (_, request, _))| client.stream(request.clone()));
-    let (pre, early) = speculation::alongside(stage.run(&input, &ticket.cancel), side).await;
+    // The main call waits only for preprocessing's decision fields (see
+    // `pipeline::preprocess::early`); the title and the rest arrive beside the answer.
+    let (decided, early) =
+        speculation::alongside(stage.start(&input, &ticket.cancel).decide(), side).await;
+    let (pre, rest) = match decided {
+        Decided::Whole(pre) => (pre, None),
+        Decided::Early { decision, rest } => (decision, Some(rest)),
+    };
     if pre.degraded {
         app.metrics
             .stage_failures
@@ -285,8 +307,13 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
         );
     }
     plan.skills.extend(proposals.offer(relevant));
-    if !pre.degraded && pre.rejection.is_none() {
-        app.predictions.remember(chat, plan.clone());
+    let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
+    // The early call is kept only for the very request preprocessing decided (never when
+    // settings/memories shape it: its data block and proposal tools came after the guess).
+    let hit = |guessed: &MainPlan| *guessed == plan && relevant.is_empty();
+    if proceed && !pre.degraded {
+        let scored = guessed.as_ref().map(hit);
+        app.predictions.remember(chat, plan.clone(), scored);
     }
     let ctx = TurnContext {
         user: user.clone(),
@@ -299,31 +326,43 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
     };
     let sink: Arc<dyn TurnSink> = writer.clone();
     let sink = &sink;
-    for step in steps(&pre, first_message, has_title) {
+    // The rest of preprocessing is waited for only beside an answer (a refusal or a cancel
+    // hangs up on it); the title then follows when it is written.
+    let rest = rest.filter(|_| proceed);
+    let title_late = rest.is_some();
+    for step in steps(&pre, first_message, has_title, title_late) {
         sink.emit(&ctx, TurnEvent::Step(step));
     }
     sink.emit(
         &ctx,
         TurnEvent::Typing(Typing {
-            title: pre.title.clone(),
+            title: pre.title.clone().filter(|_| !title_late),
             icon_names: pre.icon_names.clone(),
             encrypted_chat_key: opts.encrypted_chat_key.clone(),
         }),
     );
+    let rest = async {
+        let whole = rest?.await;
+        let title = title_step(&whole, first_message, has_title);
+        sink.emit(&ctx, TurnEvent::Step(title));
+        Some(whole)
+    };
     let reason = || ticket.interruption();
     let links = app.links.as_ref().map(|c| c.answer());
-    let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
-    // The early call is kept only for the very request preprocessing decided (never when
-    // settings/memories shape it: its data block and proposal tools came after the guess).
     let (main, early) = match guess {
-        Some((guessed, request, dropped)) if proceed && guessed == plan && relevant.is_empty() => {
+        Some((guessed, request, dropped)) if proceed && hit(&guessed) => {
             speculation_outcome(app, "used");
+            writer.speculation("used");
             (Some((request, dropped)), early)
         }
         other => {
-            if other.is_some() {
-                speculation_outcome(app, "discarded");
+            if let Some((_, wasted, _)) = &other {
+                speculation_outcome(app, "wasted");
+                let tokens = wasted.estimated_input_tokens();
+                app.metrics.speculative_wasted_input_tokens.inc_by(tokens);
+                app.metrics.main_call_input_tokens.inc_by(tokens);
             }
+            writer.speculation(if other.is_some() { "wasted" } else { "off" });
             drop(early);
             let main = if proceed {
                 let (mut request, dropped) = main_request(plan.clone()).await;
@@ -335,40 +374,55 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             (main, None)
         }
     };
-    // The context the answer was written in, kept for reprocessing (see `stages`).
-    let mut answered_from = None;
-    let mut outcome = match main {
-        Some((request, dropped)) if !ticket.cancel.is_cancelled() => {
-            let (mut outcome, request) = AnswerStream {
-                llm: plan.model.client.as_ref(),
-                sink,
-                ctx: &ctx,
-                cancel: &ticket.cancel,
-                cancel_reason: &reason,
-                tools: Some(tools),
-                max_rounds: app.pipeline.max_tool_rounds,
-                paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
-                limits: AnswerLimits {
-                    max_output_tokens: app.max_output_tokens,
-                    deadline: tokio::time::Instant::from_std(started) + app.pipeline.turn_deadline,
-                },
+    if let Some((request, _)) = &main {
+        app.metrics
+            .main_call_input_tokens
+            .inc_by(request.estimated_input_tokens());
+        app.metrics
+            .main_call_decision_seconds
+            .observe(started.elapsed().as_secs_f64());
+    }
+    // The answer (with the context it was written in, kept for reprocessing, see `stages`),
+    // beside the rest of preprocessing.
+    let answer = async {
+        match main {
+            Some((request, dropped)) if !ticket.cancel.is_cancelled() => {
+                let (mut outcome, request) = AnswerStream {
+                    llm: plan.model.client.as_ref(),
+                    sink,
+                    ctx: &ctx,
+                    cancel: &ticket.cancel,
+                    cancel_reason: &reason,
+                    tools: Some(tools),
+                    max_rounds: app.pipeline.max_tool_rounds,
+                    paragraphs: links.as_ref().map(|l| l as &dyn ParagraphHook),
+                    limits: AnswerLimits {
+                        max_output_tokens: app.max_output_tokens,
+                        deadline: tokio::time::Instant::from_std(started)
+                            + app.pipeline.turn_deadline,
+                    },
+                }
+                .run(request, early)
+                .await;
+                outcome.trimmed_history = dropped;
+                (outcome, Some(request))
             }
-            .run(request, early)
-            .await;
-            outcome.trimmed_history = dropped;
-            answered_from = Some(request);
-            outcome
-        }
-        _ => match pre.rejection {
-            Some(rejection) if !ticket.cancel.is_cancelled() => {
-                reject(app, sink.as_ref(), &ctx, rejection)
-            }
-            _ => TurnOutcome {
-                interrupted: Some(ticket.interruption()),
-                ..TurnOutcome::default()
+            _ => match pre.rejection {
+                Some(rejection) if !ticket.cancel.is_cancelled() => {
+                    (reject(app, sink.as_ref(), &ctx, rejection), None)
+                }
+                _ => (
+                    TurnOutcome {
+                        interrupted: Some(ticket.interruption()),
+                        ..TurnOutcome::default()
+                    },
+                    None,
+                ),
             },
-        },
+        }
     };
+    let ((mut outcome, answered_from), whole) = tokio::join!(answer, rest);
+    let whole = whole.as_ref().unwrap_or(&pre);
     if let Some(links) = links {
         repair_links(
             app,
@@ -418,7 +472,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
             .map(|h| h.content.clone())
             .unwrap_or_default();
         let mut tags = opts.chat_tags.clone();
-        for t in &pre.tags {
+        for t in &whole.tags {
             if !tags.contains(t) {
                 tags.push(t.clone());
             }
@@ -437,7 +491,7 @@ async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &Tu
                     llm: plan.model.client.clone(),
                     request,
                 }),
-            new_settings_memories: pre.new_settings_memories.clone(),
+            new_settings_memories: whole.new_settings_memories.clone(),
         };
         app.tasks
             .spawn(run_postprocessing(deps.clone(), writer.clone(), job));
@@ -464,4 +518,16 @@ fn memory_turn<'a>(
             .map(|i| i.message.content.as_str())
             .unwrap_or_default(),
     }
+}
+
+/// The chat's key for a provider's prompt cache: a hash of the owner's hash and the chat
+/// id, so the provider can group a chat's requests without learning either.
+fn prompt_cache_key(owner: &UserHash, chat: &ChatId) -> String {
+    use sha2::{Digest, Sha256};
+    let digest = Sha256::new()
+        .chain_update(owner.as_str())
+        .chain_update(b"/")
+        .chain_update(chat.as_str())
+        .finalize();
+    hex::encode(&digest[..16])
 }

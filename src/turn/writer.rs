@@ -24,6 +24,7 @@ use super::store::TurnStoreError;
 use crate::crypto::UserHash;
 use crate::delivery::outbox::EncodedFrame;
 use crate::delivery::{Audience, frames};
+use crate::metrics::SpeculationLabel;
 use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
 
 /// Skill suggestions kept for postprocessing (it shows at most 6).
@@ -47,6 +48,9 @@ struct Written {
     /// When the turn started, until its first chunk is timed
     /// (`chatd_turn_first_chunk_seconds`).
     first_chunk_from: Option<std::time::Instant>,
+    /// What became of the turn's speculative main call, for the split first-token time
+    /// (`chatd_turn_first_token_seconds{speculation}`); unset until the decision.
+    speculation: Option<&'static str>,
 }
 
 /// A frame on its way to the log and to the other nodes.
@@ -107,6 +111,7 @@ impl TurnWriter {
                 suggestions: Vec::new(),
                 text: String::new(),
                 first_chunk_from: None,
+                speculation: None,
             }),
             log,
             flushed,
@@ -127,6 +132,12 @@ impl TurnWriter {
     /// written by another node).
     pub fn time_first_chunk(&self, started: std::time::Instant) {
         self.written().first_chunk_from = Some(started);
+    }
+
+    /// Labels the first chunk's time with what became of the speculative main call
+    /// (`used`, `wasted` or `off`).
+    pub fn speculation(&self, outcome: &'static str) {
+        self.written().speculation = Some(outcome);
     }
 
     fn written(&self) -> std::sync::MutexGuard<'_, Written> {
@@ -240,9 +251,14 @@ impl TurnSink for TurnWriter {
             && let Some(started) = w.first_chunk_from.take()
         {
             let metrics = &self.deps.metrics;
-            metrics
-                .ttft_seconds
-                .observe(started.elapsed().as_secs_f64());
+            let seconds = started.elapsed().as_secs_f64();
+            metrics.ttft_seconds.observe(seconds);
+            if let Some(speculation) = w.speculation {
+                metrics
+                    .first_token_seconds
+                    .get_or_create(&SpeculationLabel { speculation })
+                    .observe(seconds);
+            }
         }
         for (audience, msg) in frames::map(ctx, event, sequence) {
             self.write(&mut w, audience, msg);

@@ -122,7 +122,7 @@ async fn a_different_decision_drops_the_early_call_and_sends_the_decided_one() {
     assert_eq!(requests.len(), 2);
     assert!(!system_prompt(&requests[0]).contains("`fr`"));
     assert!(system_prompt(&requests[1]).contains("`fr`"));
-    assert!(speculation_count(&app, "discarded"));
+    assert!(speculation_count(&app, "wasted"));
     early_gate.release();
 }
 
@@ -162,7 +162,7 @@ async fn a_refusal_drops_the_early_call_and_nothing_of_it_reaches_the_client() {
     }
     fake.wait_for_disconnect().await;
     assert_eq!(fake.requests().len(), 1, "no main call after the refusal");
-    assert!(speculation_count(&app, "discarded"));
+    assert!(speculation_count(&app, "wasted"));
     early_gate.release();
 }
 
@@ -192,9 +192,9 @@ async fn the_next_message_is_guessed_from_the_chats_previous_plan() {
 }
 
 /// The default, `auto`, speculates for a model that costs nothing per request: here the
-/// fake provider on loopback (a local endpoint, like Ollama or vLLM next to chatd). A
-/// provider over the network is never asked twice by default (`is_metered`, unit-tested
-/// with the URL rules in `llm::openai`).
+/// fake provider on loopback (a local endpoint, like Ollama or vLLM next to chatd). For a
+/// metered provider it speculates by expected cost (see the next test; the URL rules of
+/// `is_metered` are unit-tested in `llm::openai`).
 #[tokio::test]
 async fn auto_speculates_for_a_local_endpoint() {
     let fake = FakeLlm::start().await.unwrap();
@@ -215,4 +215,64 @@ async fn auto_speculates_for_a_local_endpoint() {
     let (_, last) = collect_answer(&mut ws).await;
     assert_eq!(last.full_content_so_far, "Local answer.");
     assert!(speculation_count(&app, "used"));
+}
+
+/// `auto` with a metered provider: a chat whose guesses miss stops speculating (its expected
+/// waste is over `speculation_budget`), and what the wasted call cost is counted. Every
+/// main request carries the chat's prompt-cache key, which names neither user nor chat.
+#[tokio::test]
+async fn auto_with_a_metered_model_stops_speculating_where_guesses_miss() {
+    let fake = FakeLlm::start().await.unwrap();
+    // Preprocessing decides a new language every turn: every guess misses.
+    let turn = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let counter = turn.clone();
+    fake.set_stage_responder(move |name, _| {
+        let n = counter.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
+        let language = ["fr", "de", "it"][n % 3];
+        (name == "preprocess").then(|| function_reply("preprocess", json!({"language": language})))
+    });
+    fake.set_default(text(&["Ok."]));
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.llm.metered = Some(true);
+        c.pipeline.speculative_main_call = chatd::config::Speculation::Auto;
+        c.pipeline.speculation_budget = 0.1;
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", "chat-m").await;
+    for (i, text) in ["one", "two", "three"].iter().enumerate() {
+        ws.send(&user_message("chat-m", &format!("m{i}"), text))
+            .await;
+        collect_answer(&mut ws).await;
+    }
+    let metrics = app.state.metrics.render();
+    // Only the first turn (nothing known yet) speculated; its guess was wasted.
+    assert!(speculation_count(&app, "started"), "{metrics}");
+    assert!(speculation_count(&app, "wasted"), "{metrics}");
+    assert!(!metrics.contains("outcome=\"used\""), "{metrics}");
+    let requests = fake.requests();
+    assert_eq!(requests.len(), 4, "one wasted call and three decided ones");
+    let wasted = metric_value(&metrics, "chatd_speculative_wasted_input_tokens_total");
+    let all = metric_value(&metrics, "chatd_main_call_input_tokens_total");
+    assert!(wasted > 0.0 && all > 2.0 * wasted, "{wasted} of {all}");
+    assert!(metrics.contains("chatd_turn_first_token_seconds_count{speculation=\"off\"} 2"));
+    assert!(metrics.contains("chatd_main_call_decision_seconds_count 3"));
+    let keys: Vec<&str> = requests
+        .iter()
+        .map(|r| r["prompt_cache_key"].as_str().unwrap_or_default())
+        .collect();
+    assert_eq!(keys[0].len(), 32);
+    assert!(
+        keys.iter().all(|k| *k == keys[0]),
+        "one key per chat: {keys:?}"
+    );
+    assert!(!keys[0].contains("chat") && !keys[0].contains("alice"));
+}
+
+fn metric_value(metrics: &str, name: &str) -> f64 {
+    metrics
+        .lines()
+        .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }

@@ -21,6 +21,8 @@ pub(super) struct Body<'a> {
     temperature: Option<f32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     max_tokens: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    prompt_cache_key: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -92,7 +94,8 @@ struct WireName<'a> {
     name: &'a str,
 }
 
-pub(super) fn request_body(r: &LlmRequest) -> Body<'_> {
+/// The body of `r`; `cache_key`: send its prompt-cache key, if it has one.
+pub(super) fn request_body(r: &LlmRequest, cache_key: bool) -> Body<'_> {
     Body {
         model: &r.model,
         messages: r.messages.iter().map(wire_message).collect(),
@@ -123,6 +126,7 @@ pub(super) fn request_body(r: &LlmRequest) -> Body<'_> {
         }),
         temperature: r.temperature,
         max_tokens: r.max_tokens,
+        prompt_cache_key: r.cache_key.as_deref().filter(|_| cache_key),
     }
 }
 

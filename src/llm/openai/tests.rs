@@ -97,7 +97,7 @@ fn request_body_is_the_openai_wire_format() {
     }];
     r.tool_choice = ToolChoice::Function("f".into());
     r.max_tokens = Some(5);
-    let body = serde_json::to_value(request_body(&r)).unwrap();
+    let body = serde_json::to_value(request_body(&r, true)).unwrap();
     assert_eq!(
         body,
         serde_json::json!({
@@ -119,7 +119,7 @@ fn request_body_is_the_openai_wire_format() {
         })
     );
     r.tools.clear();
-    let body = serde_json::to_value(request_body(&r)).unwrap();
+    let body = serde_json::to_value(request_body(&r, true)).unwrap();
     assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
 }
 

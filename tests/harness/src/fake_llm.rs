@@ -66,6 +66,15 @@ pub enum Reply {
     /// Streams these Server-Sent Events data fields as they are (malformed ones included),
     /// then ends the stream (`[DONE]` only if one of them says so).
     Raw { data: Vec<String> },
+    /// Streams one call of `name` whose arguments are `before` (in pieces), waits until the
+    /// gate is released, then streams `after` and finishes the call (a model still writing
+    /// the later arguments).
+    ToolCallHeld {
+        name: String,
+        before: String,
+        gate: Gate,
+        after: String,
+    },
     /// Starts a tool call and cuts the connection in the middle of its arguments.
     CutInToolCall {
         name: String,
@@ -577,6 +586,35 @@ fn push_steps(reply: Reply, out: &mut Vec<Step>) {
             for d in data {
                 out.push(Step::Send(format!("data: {d}\n\n"), Duration::ZERO));
             }
+        }
+        Reply::ToolCallHeld {
+            name,
+            before,
+            gate,
+            after,
+        } => {
+            out.push(Step::Send(
+                event(json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": format!("call_{name}"),
+                    "type": "function", "function": {"name": name, "arguments": ""}}]}}]})),
+                Duration::ZERO,
+            ));
+            let piece = |text: &str| {
+                Step::Send(
+                    event(
+                        json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0,
+                        "function": {"arguments": text}}]}}]}),
+                    ),
+                    Duration::ZERO,
+                )
+            };
+            let chars: Vec<char> = before.chars().collect();
+            for part in chars.chunks(chars.len().div_ceil(4).max(1)) {
+                out.push(piece(&part.iter().collect::<String>()));
+            }
+            out.push(Step::Wait(gate));
+            out.push(piece(&after));
+            out.push(Step::Send(finish("tool_calls"), Duration::ZERO));
+            out.push(Step::Send("data: [DONE]\n\n".into(), Duration::ZERO));
         }
         Reply::CutInToolCall {
             name,
