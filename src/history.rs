@@ -9,6 +9,7 @@
 //! history is cached uncounted (its length bounds its tokens, see `pipeline::tokens`).
 
 pub mod embed_refs;
+mod remember;
 #[cfg(test)]
 mod tests;
 
@@ -26,6 +27,8 @@ use crate::crypto::UserHash;
 use crate::inbound::Inbound;
 use crate::pipeline::tokens::{self, Tokens};
 use crate::pipeline::{HistoryEntry, HistoryRole};
+
+pub use remember::remember;
 
 /// What a turn can do next.
 #[derive(Debug)]

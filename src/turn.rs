@@ -2,15 +2,16 @@
 //! finishing and handing over to the messages queued behind it.
 
 pub mod admission;
-mod correction;
 pub mod deps;
 pub mod follow_up;
 pub mod log;
 pub mod node;
+mod post;
 pub mod reaper;
+mod report;
 mod routine;
 mod run;
-mod stages;
+mod stage;
 pub mod store;
 pub mod writer;
 

@@ -132,6 +132,10 @@ pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
     parts.push(i.prompts.follow_up.trim().to_string());
     let values = HashMap::from([
         ("datetime", p.datetime.to_string()),
+        (
+            "date",
+            p.datetime.get(..10).unwrap_or(p.datetime).to_string(),
+        ),
         ("language", p.language.to_string()),
     ]);
     parts.push(instructions::fill(i.prompts.date_language.trim(), &values));

@@ -31,7 +31,9 @@ pub struct Prompts {
     pub base_ethics: String,
     pub apps: String,
     pub follow_up: String,
-    /// `{datetime}` and `{language}` are filled in per turn.
+    /// `{date}` (or `{datetime}`) and `{language}` are filled in per turn. `{date}` keeps
+    /// the system prompt the same all day, so a provider's prompt cache holds a chat's
+    /// history from one turn to the next; `{datetime}` changes it every second.
     pub date_language: String,
     pub injection_caution: String,
     /// `{categories}`, `{skills}` and `{focus_modes}` are filled in per turn.
@@ -163,10 +165,12 @@ impl Instructions {
                 ));
             }
         }
-        for key in ["{datetime}", "{language}"] {
-            if !self.prompts.date_language.contains(key) {
-                return bad(format!("prompts.date_language must contain {key}"));
-            }
+        let d = &self.prompts.date_language;
+        if !d.contains("{date}") && !d.contains("{datetime}") {
+            return bad("prompts.date_language must contain {date} or {datetime}".into());
+        }
+        if !d.contains("{language}") {
+            return bad("prompts.date_language must contain {language}".into());
         }
         Ok(())
     }

@@ -45,9 +45,10 @@ pub struct Input<'a> {
     /// `app_id-item_key` entries the user has.
     pub settings_available: &'a [String],
     /// Every declared settings/memories category (`app_id:category`).
-    pub settings_categories: &'a [String],
+    pub settings_categories: Vec<String>,
 }
 
+#[derive(Clone, Copy)]
 pub struct Stage<'a> {
     pub instructions: &'a Instructions,
     pub models: &'a Models,
@@ -109,9 +110,10 @@ struct Raw {
 impl<'s> Stage<'s> {
     /// Starts preprocessing: [`Running::decide`] waits for the decision the main call needs
     /// (the first fields of every block's answer, see [`early`]), the rest keeps arriving.
-    pub fn start(&'s self, input: &'s Input<'s>, cancel: &'s CancellationToken) -> Running<'s> {
+    pub fn start(self, input: Input<'s>, cancel: &'s CancellationToken) -> Running<'s> {
         let (decided, decision) = oneshot::channel();
-        Running::new(Box::pin(self.run(input, cancel, decided)), decision)
+        let whole = async move { self.run(&input, cancel, decided).await };
+        Running::new(Box::pin(whole), decision)
     }
 
     /// Every block's call concurrently; the decision is sent as soon as it is settled. Returns

@@ -107,7 +107,7 @@ impl TurnsError {
     /// The typed error the sender sees.
     pub fn user_error(&self) -> (chatd_protocol::ErrorCode, String) {
         match self {
-            TurnsError::Seal(e) => super::run::fault_message(&e.clone().into()),
+            TurnsError::Seal(e) => super::report::fault_message(&e.clone().into()),
             TurnsError::Store(_) => (
                 chatd_protocol::ErrorCode::CacheUnavailable,
                 "the server cannot take messages right now; try again shortly".into(),

@@ -93,7 +93,7 @@ pub(super) async fn deliver(
         writer.emit(&ctx, TurnEvent::Typing(Typing::default()));
         writer.emit(&ctx, TurnEvent::Chunk { text: text.clone() });
         if !ticket.abandoned() {
-            super::stages::remember_answer(deps, &owner, &ctx, &text, &[]).await;
+            crate::history::remember(&deps.ai_cache, &owner, &ctx, &text, false).await;
         }
         writer.emit(
             &ctx,

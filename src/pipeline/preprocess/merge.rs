@@ -76,13 +76,13 @@ impl Stage<'_> {
             answers
                 .iter()
                 .flat_map(|r| r.relevant_app_settings_and_memories.iter()),
-            input.settings_categories,
+            &input.settings_categories,
         );
         let new_settings_memories = known_categories(
             answers
                 .iter()
                 .flat_map(|r| r.relevant_new_app_settings_and_memories.iter()),
-            input.settings_categories,
+            &input.settings_categories,
         );
         let (title, icon_names) = if input.first_message {
             let title = answers

@@ -1,0 +1,99 @@
+//! The last stage: the answer (also a partial one) sealed into the AI cache before the final
+//! frame, the turn's messages settled, the final frame, the turn metrics, and
+//! postprocessing started on the turn tracker.
+
+use super::answer::Answered;
+use super::prepare::Ready;
+use super::{Settled, Turn};
+use crate::metrics::OutcomeLabel;
+use crate::pipeline::{HistoryRole, Interruption, TurnEvent, TurnSink};
+use crate::turn::post::{PostJob, run_postprocessing};
+
+impl Turn<'_> {
+    pub(in crate::turn) async fn finish(&self, ready: &Ready, answered: Answered) {
+        let app = self.deps.as_ref();
+        let Answered {
+            outcome,
+            ctx,
+            whole,
+            reprocess,
+        } = answered;
+        let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
+        if answered {
+            let requesters = &self.ticket.requesters;
+            let requester_here = app
+                .delivery
+                .hub
+                .devices(&self.owner)
+                .iter()
+                .any(|d| requesters.contains(&d.conn_id) && !d.outbox.is_closed());
+            crate::history::remember(
+                &app.ai_cache,
+                &self.owner,
+                &ctx,
+                &outcome.text,
+                requester_here,
+            )
+            .await;
+        }
+        self.settle(match answered {
+            true => Settled::Answered,
+            false => Settled::Unanswered,
+        })
+        .await;
+        let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
+            (Some(Interruption::Cancelled), _, _) => "cancelled",
+            (Some(Interruption::Shutdown), _, _) => "shutdown",
+            (None, Some(_), _) => "error",
+            (None, None, Some(_)) => "rejected",
+            (None, None, None) => "completed",
+        };
+        if let Some(e) = &outcome.error {
+            tracing::warn!(error = %e, "turn ended with an error");
+        }
+        let postprocess = label == "completed" && app.pipeline.postprocessing;
+        let answer = outcome.text.clone();
+        self.writer.emit(&ctx, TurnEvent::Finished(outcome));
+        app.metrics
+            .turns
+            .get_or_create(&OutcomeLabel { outcome: label })
+            .inc();
+        app.metrics
+            .turn_seconds
+            .observe(self.started.elapsed().as_secs_f64());
+        if postprocess {
+            let user_message = ready
+                .history
+                .iter()
+                .rev()
+                .find(|h| h.role == HistoryRole::User)
+                .map(|h| h.content.clone())
+                .unwrap_or_default();
+            let mut tags = ready.opts.chat_tags.clone();
+            for t in &whole.tags {
+                if !tags.contains(t) {
+                    tags.push(t.clone());
+                }
+            }
+            let job = PostJob {
+                ctx,
+                user_message,
+                answer,
+                previous_summary: ready.opts.chat_summary.clone(),
+                tags,
+                follow_ups_enabled: ready.opts.follow_ups_enabled,
+                skill_suggestions: self.writer.skill_suggestions(),
+                reprocess,
+                new_settings_memories: whole.new_settings_memories,
+            };
+            app.tasks.spawn(run_postprocessing(
+                self.deps.clone(),
+                self.writer.clone(),
+                job,
+            ));
+        }
+        // The turn's frames are out (logged and published) before the chat's next turn
+        // writes its own: devices on other nodes get them in turn order.
+        self.writer.flushed().await;
+    }
+}

@@ -1,0 +1,126 @@
+//! The first stage: the turn's history from the AI cache or the client's re-send; or a
+//! request for it (`request_chat_history`, `request_chat_embeds`), or a typed refusal when
+//! it is invalid or the cache fails; or a routine waiting in the chat takes the message as
+//! its answer. Then `ai_task_initiated`.
+
+use chatd_protocol::{AiTaskInitiated, ErrorCode, ErrorPayload, ServerMessage};
+
+use super::{Settled, Turn};
+use crate::history::{self, Prepared};
+use crate::inbound::MessageOptions;
+use crate::metrics::{OutcomeLabel, ReasonLabel};
+use crate::pipeline::HistoryEntry;
+use crate::turn::report::{fault_message, reason_label};
+
+/// A turn with its history, ready to be planned.
+pub(in crate::turn) struct Ready {
+    pub(in crate::turn) history: Vec<HistoryEntry>,
+    /// The client's options of the newest message.
+    pub(in crate::turn) opts: MessageOptions,
+    /// The chat's first message (and the client did not say it has a title).
+    pub(in crate::turn) first_message: bool,
+    /// The client said the chat has a title.
+    pub(in crate::turn) has_title: bool,
+}
+
+impl Turn<'_> {
+    /// The turn's history, or `None` when the turn ended here (the history was asked for,
+    /// the turn was refused or cancelled, or a routine answered).
+    pub(in crate::turn) async fn prepare(&self) -> Option<Ready> {
+        let (app, ticket) = (self.deps.as_ref(), self.ticket);
+        let prepared = tokio::select! {
+            biased;
+            _ = ticket.cancel.cancelled() => return None,
+            p = history::prepare(&app.ai_cache, &app.history_requests, &self.owner, self.chat, &ticket.inbound) => p,
+        };
+        let history = match prepared {
+            Ok(Prepared::Ready(history)) => history,
+            Ok(Prepared::NeedHistory(request)) => {
+                self.count_history_request(reason_label(request.reason));
+                // Recorded first: the copy with the history may come back at once.
+                self.settle(Settled::AwaitingHistory).await;
+                self.writer.frame(
+                    self.requesters(),
+                    ServerMessage::RequestChatHistory(request),
+                );
+                return None;
+            }
+            Ok(Prepared::NeedEmbeds(request)) => {
+                self.count_history_request("missing_embeds");
+                // Like a history request: the copy with the embeds may come back at once.
+                self.settle(Settled::AwaitingHistory).await;
+                self.writer
+                    .frame(self.requesters(), ServerMessage::RequestChatEmbeds(request));
+                return None;
+            }
+            Ok(Prepared::Invalid(reason)) => {
+                self.settle(Settled::Unanswered).await;
+                self.refuse(ErrorCode::InvalidChatHistory, reason);
+                return None;
+            }
+            Err(fault) => {
+                tracing::warn!(error = %fault, "history unavailable; turn not started");
+                let (code, text) = fault_message(&fault);
+                self.settle(Settled::Unanswered).await;
+                self.refuse(code, text);
+                return None;
+            }
+        };
+        // A routine waiting in this chat takes the message as its answer.
+        if crate::turn::routine::answer(app, self.user, self.chat, ticket, &self.writer).await {
+            self.settle(Settled::Answered).await;
+            self.writer.flushed().await;
+            return None;
+        }
+        let initiated = ServerMessage::AiTaskInitiated(AiTaskInitiated {
+            chat_id: self.chat.clone(),
+            user_message_id: ticket.user_message_id.clone(),
+            ai_task_id: ticket.task_id.clone(),
+            status: "processing_started".into(),
+        });
+        self.writer.frame(self.requesters(), initiated);
+        let opts = ticket
+            .inbound
+            .last()
+            .map(|i| i.options.clone())
+            .unwrap_or_default();
+        let has_title = ticket
+            .inbound
+            .iter()
+            .any(|i| i.message.chat_has_title || i.message.current_chat_title.is_some());
+        let first_message = !has_title
+            && ticket
+                .inbound
+                .first()
+                .is_some_and(|i| i.prior_messages == 0)
+            && history.len() <= ticket.inbound.len();
+        Some(Ready {
+            history,
+            opts,
+            first_message,
+            has_title,
+        })
+    }
+
+    fn count_history_request(&self, reason: &'static str) {
+        self.deps
+            .metrics
+            .history_requests
+            .get_or_create(&ReasonLabel { reason })
+            .inc();
+    }
+
+    /// Ends a turn that could not start: a typed error to the devices that asked.
+    fn refuse(&self, code: ErrorCode, message: String) {
+        let mut payload = ErrorPayload::new(code, message);
+        payload.chat_id = Some(self.chat.clone());
+        payload.message_id = Some(self.ticket.user_message_id.clone());
+        self.writer
+            .frame(self.requesters(), ServerMessage::Error(payload));
+        self.deps
+            .metrics
+            .turns
+            .get_or_create(&OutcomeLabel { outcome: "refused" })
+            .inc();
+    }
+}
