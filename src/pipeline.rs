@@ -217,6 +217,23 @@ pub enum TurnEvent {
     },
     /// A routine run's progress (`crate::routines`): the `routine_*` frames.
     Routine(RoutineEvent),
+    /// The model started a focus mode in the chat (`focus_mode_activated`).
+    FocusActivated {
+        focus_id: String,
+    },
+    /// The model proposed a settings/memories entry for the user to confirm
+    /// (`app_settings_memories_proposal`).
+    MemoryProposal(Box<MemoryProposal>),
+}
+
+/// A settings/memories entry the model proposes (recorded under `proposal_id`).
+#[derive(Debug, Clone)]
+pub struct MemoryProposal {
+    pub proposal_id: String,
+    pub app_id: String,
+    pub category: String,
+    pub action: chatd_protocol::ProposalAction,
+    pub entry: serde_json::Value,
 }
 
 /// One event of a routine run, for every device of the user.

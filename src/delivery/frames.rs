@@ -179,6 +179,22 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
         }
         TurnEvent::FollowUp { .. } | TurnEvent::SkillSuggestions(_) => Vec::new(),
         TurnEvent::Routine(e) => all(routine_frame(ctx, e)),
+        TurnEvent::FocusActivated { focus_id } => all(ServerMessage::FocusModeActivated(
+            chatd_protocol::FocusModeActivated {
+                chat_id: ctx.chat_id.clone(),
+                focus_id,
+            },
+        )),
+        TurnEvent::MemoryProposal(p) => all(ServerMessage::AppSettingsMemoriesProposal(Box::new(
+            chatd_protocol::AppSettingsMemoriesProposal {
+                proposal_id: p.proposal_id,
+                chat_id: ctx.chat_id.clone(),
+                app_id: p.app_id,
+                category: p.category,
+                action: p.action,
+                entry: p.entry,
+            },
+        ))),
     }
 }
 

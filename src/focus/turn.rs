@@ -6,17 +6,16 @@
 
 use std::sync::Arc;
 
-use chatd_protocol::{ChatId, FocusModeActivated, ServerMessage};
+use chatd_protocol::ChatId;
 use serde_json::json;
 use tokio_util::sync::CancellationToken;
 
 use super::catalog::{FocusCatalog, FocusMode};
 use crate::cache::ai::{AiCache, FocusRecord};
 use crate::crypto::UserHash;
-use crate::delivery::{Audience, Delivery};
 use crate::llm::{ToolCall, ToolDef};
 use crate::pipeline::tools::{PreparedCall, SkillInfo, ToolRunner, toon};
-use crate::pipeline::{TurnContext, TurnSink};
+use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
 
 /// The chat's focus mode for a turn. The server's record wins; without one, the client's
 /// `active_focus_id` (when an app declares it) seeds it and is recorded. A cache that
@@ -54,21 +53,14 @@ pub struct FocusTools {
     catalog: Arc<FocusCatalog>,
     active: Option<Arc<FocusMode>>,
     cache: AiCache,
-    delivery: Arc<Delivery>,
 }
 
 impl FocusTools {
-    pub fn new(
-        catalog: Arc<FocusCatalog>,
-        active: Option<Arc<FocusMode>>,
-        cache: AiCache,
-        delivery: Arc<Delivery>,
-    ) -> Self {
+    pub fn new(catalog: Arc<FocusCatalog>, active: Option<Arc<FocusMode>>, cache: AiCache) -> Self {
         Self {
             catalog,
             active,
             cache,
-            delivery,
         }
     }
 
@@ -116,48 +108,49 @@ impl ToolRunner for FocusTools {
         &self,
         call: ToolCall,
         ctx: &TurnContext,
-        _sink: &Arc<dyn TurnSink>,
+        sink: &Arc<dyn TurnSink>,
         _cancel: CancellationToken,
     ) -> PreparedCall {
         let Some(mode) = self.catalog.get(&call.name).cloned() else {
             return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
         let already = self.active_id() == Some(mode.id.as_str());
-        let (cache, delivery) = (self.cache.clone(), self.delivery.clone());
-        let (user, chat) = (UserHash::of(&ctx.user), ctx.chat_id.clone());
+        let (cache, sink, ctx) = (self.cache.clone(), sink.clone(), ctx.clone());
         PreparedCall::later(async move {
             if already {
                 return toon(&json!({"status": "already_active", "focus_id": mode.id}));
             }
-            activate(&cache, &delivery, &user, &chat, &mode).await
+            activate(&cache, sink.as_ref(), &ctx, &mode).await
         })
     }
 }
 
-/// Records the focus mode as the chat's active one and tells every device; the model's
-/// tool message says so, with the instruction to follow for the rest of this answer.
+/// Records the focus mode as the chat's active one and tells every device (through the
+/// turn's writer: logged, so a device that resumes sees it); the model's tool message says
+/// so, with the instruction to follow for the rest of this answer.
 async fn activate(
     cache: &AiCache,
-    delivery: &Delivery,
-    user: &UserHash,
-    chat: &ChatId,
+    sink: &dyn TurnSink,
+    ctx: &TurnContext,
     mode: &FocusMode,
 ) -> String {
     let record = FocusRecord {
         active: Some(mode.id.clone()),
     };
-    if let Err(e) = cache.set_focus(user, chat, &record).await {
+    let user = UserHash::of(&ctx.user);
+    if let Err(e) = cache.set_focus(&user, &ctx.chat_id, &record).await {
         tracing::warn!(error = %e, "cannot record a focus mode the model started");
         return toon(&json!({
             "status": "error",
             "error": "the focus mode could not be started now; answer without it",
         }));
     }
-    let msg = ServerMessage::FocusModeActivated(FocusModeActivated {
-        chat_id: chat.clone(),
-        focus_id: mode.id.clone(),
-    });
-    delivery.send(user, Audience::All, &msg);
+    sink.emit(
+        ctx,
+        TurnEvent::FocusActivated {
+            focus_id: mode.id.clone(),
+        },
+    );
     toon(&json!({
         "status": "activated",
         "focus_id": mode.id,

@@ -8,18 +8,17 @@
 
 use std::sync::{Arc, OnceLock};
 
-use chatd_protocol::{AppSettingsMemoriesProposal, ProposalAction, ServerMessage};
+use chatd_protocol::ProposalAction;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
 use super::store::PendingProposal;
 use super::{Category, Memories};
 use crate::crypto::UserHash;
-use crate::delivery::{Audience, Delivery};
 use crate::llm::{ToolCall, ToolDef};
 use crate::pipeline::preprocess::normalize_tool_name;
 use crate::pipeline::tools::{PreparedCall, SkillInfo, ToolRunner, toon};
-use crate::pipeline::{TurnContext, TurnSink};
+use crate::pipeline::{MemoryProposal, TurnContext, TurnEvent, TurnSink};
 
 const ACTIONS: [(ProposalAction, &str); 3] = [
     (ProposalAction::Add, "add"),
@@ -31,15 +30,13 @@ const ACTIONS: [(ProposalAction, &str); 3] = [
 /// preprocessing has run (nothing is offered before).
 pub struct ProposalTools {
     memories: Arc<Memories>,
-    delivery: Arc<Delivery>,
     offered: OnceLock<Vec<Arc<Category>>>,
 }
 
 impl ProposalTools {
-    pub fn new(memories: Arc<Memories>, delivery: Arc<Delivery>) -> Self {
+    pub fn new(memories: Arc<Memories>) -> Self {
         Self {
             memories,
-            delivery,
             offered: OnceLock::new(),
         }
     }
@@ -122,7 +119,7 @@ impl ToolRunner for ProposalTools {
         &self,
         call: ToolCall,
         ctx: &TurnContext,
-        _sink: &Arc<dyn TurnSink>,
+        sink: &Arc<dyn TurnSink>,
         _cancel: CancellationToken,
     ) -> PreparedCall {
         let done = PreparedCall::answer;
@@ -147,7 +144,7 @@ impl ToolRunner for ProposalTools {
             }
         };
         let memories = self.memories.clone();
-        let delivery = self.delivery.clone();
+        let (sink, ctx) = (sink.clone(), ctx.clone());
         let user = UserHash::of(&ctx.user);
         let chat = ctx.chat_id.clone();
         let run = async move {
@@ -170,16 +167,15 @@ impl ToolRunner for ProposalTools {
                     "error": "the proposal could not be recorded; tell the user to try later",
                 }));
             }
-            let frame =
-                ServerMessage::AppSettingsMemoriesProposal(Box::new(AppSettingsMemoriesProposal {
-                    proposal_id,
-                    chat_id: chat,
-                    app_id: pending.app_id,
-                    category: pending.category,
-                    action,
-                    entry,
-                }));
-            delivery.send(&user, Audience::All, &frame);
+            // Through the turn's writer: logged, so a device that resumes sees it.
+            let proposal = MemoryProposal {
+                proposal_id,
+                app_id: pending.app_id,
+                category: pending.category,
+                action,
+                entry,
+            };
+            sink.emit(&ctx, TurnEvent::MemoryProposal(Box::new(proposal)));
             toon(&json!({
                 "status": "proposed",
                 "message": "proposed; the user will confirm or decline it in the app. Do not wait for it.",

@@ -14,7 +14,8 @@ use serde_json::{Value, json};
 use crate::redis_cache::use_redis;
 use crate::skills::{calls, text, tool_result};
 use crate::support::{
-    TestApp, collect_answer, outcome, spawn_app, use_llm, user_message, user_message_with,
+    TestApp, answer_task, collect_answer, outcome, replayed_from_start, spawn_app, use_llm,
+    user_message, user_message_with,
 };
 
 const FOCUS: &str = "docs-deep_dive";
@@ -156,6 +157,15 @@ async fn a_focus_mode_the_model_starts_changes_prompt_and_tools_survives_a_resta
         "the phone hears of it"
     );
     activated(&mut laptop, chat).await;
+    // Written by the turn's writer: a device that resumes the turn sees it too.
+    let mut tablet = app.connect("alice").await;
+    let replay = replayed_from_start(&mut tablet, chat, &answer_task(&frames)).await;
+    assert!(
+        replay.iter().any(|f| matches!(f,
+            ServerMessage::FocusModeActivated(a) if a.focus_id == FOCUS)),
+        "{replay:?}"
+    );
+    drop(tablet);
 
     // The next turn is in focus.
     ask(&mut phone, chat, "m2").await;

@@ -16,7 +16,10 @@ use chatd_test_harness::ws_client::WsClient;
 use serde_json::{Value, json};
 
 use crate::skills::{text, tool_result};
-use crate::support::{TestApp, chat_id, collect_answer, ping, spawn_app, use_llm, user_message};
+use crate::support::{
+    TestApp, answer_task, chat_id, collect_answer, ping, replayed_from_start, spawn_app, use_llm,
+    user_message,
+};
 
 async fn setup(max_chats: usize) -> (FakeLlm, TestApp) {
     let fake = FakeLlm::start().await.unwrap();
@@ -345,6 +348,15 @@ async fn a_proposal_accepted_enters_the_cache_and_a_declined_one_does_not() {
         })
         .collect();
     assert_eq!(proposals.len(), 2, "the invalid entry is not proposed");
+    // Written by the turn's writer: a device that resumes the turn gets them too.
+    let mut tablet = app.connect("alice").await;
+    let replay = replayed_from_start(&mut tablet, "chat-prop", &answer_task(&frames)).await;
+    let replayed = replay
+        .iter()
+        .filter(|f| matches!(f, ServerMessage::AppSettingsMemoriesProposal(_)))
+        .count();
+    assert_eq!(replayed, 2, "{replay:?}");
+    drop(tablet);
     assert!(
         proposals.iter().all(|p| p.action == ProposalAction::Add
             && p.app_id == "travel"

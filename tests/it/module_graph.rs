@@ -178,6 +178,25 @@ fn arrows_point_down() {
     }
 }
 
+/// The per-turn tools of focus modes and settings/memories proposals emit through the
+/// turn's writer (so their frames are numbered and logged for devices that resume); they
+/// name neither the delivery nor a wire frame.
+#[test]
+fn turn_tools_write_through_the_turn() {
+    let g = graph();
+    for tool in ["focus", "memories"] {
+        assert!(
+            !g.get(tool).is_some_and(|t| t.contains("delivery")),
+            "{tool} imports delivery"
+        );
+    }
+    let src = Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+    for file in ["focus/turn.rs", "memories/tools.rs"] {
+        let text = std::fs::read_to_string(src.join(file)).unwrap();
+        assert!(!text.contains("ServerMessage"), "{file} builds a frame");
+    }
+}
+
 #[test]
 fn the_reader_sees_grouped_imports_and_skips_comments() {
     let refs =

@@ -297,3 +297,38 @@ pub fn conversation(request: &serde_json::Value) -> Vec<(String, String)> {
 pub fn ping() -> ClientMessage {
     ClientMessage::Ping(chatd_protocol::Empty {})
 }
+
+/// Every frame a device that resumes `task` from its start gets, up to the replayed final
+/// `ai_message_update` (the turn must have ended): what the turn's log holds for it.
+pub async fn replayed_from_start(
+    ws: &mut WsClient,
+    chat: &str,
+    task: &chatd_protocol::TaskId,
+) -> Vec<ServerMessage> {
+    ws.send(&ClientMessage::ResumeAiTask(chatd_protocol::ResumeAiTask {
+        chat_id: chat_id(chat),
+        task_id: task.clone(),
+        last_sequence: 0,
+    }))
+    .await;
+    let mut seen = Vec::new();
+    loop {
+        let msg = ws.recv().await;
+        let last = matches!(&msg, ServerMessage::AiMessageUpdate(u) if u.is_final_chunk);
+        seen.push(msg);
+        if last {
+            return seen;
+        }
+    }
+}
+
+/// The task id of the answer among `frames`.
+pub fn answer_task(frames: &[ServerMessage]) -> chatd_protocol::TaskId {
+    frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::AiMessageUpdate(u) => Some(u.task_id.clone()),
+            _ => None,
+        })
+        .expect("an ai_message_update")
+}

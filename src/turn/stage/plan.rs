@@ -46,13 +46,8 @@ impl TurnTools {
         )
         .await;
         Self {
-            focus: FocusTools::new(
-                app.focus.clone(),
-                active,
-                app.ai_cache.clone(),
-                app.delivery.clone(),
-            ),
-            proposals: ProposalTools::new(app.memories.clone(), app.delivery.clone()),
+            focus: FocusTools::new(app.focus.clone(), active, app.ai_cache.clone()),
+            proposals: ProposalTools::new(app.memories.clone()),
         }
     }
 
