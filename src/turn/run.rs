@@ -8,7 +8,7 @@ use chatd_protocol::ChatId;
 
 use super::TurnTicket;
 use super::deps::TurnDeps;
-use super::stage::{Turn, TurnTools};
+use super::stage::{Ask, Start, Turn, TurnTools};
 use crate::auth::UserId;
 use crate::crypto::UserHash;
 
@@ -25,11 +25,17 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
     loop {
         // The lease is renewed while the turn runs; a cancel requested on another node
         // arrives with a renewal.
-        tokio::select! {
-            () = run_ticket(&deps, &user, &chat, &ticket) => {}
-            () = keep_lease(&deps, &ticket) => {}
+        let ask = tokio::select! {
+            ask = run_ticket(&deps, &user, &chat, &ticket) => ask,
+            () = keep_lease(&deps, &ticket) => None,
+        };
+        let next = deps.turns.finish(&ticket, &deps.shutdown).await;
+        // A request for the history goes out once the chat is free: the client's re-send
+        // then starts a turn (or waits behind the next), never meets this one still running.
+        if let Some(ask) = ask {
+            ask.send().await;
         }
-        match deps.turns.finish(&ticket, &deps.shutdown).await {
+        match next {
             Some(next) => ticket = next,
             None => break,
         }
@@ -37,12 +43,19 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
     deps.delivery.release(&owner).await;
 }
 
-/// The ticket's follow-up messages, then the answer to its messages.
-async fn run_ticket(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+/// The ticket's follow-up messages, then the answer to its messages (or the request for
+/// what the answer needs first, to send once the chat is free).
+async fn run_ticket(
+    deps: &Arc<TurnDeps>,
+    user: &UserId,
+    chat: &ChatId,
+    ticket: &TurnTicket,
+) -> Option<Ask> {
     super::follow_up::deliver(deps, user, chat, ticket).await;
-    if !ticket.inbound.is_empty() {
-        run_one(deps, user, chat, ticket).await;
+    if ticket.inbound.is_empty() {
+        return None;
     }
+    run_one(deps, user, chat, ticket).await
 }
 
 /// Renews the ticket's lease every third of its length until the turn ends (returns only
@@ -58,14 +71,22 @@ async fn keep_lease(deps: &TurnDeps, ticket: &TurnTicket) {
 }
 
 #[tracing::instrument(skip_all, fields(chat_id = %chat, task_id = %ticket.task_id))]
-async fn run_one(deps: &Arc<TurnDeps>, user: &UserId, chat: &ChatId, ticket: &TurnTicket) {
+async fn run_one(
+    deps: &Arc<TurnDeps>,
+    user: &UserId,
+    chat: &ChatId,
+    ticket: &TurnTicket,
+) -> Option<Ask> {
     let turn = Turn::new(deps, user, chat, ticket);
-    let Some(ready) = turn.prepare().await else {
-        return;
+    let ready = match turn.prepare().await {
+        Start::Ready(ready) => ready,
+        Start::Ask(ask) => return Some(ask),
+        Start::Ended => return None,
     };
     let tools = TurnTools::new(&turn, &ready).await;
     let tool_set = tools.set(&turn);
     let plan = turn.plan(&ready, &tools, &tool_set).await;
     let answered = turn.answer(&ready, plan, &tool_set).await;
     turn.finish(&ready, answered).await;
+    None
 }

@@ -24,6 +24,7 @@ use crate::crypto::UserHash;
 use crate::delivery::Audience;
 
 pub(super) use plan::TurnTools;
+pub(super) use prepare::{Ask, Start};
 
 /// One turn's context: who, where, which ticket, its writer, when it started.
 pub(super) struct Turn<'a> {

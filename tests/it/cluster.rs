@@ -15,7 +15,10 @@ use chatd_test_harness::redis::RedisServer;
 use chatd_test_harness::redis_cluster::RedisCluster;
 use chatd_test_harness::ws_client::WsClient;
 
-use crate::support::{chat_id, collect_answer, set_active_chat, user_message};
+use crate::support::{
+    chat_id, collect_answer, history_entry, outcome, set_active_chat, user_message,
+    user_message_with,
+};
 
 const BIN: &str = env!("CARGO_BIN_EXE_chatd");
 const SECRET: &str = "cluster-test-secret";
@@ -553,4 +556,36 @@ async fn a_focus_mode_started_on_one_node_applies_on_another() {
         })
         .await;
     assert_eq!(d.focus_id.as_deref(), Some("docs-deep_dive"));
+}
+
+/// A re-send the server asked for is always answered, however soon it comes: the request
+/// goes out only once the turn that asked has let go of the chat (issue 35, defect 8: on the
+/// Redis turn store a re-send could meet the asking turn still finishing, get
+/// `already_processing`, and never be answered). Each round re-sends the moment
+/// `request_chat_history` arrives.
+#[tokio::test]
+async fn a_history_resend_at_once_after_the_request_is_always_answered() {
+    let c = Cluster::start(1).await;
+    let mut ws = c.connect(0, "erin").await;
+    for round in 0..20 {
+        let chat = format!("chat-resend-{round}");
+        // The client says the chat has a title: the cache has nothing of it.
+        ws.send(&user_message_with(&chat, "m1", "and now?", |m| {
+            m.message.chat_has_title = true;
+        }))
+        .await;
+        outcome(&mut ws).await.need_history();
+        ws.send(&user_message_with(&chat, "m1", "and now?", |m| {
+            m.message.chat_has_title = true;
+            m.message.message_history = Some(vec![history_entry(
+                "m0",
+                chatd_protocol::Role::User,
+                "earlier",
+                1,
+            )]);
+        }))
+        .await;
+        let answer = outcome(&mut ws).await.answer();
+        assert_eq!(answer.chat_id, chat_id(&chat), "round {round}");
+    }
 }

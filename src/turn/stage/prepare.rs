@@ -3,14 +3,42 @@
 //! it is invalid or the cache fails; or a routine waiting in the chat takes the message as
 //! its answer. Then `ai_task_initiated`.
 
+use std::sync::Arc;
+
 use chatd_protocol::{AiTaskInitiated, ErrorCode, ErrorPayload, ServerMessage};
 
 use super::{Settled, Turn};
+use crate::delivery::Audience;
 use crate::history::{self, Prepared};
 use crate::inbound::MessageOptions;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::HistoryEntry;
 use crate::turn::report::{fault_message, reason_label};
+use crate::turn::writer::TurnWriter;
+
+/// How the first stage ends.
+pub(in crate::turn) enum Start {
+    Ready(Ready),
+    /// The answer needs the client's history or embeds first.
+    Ask(Ask),
+    /// Refused, cancelled, or answered by a waiting routine.
+    Ended,
+}
+
+/// A `request_chat_history` or `request_chat_embeds` to write once the chat's turn is
+/// over (see `run_turns`): the client's re-send must find the chat free.
+pub(in crate::turn) struct Ask {
+    writer: Arc<TurnWriter>,
+    audience: Audience,
+    frame: ServerMessage,
+}
+
+impl Ask {
+    pub(in crate::turn) async fn send(self) {
+        self.writer.frame(self.audience, self.frame);
+        self.writer.flushed().await;
+    }
+}
 
 /// A turn with its history, ready to be planned.
 pub(in crate::turn) struct Ready {
@@ -24,13 +52,13 @@ pub(in crate::turn) struct Ready {
 }
 
 impl Turn<'_> {
-    /// The turn's history, or `None` when the turn ended here (the history was asked for,
-    /// the turn was refused or cancelled, or a routine answered).
-    pub(in crate::turn) async fn prepare(&self) -> Option<Ready> {
+    /// The turn's history; or what to ask the client for; or the turn ended here (refused,
+    /// cancelled, or a routine answered).
+    pub(in crate::turn) async fn prepare(&self) -> Start {
         let (app, ticket) = (self.deps.as_ref(), self.ticket);
         let prepared = tokio::select! {
             biased;
-            _ = ticket.cancel.cancelled() => return None,
+            _ = ticket.cancel.cancelled() => return Start::Ended,
             p = history::prepare(&app.ai_cache, &app.history_requests, &self.owner, self.chat, &ticket.inbound) => p,
         };
         let history = match prepared {
@@ -39,38 +67,32 @@ impl Turn<'_> {
                 self.count_history_request(reason_label(request.reason));
                 // Recorded first: the copy with the history may come back at once.
                 self.settle(Settled::AwaitingHistory).await;
-                self.writer.frame(
-                    self.requesters(),
-                    ServerMessage::RequestChatHistory(request),
-                );
-                return None;
+                return self.ask(ServerMessage::RequestChatHistory(request));
             }
             Ok(Prepared::NeedEmbeds(request)) => {
                 self.count_history_request("missing_embeds");
                 // Like a history request: the copy with the embeds may come back at once.
                 self.settle(Settled::AwaitingHistory).await;
-                self.writer
-                    .frame(self.requesters(), ServerMessage::RequestChatEmbeds(request));
-                return None;
+                return self.ask(ServerMessage::RequestChatEmbeds(request));
             }
             Ok(Prepared::Invalid(reason)) => {
                 self.settle(Settled::Unanswered).await;
                 self.refuse(ErrorCode::InvalidChatHistory, reason);
-                return None;
+                return Start::Ended;
             }
             Err(fault) => {
                 tracing::warn!(error = %fault, "history unavailable; turn not started");
                 let (code, text) = fault_message(&fault);
                 self.settle(Settled::Unanswered).await;
                 self.refuse(code, text);
-                return None;
+                return Start::Ended;
             }
         };
         // A routine waiting in this chat takes the message as its answer.
         if crate::turn::routine::answer(app, self.user, self.chat, ticket, &self.writer).await {
             self.settle(Settled::Answered).await;
             self.writer.flushed().await;
-            return None;
+            return Start::Ended;
         }
         let initiated = ServerMessage::AiTaskInitiated(AiTaskInitiated {
             chat_id: self.chat.clone(),
@@ -94,11 +116,19 @@ impl Turn<'_> {
                 .first()
                 .is_some_and(|i| i.prior_messages == 0)
             && history.len() <= ticket.inbound.len();
-        Some(Ready {
+        Start::Ready(Ready {
             history,
             opts,
             first_message,
             has_title,
+        })
+    }
+
+    fn ask(&self, frame: ServerMessage) -> Start {
+        Start::Ask(Ask {
+            writer: self.writer.clone(),
+            audience: self.requesters(),
+            frame,
         })
     }
 
