@@ -23,7 +23,6 @@ use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyPr
 use crate::delivery::bus::redis::RedisBus;
 use crate::delivery::bus::{Bus, Received};
 use crate::delivery::{Delivery, Hub};
-use crate::history::HistoryRequests;
 use crate::ids::NodeId;
 use crate::links::{LinkChecker, LinkError};
 use crate::llm::{self, LlmClient};
@@ -277,7 +276,6 @@ impl App {
             max_output_tokens: config.llm.max_output_tokens,
             report_replaced_links: config.links.report_replaced,
             ai_cache,
-            history_requests: HistoryRequests::default(),
             instructions,
             models,
             predictions: Predictions::default(),

@@ -19,7 +19,6 @@ use chatd_protocol::{
     ChatId, ClientEmbed, EmbedId, HistoryReason, MessageId, RequestChatEmbeds, RequestChatHistory,
     Role,
 };
-use dashmap::DashMap;
 use futures_util::future::join_all;
 
 use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded, content_hash};
@@ -43,32 +42,9 @@ pub enum Prepared {
     Invalid(String),
 }
 
-/// Chats whose history the server asked for, and the message it asked about.
-#[derive(Default)]
-pub struct HistoryRequests {
-    pending: DashMap<(UserHash, ChatId), MessageId>,
-}
-
-impl HistoryRequests {
-    fn ask(&self, user: &UserHash, chat: &ChatId, message: &MessageId) {
-        self.pending
-            .insert((user.clone(), chat.clone()), message.clone());
-    }
-    /// True when the server already asked about this message (so must not ask again).
-    fn asked(&self, user: &UserHash, chat: &ChatId, message: &MessageId) -> bool {
-        self.pending
-            .get(&(user.clone(), chat.clone()))
-            .is_some_and(|m| m.value() == message)
-    }
-    fn clear(&self, user: &UserHash, chat: &ChatId) {
-        self.pending.remove(&(user.clone(), chat.clone()));
-    }
-}
-
 /// Builds the history for a turn answering `inbound` (oldest first).
 pub async fn prepare(
     cache: &AiCache,
-    requests: &HistoryRequests,
     user: &UserHash,
     chat: &ChatId,
     inbound: &[Inbound],
@@ -91,7 +67,6 @@ pub async fn prepare(
     {
         let expected = first.prior_messages;
         if history.is_empty() && expected > 0 {
-            requests.clear(user, chat);
             return Ok(Prepared::Invalid(format!(
                 "message_history is empty but the chat has {expected} earlier messages"
             )));
@@ -121,7 +96,6 @@ pub async fn prepare(
         // milliseconds, and its length bounds it until a budget needs the exact count.
         all.extend(new_messages);
         cache.replace(user, chat, &all).await?;
-        requests.clear(user, chat);
         // The client sends a history's embeds with it: what it lacks is marked unavailable.
         let (history, _) = for_model(cache, user, &all).await?;
         return Ok(Prepared::Ready(history));
@@ -161,13 +135,11 @@ pub async fn prepare(
         _ => None,
     };
     if let Some(reason) = reason {
-        if requests.asked(user, chat, latest.message_id()) {
-            requests.clear(user, chat);
+        if latest.history_requested {
             return Ok(Prepared::Invalid(
                 "the chat history was requested; re-send the message with message_history".into(),
             ));
         }
-        requests.ask(user, chat, latest.message_id());
         let cached_count = earlier(&cached, inbound).len() as u64;
         let insufficient = reason == HistoryReason::InsufficientCacheHistory;
         return Ok(Prepared::NeedHistory(RequestChatHistory {
@@ -194,12 +166,11 @@ pub async fn prepare(
     let (history, missing) = for_model(cache, user, &all).await?;
     // Embeds the cache lacks are asked for once per message (the client has them in its
     // store); what the re-send still lacks is marked unavailable and not asked for again.
-    if !missing.is_empty() && requests.asked(user, chat, latest.message_id()) {
+    if !missing.is_empty() && latest.history_requested {
         for embed in &missing {
             cache.mark_unavailable(user, chat, embed).await?;
         }
     } else if !missing.is_empty() {
-        requests.ask(user, chat, latest.message_id());
         return Ok(Prepared::NeedEmbeds(RequestChatEmbeds {
             chat_id: chat.clone(),
             message_id: latest.message_id().clone(),
@@ -209,7 +180,6 @@ pub async fn prepare(
                 .into(),
         }));
     }
-    requests.clear(user, chat);
     Ok(Prepared::Ready(history))
 }
 

@@ -14,6 +14,10 @@ pub struct Inbound {
     pub conn: ConnectionId,
     /// Messages the chat had before this one (what the AI cache should hold).
     pub prior_messages: u64,
+    /// The server asked the client for this message's history or embeds already (the
+    /// chat's shared record of message ids says so, on any node): it is not asked again.
+    #[serde(default)]
+    pub history_requested: bool,
     pub options: MessageOptions,
 }
 

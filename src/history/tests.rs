@@ -5,7 +5,7 @@
 
 use chatd_protocol::{ChatId, ClientMessage, HistoryReason, MessageId, Role, parse_client_message};
 
-use super::{HistoryRequests, Prepared, prepare};
+use super::{Prepared, prepare};
 use crate::auth::UserId;
 use crate::cache::ai::{AiCache, CachedMessage, Loaded};
 use crate::crypto::UserHash;
@@ -39,6 +39,7 @@ fn inbound(chat: &str, id: &str, prior: u64) -> Inbound {
         embeds: m.embeds,
         conn: 1,
         prior_messages: prior,
+        history_requested: false,
     }
 }
 
@@ -71,9 +72,9 @@ async fn ids(cache: &AiCache, chat: &ChatId) -> Option<Vec<String>> {
 
 #[tokio::test]
 async fn a_hit_appends_the_new_message_and_a_new_chat_is_created() {
-    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let (cache, u) = (cache(), user());
     let c = chat("c1");
-    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m1", 0)])
+    let prepared = prepare(&cache, &u, &c, &[inbound("c1", "m1", 0)])
         .await
         .expect("cache up");
     let Prepared::Ready(history) = prepared else {
@@ -86,7 +87,7 @@ async fn a_hit_appends_the_new_message_and_a_new_chat_is_created() {
         .append(&u, &c, &[cached("a1", Role::Assistant)])
         .await
         .expect("cache up");
-    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m2", 2)])
+    let prepared = prepare(&cache, &u, &c, &[inbound("c1", "m2", 2)])
         .await
         .expect("cache up");
     let Prepared::Ready(history) = prepared else {
@@ -101,7 +102,7 @@ async fn a_hit_appends_the_new_message_and_a_new_chat_is_created() {
 
 #[tokio::test]
 async fn a_plain_resend_of_a_cached_message_stays_cached_once() {
-    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let (cache, u) = (cache(), user());
     let c = chat("c1");
     let seed = [
         cached("h0", Role::User),
@@ -109,7 +110,7 @@ async fn a_plain_resend_of_a_cached_message_stays_cached_once() {
         cached("m2", Role::User),
     ];
     cache.replace(&u, &c, &seed).await.expect("cache up");
-    let prepared = prepare(&cache, &requests, &u, &c, &[inbound("c1", "m2", 2)])
+    let prepared = prepare(&cache, &u, &c, &[inbound("c1", "m2", 2)])
         .await
         .expect("cache up");
     let Prepared::Ready(history) = prepared else {
@@ -125,7 +126,7 @@ async fn a_plain_resend_of_a_cached_message_stays_cached_once() {
 
 #[tokio::test]
 async fn a_miss_with_earlier_messages_writes_nothing_and_evicts_nothing() {
-    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let (cache, u) = (cache(), user());
     for c in ["c1", "c2", "c3"] {
         cache
             .append(&u, &chat(c), &[cached("x", Role::User)])
@@ -133,7 +134,7 @@ async fn a_miss_with_earlier_messages_writes_nothing_and_evicts_nothing() {
             .expect("cache up");
     }
     let c4 = chat("c4");
-    let prepared = prepare(&cache, &requests, &u, &c4, &[inbound("c4", "m9", 4)])
+    let prepared = prepare(&cache, &u, &c4, &[inbound("c4", "m9", 4)])
         .await
         .expect("cache up");
     let Prepared::NeedHistory(request) = prepared else {
@@ -148,7 +149,7 @@ async fn a_miss_with_earlier_messages_writes_nothing_and_evicts_nothing() {
 
 #[tokio::test]
 async fn a_resent_history_is_cached_uncounted_and_a_new_message_counted() {
-    let (cache, requests, u) = (cache(), HistoryRequests::default(), user());
+    let (cache, u) = (cache(), user());
     let c = chat("c1");
     let frame = serde_json::json!({
         "type": "chat_message_added",
@@ -169,10 +170,9 @@ async fn a_resent_history_is_cached_uncounted_and_a_new_message_counted() {
         embeds: m.embeds,
         conn: 1,
         prior_messages: 2,
+        history_requested: true,
     };
-    let prepared = prepare(&cache, &requests, &u, &c, &[resend])
-        .await
-        .expect("cache up");
+    let prepared = prepare(&cache, &u, &c, &[resend]).await.expect("cache up");
     let Prepared::Ready(history) = prepared else {
         panic!("a re-send is served: {prepared:?}")
     };
@@ -199,7 +199,7 @@ async fn a_resent_history_is_cached_uncounted_and_a_new_message_counted() {
     );
 
     // A later message on a hit is small and counted when cached.
-    prepare(&cache, &requests, &u, &c, &[inbound("c1", "m4", 3)])
+    prepare(&cache, &u, &c, &[inbound("c1", "m4", 3)])
         .await
         .expect("cache up");
     let Loaded::Present { messages, .. } = cache.load(&u, &c).await.expect("cache up") else {

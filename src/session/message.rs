@@ -79,6 +79,7 @@ impl Session {
             embeds: m.embeds,
             conn: self.device.conn_id,
             prior_messages: messages_v - 1,
+            history_requested: count.asked,
             options,
         };
         let turns = &self.app.turn.turns;
@@ -180,10 +181,10 @@ impl Session {
             stored = Some(versions.unwrap_or_default());
             app.owners.remember(user, chat);
         }
-        let resend = match self.seen(chat, msg, stored.as_ref()).await {
+        let (resend, asked) = match self.seen(chat, msg, stored.as_ref()).await {
             Seen::Duplicate => return None,
-            Seen::Resend => true,
-            Seen::New => false,
+            Seen::Resend { asked } => (true, asked),
+            Seen::New => (false, false),
         };
         let counted = if resend {
             cache.messages_v(owner, chat).await
@@ -196,6 +197,7 @@ impl Session {
                 messages_v,
                 last_edited,
                 resend,
+                asked,
             });
         }
         // The cache has no count (new, expired or down): the store's is the seed.
@@ -216,6 +218,7 @@ impl Session {
             messages_v: seeded.ok().flatten().unwrap_or(stored.messages_v + 1),
             last_edited: stored.last_edited_overall_timestamp,
             resend,
+            asked,
         })
     }
 }
@@ -244,8 +247,8 @@ impl Session {
         };
         let seen = match seen {
             MessageSeen::New => Seen::New,
-            MessageSeen::AwaitingHistory => Seen::Resend,
-            MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend,
+            MessageSeen::AwaitingHistory => Seen::Resend { asked: true },
+            MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend { asked: false },
             MessageSeen::Sent | MessageSeen::Answered => Seen::Duplicate,
         };
         if seen == Seen::Duplicate {
@@ -285,14 +288,19 @@ struct Counted {
     last_edited: i64,
     /// The client re-sent a message the server asked about (counted and relayed before).
     resend: bool,
+    /// The server asked for this message's history or embeds (on any node).
+    asked: bool,
 }
 
 /// What the chat's record of message ids says of a message.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Seen {
     New,
-    /// Sent before and not answered: the answer to a history or embeds request.
-    Resend,
+    /// Sent before and not answered: the answer to a history or embeds request (`asked`),
+    /// or a copy that carries the history.
+    Resend {
+        asked: bool,
+    },
     /// Sent (or answered) before: acknowledged, nothing else.
     Duplicate,
 }

@@ -14,7 +14,6 @@ use super::writer::TurnWriter;
 use crate::cache::ai::AiCache;
 use crate::config::PipelineConfig;
 use crate::delivery::Delivery;
-use crate::history::HistoryRequests;
 use crate::links::LinkChecker;
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::Instructions;
@@ -30,7 +29,6 @@ pub struct TurnDeps {
     pub report_replaced_links: bool,
     /// The sealed AI cache (messages and embeds).
     pub ai_cache: AiCache,
-    pub history_requests: HistoryRequests,
     /// Prompts and function definitions (`config/instructions.yml`).
     pub instructions: Arc<Instructions>,
     /// The model catalog and each stage's default model.

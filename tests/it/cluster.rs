@@ -589,3 +589,41 @@ async fn a_history_resend_at_once_after_the_request_is_always_answered() {
         assert_eq!(answer.chat_id, chat_id(&chat), "round {round}");
     }
 }
+
+/// The history is asked for once per message across the cluster (issue 35, defect 2: the
+/// guard lived in each process, so a re-send on another node was asked about again, and a
+/// client without the history could be sent round in circles). A plain re-send, without
+/// the history, on the other node gets the typed error instead.
+#[tokio::test]
+async fn the_history_is_asked_for_once_per_message_on_any_node() {
+    let c = Cluster::start(2).await;
+    let mut first = c.connect(0, "fay").await;
+    let mut second = c.connect(1, "fay").await;
+    let chat = "chat-asked-once";
+    first
+        .send(&user_message_with(chat, "m1", "and now?", |m| {
+            m.message.chat_has_title = true;
+        }))
+        .await;
+    outcome(&mut first).await.need_history();
+    second
+        .send(&user_message_with(chat, "m1", "and now?", |m| {
+            m.message.chat_has_title = true;
+        }))
+        .await;
+    let error = outcome(&mut second).await.error();
+    assert_eq!(error.code, ErrorCode::InvalidChatHistory, "{error:?}");
+    // With the history it is answered, on either node.
+    second
+        .send(&user_message_with(chat, "m1", "and now?", |m| {
+            m.message.chat_has_title = true;
+            m.message.message_history = Some(vec![history_entry(
+                "m0",
+                chatd_protocol::Role::User,
+                "earlier",
+                1,
+            )]);
+        }))
+        .await;
+    outcome(&mut second).await.answer();
+}

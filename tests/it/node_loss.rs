@@ -52,6 +52,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         embeds: Vec::new(),
         conn: 1,
         prior_messages: 0,
+        history_requested: false,
         options: MessageOptions::default(),
     };
     let Ok(Admission::Start(ticket)) = ghost

@@ -286,7 +286,7 @@ async fn a_cache_hit_is_one_script_call() {
     use chatd::cache::redis::RedisBackend;
     use chatd::cache::{AiPolicy, CacheBackend};
     use chatd::crypto::{Keyring, LocalKeyProvider, UserHash};
-    use chatd::history::{HistoryRequests, Prepared, prepare};
+    use chatd::history::{Prepared, prepare};
     use chatd::turn::{Inbound, MessageOptions};
     use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
 
@@ -344,17 +344,17 @@ async fn a_cache_hit_is_one_script_call() {
             embeds: m.embeds,
             conn: 1,
             prior_messages: prior,
+            history_requested: false,
         }
     };
-    let requests = HistoryRequests::default();
     // The first hit also loads the script into Redis (EVALSHA, NOSCRIPT, SCRIPT LOAD, EVALSHA).
-    let first = prepare(&cache, &requests, &user, &chat, &[inbound("m4", 4)])
+    let first = prepare(&cache, &user, &chat, &[inbound("m4", 4)])
         .await
         .unwrap();
     assert!(matches!(first, Prepared::Ready(_)), "{first:?}");
 
     redis.cli(&["CONFIG", "RESETSTAT"]).await.unwrap();
-    let prepared = prepare(&cache, &requests, &user, &chat, &[inbound("m5", 5)])
+    let prepared = prepare(&cache, &user, &chat, &[inbound("m5", 5)])
         .await
         .unwrap();
     let stats = redis.cli(&["INFO", "commandstats"]).await.unwrap();

@@ -21,6 +21,7 @@ fn inbound(id: &str, conn: ConnectionId) -> Inbound {
         embeds: Vec::new(),
         conn,
         prior_messages: 0,
+        history_requested: false,
         options: MessageOptions::default(),
     }
 }

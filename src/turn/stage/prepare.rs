@@ -59,7 +59,7 @@ impl Turn<'_> {
         let prepared = tokio::select! {
             biased;
             _ = ticket.cancel.cancelled() => return Start::Ended,
-            p = history::prepare(&app.ai_cache, &app.history_requests, &self.owner, self.chat, &ticket.inbound) => p,
+            p = history::prepare(&app.ai_cache, &self.owner, self.chat, &ticket.inbound) => p,
         };
         let history = match prepared {
             Ok(Prepared::Ready(history)) => history,
