@@ -67,6 +67,9 @@ pub enum ErrorCode {
     UnknownSettingsCategory,
     /// An app settings/memories entry does not match its category's schema; not stored.
     InvalidSettingsMemoryEntry,
+    /// A `message_id` the chat already has came with other content: nothing was stored or
+    /// answered (a new message needs a new id).
+    MessageIdReused,
 }
 
 impl ErrorCode {
@@ -98,6 +101,7 @@ impl ErrorCode {
             ErrorCode::UnknownFocusMode => "unknown_focus_mode",
             ErrorCode::UnknownSettingsCategory => "unknown_settings_category",
             ErrorCode::InvalidSettingsMemoryEntry => "invalid_settings_memory_entry",
+            ErrorCode::MessageIdReused => "message_id_reused",
         }
     }
 
@@ -128,6 +132,7 @@ impl ErrorCode {
         ErrorCode::UnknownFocusMode,
         ErrorCode::UnknownSettingsCategory,
         ErrorCode::InvalidSettingsMemoryEntry,
+        ErrorCode::MessageIdReused,
     ];
 }
 

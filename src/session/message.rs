@@ -251,7 +251,15 @@ impl Session {
             MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend { asked: false },
             MessageSeen::Sent | MessageSeen::Answered => Seen::Duplicate,
         };
-        if seen == Seen::Duplicate {
+        if seen == Seen::Duplicate && self.reused(chat, msg).await {
+            let mut p = ErrorPayload::new(
+                ErrorCode::MessageIdReused,
+                "this message id belongs to another message of the chat; a new message needs a new id",
+            );
+            p.chat_id = Some(chat.clone());
+            p.message_id = Some(msg.message_id.clone());
+            self.reply(ServerMessage::Error(p));
+        } else if seen == Seen::Duplicate {
             let messages_v = match cache.messages_v(owner, chat).await {
                 Ok(Some(v)) => v,
                 _ => stored.map_or(0, |v| v.messages_v),
@@ -266,6 +274,27 @@ impl Session {
             }));
         }
         seen
+    }
+
+    /// The id is the chat's, but the content is not the message the AI cache holds under
+    /// it (checked only for ids seen before, and only while the cache holds the chat).
+    async fn reused(
+        &self,
+        chat: &chatd_protocol::ChatId,
+        msg: &chatd_protocol::UserMessage,
+    ) -> bool {
+        let loaded = self
+            .app
+            .turn
+            .ai_cache
+            .load(&self.device.user_hash, chat)
+            .await;
+        let Ok(crate::cache::ai::Loaded::Present { messages, .. }) = loaded else {
+            return false;
+        };
+        messages
+            .iter()
+            .any(|m| m.message_id == msg.message_id && m.content != msg.content)
     }
 
     /// The message was not taken (the turn store refused it): it may be sent again.

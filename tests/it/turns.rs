@@ -383,6 +383,26 @@ async fn a_message_id_sent_again_is_never_answered_twice() {
         }
     }
     assert_eq!(fake.requests().len(), 1, "one model call for m1, ever");
+
+    // The same id with other content is not a copy: a typed error, nothing stored or
+    // answered, and the connection goes on (issue 35, defect 6: it was confirmed, then
+    // silence).
+    ws.send(&user_message("chat-dup", "m1", "something else entirely"))
+        .await;
+    let error = ws
+        .recv_until(|m| match m {
+            ServerMessage::Error(e) => Some(e.clone()),
+            ServerMessage::ChatMessageConfirmed(c) => panic!("confirmed as a copy: {c:?}"),
+            _ => None,
+        })
+        .await;
+    assert_eq!(error.code, ErrorCode::MessageIdReused);
+    assert_eq!(error.message_id.as_ref().map(|m| m.as_str()), Some("m1"));
+    fake.push(text(&["Second."]));
+    ws.send(&user_message("chat-dup", "m2", "something else entirely"))
+        .await;
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.full_content_so_far, "Second.");
 }
 
 /// An answer ends at `llm.max_output_tokens` even when the provider ignores `max_tokens`
