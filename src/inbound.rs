@@ -28,7 +28,9 @@ pub struct MessageOptions {
     pub active_focus_id: Option<String>,
     pub chat_summary: Option<String>,
     pub chat_tags: Vec<String>,
-    pub settings_available: Vec<String>,
+    /// The user's saved settings/memories (`app_id-item_key`), when the client says.
+    #[serde(default)]
+    pub settings_available: Option<Vec<String>>,
     pub connected_accounts: Vec<String>,
     pub follow_ups_enabled: bool,
     /// The chat key the sending device gave (wrapped by the client; relayed unread).
@@ -43,7 +45,7 @@ impl Default for MessageOptions {
             active_focus_id: None,
             chat_summary: None,
             chat_tags: Vec::new(),
-            settings_available: Vec::new(),
+            settings_available: None,
             connected_accounts: Vec::new(),
             follow_ups_enabled: true,
             encrypted_chat_key: None,

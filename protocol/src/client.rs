@@ -175,9 +175,11 @@ pub struct ChatMessageAdded {
     /// The chat's current tags (decrypted by the client).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub chat_tags: Vec<String>,
-    /// App settings and memories the user has (`app_id-item_key`); the client is the source of truth.
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub app_settings_memories_metadata: Vec<String>,
+    /// App settings and memories the user has saved (`app_id-item_key`, the item key being
+    /// the category); the client is the source of truth. Preprocessing asks only for these
+    /// categories' entries. Absent: the client does not say, every category may be asked for.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub app_settings_memories_metadata: Option<Vec<String>>,
     /// Apps for which the user has a connected account (skills that need one are offered only then).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connected_accounts: Vec<String>,
@@ -224,7 +226,7 @@ impl ChatMessageAdded {
             active_focus_id: None,
             chat_summary: None,
             chat_tags: Vec::new(),
-            app_settings_memories_metadata: Vec::new(),
+            app_settings_memories_metadata: None,
             connected_accounts: Vec::new(),
             user_preferences: None,
             message_history: None,

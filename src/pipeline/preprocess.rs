@@ -42,9 +42,12 @@ pub struct Input<'a> {
     pub first_message: bool,
     pub pinned_model: Option<&'a str>,
     pub connected_accounts: &'a [String],
-    /// `app_id-item_key` entries the user has.
-    pub settings_available: &'a [String],
-    /// Every declared settings/memories category (`app_id:category`).
+    /// The settings/memories categories (`app_id:category`) the user has saved entries
+    /// of: the ones preprocessing may ask to load (every declared one when the client
+    /// does not say).
+    pub settings_saved: Vec<String>,
+    /// Every declared settings/memories category (`app_id:category`): the ones a new
+    /// entry may be suggested for.
     pub settings_categories: Vec<String>,
 }
 
@@ -69,7 +72,6 @@ pub struct Preprocessed {
     pub injection_chance: f32,
     pub skills: Vec<String>,
     pub focus_modes: Vec<String>,
-    pub settings_keys: Vec<String>,
     /// Settings/memories categories (`app_id:category`) the answer needs.
     pub settings_memories: Vec<String>,
     /// Categories worth suggesting new entries for after the answer.
@@ -98,7 +100,6 @@ struct Raw {
     prompt_injection_chance: Option<f64>,
     relevant_app_skills: Vec<String>,
     relevant_focus_modes: Vec<String>,
-    load_app_settings_and_memories: Vec<String>,
     needs_vision: bool,
     needs_reasoning: bool,
     relevant_app_settings_and_memories: Vec<String>,
@@ -197,6 +198,10 @@ impl Stage<'_> {
             ("focus_modes", or_none(&focus.join(", "))),
             (
                 "settings_memories",
+                or_none(&input.settings_saved.join(", ")),
+            ),
+            (
+                "new_settings_memories",
                 or_none(&input.settings_categories.join(", ")),
             ),
         ]);

@@ -135,6 +135,49 @@ fn system_prompt(request: &Value) -> String {
         .to_string()
 }
 
+/// Preprocessing asks only for categories the user has saved entries of, when the client
+/// lists them (`app_settings_memories_metadata`, seed 002): its prompt offers those, and a
+/// category the model names anyway is not requested. New entries may still be suggested
+/// for any category. (Issue 35, defect 4: the list fed nothing.)
+#[tokio::test]
+async fn only_the_categories_the_user_saved_are_asked_for() {
+    let (fake, app) = setup(3).await;
+    let mut ws = app.connect_showing("alice", "chat-saved").await;
+    relevant(&fake, &["travel:trips", "travel:preferences"]);
+    fake.push(text("An answer."));
+    ws.send(&crate::support::user_message_with(
+        "chat-saved",
+        "m1",
+        "Plan my holiday",
+        |m| m.app_settings_memories_metadata = Some(vec!["travel-preferences".into()]),
+    ))
+    .await;
+    let (frames, _) = collect_answer(&mut ws).await;
+    let request = frames
+        .iter()
+        .find_map(|f| match f {
+            ServerMessage::RequestAppSettingsMemories(r) => Some(r.clone()),
+            _ => None,
+        })
+        .expect("the saved category is requested");
+    assert_eq!(request.requested_keys, vec!["travel:preferences"]);
+    let prompt = fake.stage_requests("preprocess")[0]["messages"][0]["content"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let (saved, all) = prompt
+        .split_once("Every app settings/memories category")
+        .unwrap();
+    assert!(
+        saved.contains("travel:preferences") && !saved.contains("travel:trips"),
+        "{prompt}"
+    );
+    assert!(
+        all.contains("travel:trips") && all.contains("docs:interests"),
+        "{prompt}"
+    );
+}
+
 /// Request → the answer goes on without the data → confirmed later (one entry invalid: a
 /// typed error, the valid one kept) → the next turn's prompt holds the entry as data → the
 /// chat is evicted by a fourth chat → its entries are gone.

@@ -63,20 +63,11 @@ impl Stage<'_> {
                 focus_modes.push(f);
             }
         }
-        let mut settings_keys = Vec::new();
-        for k in answers
-            .iter()
-            .flat_map(|r| r.load_app_settings_and_memories.iter())
-        {
-            if input.settings_available.contains(k) && !settings_keys.contains(k) {
-                settings_keys.push(k.clone());
-            }
-        }
         let settings_memories = known_categories(
             answers
                 .iter()
                 .flat_map(|r| r.relevant_app_settings_and_memories.iter()),
-            &input.settings_categories,
+            &input.settings_saved,
         );
         let new_settings_memories = known_categories(
             answers
@@ -128,7 +119,6 @@ impl Stage<'_> {
             injection_chance,
             skills,
             focus_modes,
-            settings_keys,
             settings_memories,
             new_settings_memories,
             title,
@@ -166,7 +156,6 @@ impl Stage<'_> {
             injection_chance: 0.0,
             skills: Vec::new(),
             focus_modes: Vec::new(),
-            settings_keys: Vec::new(),
             settings_memories: Vec::new(),
             new_settings_memories: Vec::new(),
             title: None,

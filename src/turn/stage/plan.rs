@@ -97,7 +97,7 @@ impl Turn<'_> {
             first_message: ready.first_message,
             pinned_model: opts.pinned_model.as_deref(),
             connected_accounts: &opts.connected_accounts,
-            settings_available: &opts.settings_available,
+            settings_saved: saved_categories(&app.memories.categories, opts),
             settings_categories: app.memories.categories.keys(),
         };
         let active_focus = turn_tools.focus.active_id();
@@ -276,6 +276,24 @@ impl Turn<'_> {
                 .unwrap_or_default(),
         }
     }
+}
+
+/// The settings/memories categories the user has saved entries of (`app_id-item_key`
+/// entries the client lists), or every category when the client does not say.
+fn saved_categories(
+    categories: &crate::memories::Categories,
+    opts: &crate::inbound::MessageOptions,
+) -> Vec<String> {
+    let Some(saved) = &opts.settings_available else {
+        return categories.keys();
+    };
+    let mut keys: Vec<String> = saved
+        .iter()
+        .filter_map(|k| categories.get(k).map(|c| c.key()))
+        .collect();
+    keys.sort();
+    keys.dedup();
+    keys
 }
 
 /// The `preprocessing_step` frames of a turn, in order: the title (unless `title_late`: it
