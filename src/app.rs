@@ -312,6 +312,7 @@ impl App {
             user_limiter,
             tasks: Tasks {
                 turns: turn_tasks,
+                draining: CancellationToken::new(),
                 turns_shutdown,
                 connections,
                 connections_shutdown,
@@ -334,22 +335,25 @@ impl App {
         &self.state
     }
 
-    /// Serves until `shutdown` fires, then drains: stop accepting, cancel turns (their
-    /// final frames go out), close sockets with 1012, wait up to `server.shutdown_grace`.
+    /// Serves until `shutdown` fires, then drains within `server.shutdown_grace`: stop
+    /// accepting connections and messages, let running answers finish, cancel the ones
+    /// still running near the end (their final frames go out), close sockets with 1012.
     pub async fn run_until_stopped(self, shutdown: CancellationToken) -> std::io::Result<()> {
         let App {
             listener,
             state,
             bus_received,
         } = self;
+        // The node's own services run until the turns are cancelled, on the connections'
+        // tracker: the drain waits on the turns' tracker for the answers alone.
         if let Some(rx) = bus_received {
             state
                 .tasks
-                .turns
+                .connections
                 .spawn(crate::turn::node::run(state.turn.clone(), rx));
         }
         // Turns whose node was lost are ended and their chats handed on (see turn::reaper).
-        state.tasks.turns.spawn(crate::turn::reaper::run(
+        state.tasks.connections.spawn(crate::turn::reaper::run(
             state.turn.clone(),
             std::time::Duration::from_secs(1),
         ));
@@ -376,14 +380,26 @@ impl App {
                     message: "This server is stopping; reconnect to continue.".into(),
                 }));
             tracing::info!(devices = told, "shutting down");
-            tasks.turns_shutdown.cancel();
+            tasks.draining.cancel();
             tasks.turns.close();
-            if tokio::time::timeout_at(deadline, tasks.turns.wait())
+            // Running answers may finish; what still runs near the end is cancelled, with
+            // time left for its final frame.
+            let grace = state.config.server.shutdown_grace;
+            let cut = deadline - (grace / 4).min(std::time::Duration::from_secs(2));
+            if tokio::time::timeout_at(cut, tasks.turns.wait())
                 .await
                 .is_err()
             {
-                tracing::warn!("turns still running after the grace period");
+                tracing::info!("cancelling the turns still running");
+                tasks.turns_shutdown.cancel();
+                if tokio::time::timeout_at(deadline, tasks.turns.wait())
+                    .await
+                    .is_err()
+                {
+                    tracing::warn!("turns still running after the grace period");
+                }
             }
+            tasks.turns_shutdown.cancel();
             tasks.connections_shutdown.cancel();
             tasks.connections.close();
             if tokio::time::timeout_at(deadline, tasks.connections.wait())

@@ -16,6 +16,9 @@ use crate::turn::TurnDeps;
 /// final frames still reach open sockets), then connections.
 pub struct Tasks {
     pub turns: TaskTracker,
+    /// Fired when shutdown begins: no new message is taken; running turns go on.
+    pub draining: CancellationToken,
+    /// Fired when the turns still running must end (`interrupted_by_shutdown`).
     pub turns_shutdown: CancellationToken,
     pub connections: TaskTracker,
     pub connections_shutdown: CancellationToken,

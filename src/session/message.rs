@@ -43,6 +43,17 @@ impl Session {
             self.reply(ServerMessage::Error(p));
             return;
         }
+        if self.app.tasks.draining.is_cancelled() {
+            // Stopping: nothing of the message is taken here (running answers finish); the
+            // client sends it again once reconnected.
+            let mut p = ErrorPayload::new(
+                ErrorCode::Overloaded,
+                "this server is stopping; reconnect and send the message again",
+            );
+            p.chat_id = Some(m.chat_id.clone());
+            p.message_id = Some(msg.message_id.clone());
+            return self.reply(ServerMessage::Error(p));
+        }
         let Some(count) = self.count_message(&m.chat_id, &msg).await else {
             return;
         };
