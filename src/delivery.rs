@@ -229,11 +229,17 @@ impl Delivery {
     /// for this node to act comes back to the caller. This node's own are dropped.
     pub async fn receive(&self, user: &UserHash, payload: &[u8]) -> Option<Envelope> {
         let link = self.link.as_ref()?;
-        let plain = link
+        let plain = match link
             .keyring
             .open(user, "bus", Purpose::BusFrame, payload)
             .await
-            .ok()?;
+        {
+            Ok(plain) => plain,
+            Err(e) => {
+                tracing::warn!(error = %e, "a frame from another node does not open; dropped");
+                return None;
+            }
+        };
         let envelope: Envelope = serde_json::from_slice(&plain).ok()?;
         match &envelope {
             Envelope::Frame { origin, .. } | Envelope::CancelSkill { origin, .. }
@@ -282,7 +288,7 @@ async fn publish(
 ) -> Result<(), BusError> {
     let plain = serde_json::to_vec(envelope).unwrap_or_default();
     let sealed = keyring
-        .seal(user, "bus", Purpose::BusFrame, &plain)
+        .seal_portable(user, "bus", Purpose::BusFrame, &plain)
         .await
         .map_err(|e| BusError::Unavailable(e.to_string()))?;
     bus.publish(user, sealed).await

@@ -7,6 +7,14 @@
 //! Sealed value: `0x01 || key_id (16 bytes) || nonce (12) || ciphertext+tag`, with associated
 //! data `chatd:v1|{user_hash}|{chat}|{purpose}|{key_id}`: a value moved to another user,
 //! chat, purpose or key does not open.
+//!
+//! The store may lose the wrapped copy (a Redis restarted empty) while a node still seals
+//! with the key in memory. Two things keep values openable on every node then: the current
+//! key's wrapped copy is written again at most every [`REWRITE_EVERY`] while it is in use,
+//! and a *portable* value ([`Keyring::seal_portable`], for frames on their way to other
+//! nodes) carries the wrapped key itself: `0x02 || key_id || len (u16 BE) || wrapped key ||
+//! nonce || ciphertext+tag` (the key id is the wrapped key's digest, so it cannot be
+//! swapped).
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -43,6 +51,12 @@ const VERSION: u8 = 1;
 const KEY_ID_LEN: usize = 16;
 /// Wrapped data keys outlive the values they sealed (whose TTLs are refreshed on use).
 const WRAPPED_KEY_TTL: Duration = Duration::from_secs(30 * 24 * 3600);
+
+/// A portable sealed value (carries its wrapped key).
+const PORTABLE: u8 = 2;
+/// How often the wrapped copy of a key in use is written again (a store that lost it has it
+/// back within this long).
+const REWRITE_EVERY: Duration = Duration::from_secs(5);
 
 type KeyId = [u8; KEY_ID_LEN];
 
@@ -105,6 +119,23 @@ struct CachedKey {
     id: KeyId,
     key: SecretKey,
     loaded: Instant,
+    /// The wrapped form (kept for the current key: portable values carry it).
+    wrapped: Option<Arc<str>>,
+    /// When the wrapped copy was last written to the store (the current key only).
+    written: std::sync::Mutex<Instant>,
+}
+
+impl CachedKey {
+    fn new(id: KeyId, key: SecretKey, wrapped: Option<Arc<str>>) -> Self {
+        let now = Instant::now();
+        Self {
+            id,
+            key,
+            loaded: now,
+            wrapped,
+            written: std::sync::Mutex::new(now),
+        }
+    }
 }
 
 pub struct Keyring {
@@ -165,6 +196,7 @@ impl Keyring {
         if let Some(k) = self.current.get(user).map(|k| k.clone())
             && self.fresh(&k)
         {
+            self.rewrite_if_due(user, &k).await;
             return Ok(k);
         }
         let new = self.provider.new_data_key(user).await?;
@@ -172,15 +204,11 @@ impl Keyring {
         self.backend
             .put_wrapped(
                 &wrapped_key_name(user, &id),
-                new.wrapped.into_bytes(),
+                new.wrapped.clone().into_bytes(),
                 WRAPPED_KEY_TTL,
             )
             .await?;
-        let cached = Arc::new(CachedKey {
-            id,
-            key: new.key,
-            loaded: Instant::now(),
-        });
+        let cached = Arc::new(CachedKey::new(id, new.key, Some(Arc::from(new.wrapped))));
         if !self.ttl.is_zero() {
             self.current.insert(user.clone(), cached.clone());
             self.opened.insert((user.clone(), id), cached.clone());
@@ -206,11 +234,60 @@ impl Keyring {
             Err(KeyError::Rejected(_)) => return Err(OpenError::Failed),
             Err(e) => return Err(OpenError::Unavailable(e.into())),
         };
-        let cached = Arc::new(CachedKey {
-            id,
-            key,
-            loaded: Instant::now(),
-        });
+        let cached = Arc::new(CachedKey::new(id, key, None));
+        if !self.ttl.is_zero() {
+            self.opened.insert((user.clone(), id), cached.clone());
+        }
+        Ok(cached)
+    }
+
+    /// Writes the current key's wrapped copy again when it was last written
+    /// [`REWRITE_EVERY`] ago (best effort: a store that is down is retried next time).
+    async fn rewrite_if_due(&self, user: &UserHash, k: &CachedKey) {
+        let Some(wrapped) = &k.wrapped else {
+            return;
+        };
+        {
+            let mut written = k
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            if written.elapsed() < REWRITE_EVERY {
+                return;
+            }
+            *written = Instant::now();
+        }
+        let name = wrapped_key_name(user, &k.id);
+        let put = self
+            .backend
+            .put_wrapped(&name, wrapped.as_bytes().to_vec(), WRAPPED_KEY_TTL);
+        if let Err(e) = put.await {
+            tracing::debug!(error = %e, "cannot rewrite a wrapped data key");
+        }
+    }
+
+    /// A key for a portable value: cached, or unwrapped from the value itself.
+    async fn key_from_value(
+        &self,
+        user: &UserHash,
+        id: KeyId,
+        wrapped: &[u8],
+    ) -> Result<Arc<CachedKey>, OpenError> {
+        if let Some(k) = self.opened.get(&(user.clone(), id)).map(|k| k.clone())
+            && self.fresh(&k)
+        {
+            return Ok(k);
+        }
+        let wrapped = std::str::from_utf8(wrapped).map_err(|_| OpenError::Failed)?;
+        if key_id(wrapped) != id {
+            return Err(OpenError::Failed);
+        }
+        let key = match self.provider.unwrap_data_key(user, wrapped).await {
+            Ok(k) => k,
+            Err(KeyError::Rejected(_)) => return Err(OpenError::Failed),
+            Err(e) => return Err(OpenError::Unavailable(e.into())),
+        };
+        let cached = Arc::new(CachedKey::new(id, key, None));
         if !self.ttl.is_zero() {
             self.opened.insert((user.clone(), id), cached.clone());
         }
@@ -235,7 +312,32 @@ impl Keyring {
         Ok(out)
     }
 
-    /// Opens a value sealed by [`Keyring::seal`] with the same binding.
+    /// Seals like [`Keyring::seal`], carrying the wrapped key in the value: any node can
+    /// open it with the key service alone, whatever the store of wrapped keys still holds.
+    pub async fn seal_portable(
+        &self,
+        user: &UserHash,
+        scope: &str,
+        purpose: Purpose,
+        plaintext: &[u8],
+    ) -> Result<Vec<u8>, SealError> {
+        let key = self.current_key(user).await?;
+        let wrapped = key.wrapped.as_deref().unwrap_or_default().as_bytes();
+        let len = u16::try_from(wrapped.len())
+            .map_err(|_| SealError::Key(KeyError::Unavailable("wrapped key too long".into())))?;
+        let body = aead::seal(&key.key, &aad(user, scope, purpose, &key.id), plaintext)
+            .map_err(|e| SealError::Key(KeyError::Unavailable(e.to_string())))?;
+        let mut out = Vec::with_capacity(1 + KEY_ID_LEN + 2 + wrapped.len() + body.len());
+        out.push(PORTABLE);
+        out.extend_from_slice(&key.id);
+        out.extend_from_slice(&len.to_be_bytes());
+        out.extend_from_slice(wrapped);
+        out.extend_from_slice(&body);
+        Ok(out)
+    }
+
+    /// Opens a value sealed by [`Keyring::seal`] or [`Keyring::seal_portable`] with the
+    /// same binding.
     pub async fn open(
         &self,
         user: &UserHash,
@@ -243,18 +345,27 @@ impl Keyring {
         purpose: Purpose,
         sealed: &[u8],
     ) -> Result<Vec<u8>, OpenError> {
-        if sealed.len() < 1 + KEY_ID_LEN || sealed[0] != VERSION {
+        let (Some(&version), Some(id)) = (sealed.first(), sealed.get(1..1 + KEY_ID_LEN)) else {
             return Err(OpenError::Failed);
-        }
-        let mut id = [0u8; KEY_ID_LEN];
-        id.copy_from_slice(&sealed[1..1 + KEY_ID_LEN]);
-        let key = self.key_for_open(user, id).await?;
-        aead::open(
-            &key.key,
-            &aad(user, scope, purpose, &id),
-            &sealed[1 + KEY_ID_LEN..],
-        )
-        .map_err(|_| OpenError::Failed)
+        };
+        let mut key_id = [0u8; KEY_ID_LEN];
+        key_id.copy_from_slice(id);
+        let rest = &sealed[1 + KEY_ID_LEN..];
+        let (key, body) = match version {
+            VERSION => (self.key_for_open(user, key_id).await?, rest),
+            PORTABLE => {
+                let len = rest
+                    .get(..2)
+                    .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
+                    .ok_or(OpenError::Failed)?;
+                let wrapped = rest.get(2..2 + len).ok_or(OpenError::Failed)?;
+                let key = self.key_from_value(user, key_id, wrapped).await?;
+                (key, &rest[2 + len..])
+            }
+            _ => return Err(OpenError::Failed),
+        };
+        aead::open(&key.key, &aad(user, scope, purpose, &key_id), body)
+            .map_err(|_| OpenError::Failed)
     }
 
     /// Forgets every cached data key (tests, and a future key-rotation hook).
@@ -290,6 +401,74 @@ mod tests {
             self.0.insert(name.to_string(), wrapped);
             Box::pin(async { Ok(()) })
         }
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn values_stay_openable_on_a_node_when_the_store_lost_the_wrapped_key() {
+        let provider: Arc<dyn KeyProvider> =
+            Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([3u8; 32])));
+        let store = Arc::new(MapStore::default());
+        let here = Keyring::new(provider.clone(), store.clone(), Duration::from_secs(900));
+        let there = Keyring::new(provider, store.clone(), Duration::from_secs(900));
+        let a = UserHash::of(&UserId::parse("alice").unwrap());
+        here.seal(&a, "c", Purpose::AiMessage, b"warm")
+            .await
+            .unwrap();
+        // The store comes back empty; `here` still seals with the key in memory.
+        store.0.clear();
+        let plain = here
+            .seal(&a, "c", Purpose::TurnLog, b"stored")
+            .await
+            .unwrap();
+        let portable = here
+            .seal_portable(&a, "bus", Purpose::BusFrame, b"frame")
+            .await
+            .unwrap();
+        // A portable value opens anywhere; a plain one only once its key is back.
+        assert_eq!(
+            there
+                .open(&a, "bus", Purpose::BusFrame, &portable)
+                .await
+                .unwrap(),
+            b"frame"
+        );
+        let other = Keyring::new(
+            Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([3u8; 32]))),
+            store.clone(),
+            Duration::from_secs(900),
+        );
+        assert!(matches!(
+            other.open(&a, "c", Purpose::TurnLog, &plain).await,
+            Err(OpenError::Failed)
+        ));
+        // The key in use is written again within REWRITE_EVERY.
+        tokio::time::advance(REWRITE_EVERY).await;
+        here.seal(&a, "c", Purpose::TurnLog, b"later")
+            .await
+            .unwrap();
+        assert_eq!(
+            other.open(&a, "c", Purpose::TurnLog, &plain).await.unwrap(),
+            b"stored"
+        );
+        // A portable value whose wrapped key was swapped does not open.
+        let mut forged = portable.clone();
+        let at = 1 + KEY_ID_LEN + 2;
+        forged[at] ^= 1;
+        let fresh = Keyring::new(
+            Arc::new(LocalKeyProvider::new(zeroize::Zeroizing::new([3u8; 32]))),
+            Arc::new(MapStore::default()),
+            Duration::from_secs(900),
+        );
+        assert!(matches!(
+            fresh.open(&a, "bus", Purpose::BusFrame, &forged).await,
+            Err(OpenError::Failed)
+        ));
+        assert!(matches!(
+            fresh
+                .open(&a, "bus", Purpose::BusFrame, &portable[..20])
+                .await,
+            Err(OpenError::Failed)
+        ));
     }
 
     fn ring(ttl: Duration) -> Keyring {

@@ -627,3 +627,67 @@ async fn the_history_is_asked_for_once_per_message_on_any_node() {
         .await;
     outcome(&mut second).await.answer();
 }
+
+/// Redis restarted empty while the nodes keep their users' data keys in memory: frames of a
+/// node still reach a device on a node that never saw that user's key (issue 35, defect 1:
+/// the wrapped key lived only in Redis, so the third node could not open the frames and
+/// dropped them unlogged). Frames on the bus carry their wrapped key.
+#[tokio::test]
+async fn after_redis_restarts_empty_frames_reach_devices_on_every_node() {
+    let mut c = Cluster::start(3).await;
+    let before = "chat-before-wipe";
+    let mut d0 = c.connect_showing(0, "gus", before).await;
+    let mut d1 = c.connect_showing(1, "gus", before).await;
+    d0.send(&user_message(before, "m1", "hello")).await;
+    collect_answer(&mut d0).await;
+    collect_answer(&mut d1).await;
+
+    c.redis.server().restart().await.unwrap();
+    for node in &c.nodes {
+        let url = node.http_url("/readyz");
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+        while !reqwest::get(&url)
+            .await
+            .is_ok_and(|r| r.status().is_success())
+        {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "a node stayed unready"
+            );
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+    // A device on the third node, which has never opened this user's frames.
+    let after = "chat-after-wipe";
+    let mut d2 = c.connect_showing(2, "gus", after).await;
+    d0.send(&set_active_chat(Some(after))).await;
+    let mut started = false;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
+    while !started {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "no turn after the restart"
+        );
+        d0.send(&user_message(after, "m2", "still there?")).await;
+        started = d0
+            .recv_until(|m| match m {
+                ServerMessage::AiTaskInitiated(_) => Some(true),
+                // The first call after the restart may meet a connection that is reconnecting.
+                ServerMessage::Error(e) if e.code == ErrorCode::CacheUnavailable => Some(false),
+                _ => None,
+            })
+            .await;
+    }
+    let (_, on_d0) = collect_answer(&mut d0).await;
+    let on_d2 = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u)
+                if u.user_message_id.as_str() == "m2" && u.is_final_chunk =>
+            {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(on_d0.full_content_so_far, on_d2.full_content_so_far);
+}
