@@ -352,6 +352,8 @@ export class ChatdClient extends EventTarget {
     this.chatKeys = new Map();
     /** @type {Map<string, string>} chat id -> plaintext title */
     this.titles = new Map();
+    /** @type {Map<string, {title: string, icon_names?: string[], category?: string}>} task id -> a title step before its typing frame */
+    this.earlyTitles = new Map();
     /** @type {string|null} */
     this.activeChat = null;
     /** @type {Map<string, ChatMessage & {sequence: number, user_message_id: string}>} running answers */
@@ -1064,10 +1066,13 @@ const HANDLERS = {
 
   async preprocessing_step(p) {
     this.emit('reasoning', { chat_id: p.chat_id, task_id: p.task_id, step: p.step, skipped: p.skipped, data: p.data });
-    // The title may come after the answer started (the server does not wait for it).
+    // The title comes before `ai_typing_started` (kept for it, which names the message), or
+    // after the answer started, when the server did not wait for it.
     if (p.step === 'title_generated' && !p.skipped && p.data && p.data.title) {
+      const title = { title: p.data.title, icon_names: p.data.icon_names, category: p.data.category };
       const a = this.answers.get(p.task_id);
-      await this.storeTitle(p.chat_id, a ? a.user_message_id : undefined, p.data.title, p.data.icon_names, p.data.category);
+      if (a) await this.storeTitle(p.chat_id, a.user_message_id, title.title, title.icon_names, title.category);
+      else this.earlyTitles.set(p.task_id, title);
     }
   },
 
@@ -1082,7 +1087,10 @@ const HANDLERS = {
       await this.store.put('streams', /** @type {StreamRecord} */ ({ task_id: taskId, chat_id: p.chat_id, user_message_id: p.user_message_id, sequence: 0, at: Date.now() }));
       this.emit('message', { message: { ...this.answers.get(taskId) } });
     }
-    if (p.title) await this.storeTitle(p.chat_id, p.user_message_id, p.title, p.icon_names, p.category);
+    const early = this.earlyTitles.get(taskId);
+    this.earlyTitles.delete(taskId);
+    const t = p.title ? { title: p.title, icon_names: p.icon_names, category: p.category } : early;
+    if (t) await this.storeTitle(p.chat_id, p.user_message_id, t.title, t.icon_names, t.category);
     await this.emitChats();
   },
 

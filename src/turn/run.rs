@@ -30,8 +30,9 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
             () = keep_lease(&deps, &ticket) => None,
         };
         let next = deps.turns.finish(&ticket, &deps.shutdown).await;
-        // A request for the history goes out once the chat is free: the client's re-send
-        // then starts a turn (or waits behind the next), never meets this one still running.
+        // The last word of a turn that ends unanswered (a request for the history, a typed
+        // error) goes out once the chat is free: the client's re-send then starts a turn (or
+        // waits behind the next), never meets this one still running.
         if let Some(ask) = ask {
             ask.send().await;
         }

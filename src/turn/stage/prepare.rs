@@ -19,14 +19,16 @@ use crate::turn::writer::TurnWriter;
 /// How the first stage ends.
 pub(in crate::turn) enum Start {
     Ready(Ready),
-    /// The answer needs the client's history or embeds first.
+    /// The turn ends without an answer: it asks for the history or embeds, or refuses the
+    /// message with a typed error; the client may send it again at once.
     Ask(Ask),
-    /// Refused, cancelled, or answered by a waiting routine.
+    /// Cancelled, or answered by a waiting routine.
     Ended,
 }
 
-/// A `request_chat_history` or `request_chat_embeds` to write once the chat's turn is
-/// over (see `run_turns`): the client's re-send must find the chat free.
+/// The turn's last word when it ends without an answer (`request_chat_history`,
+/// `request_chat_embeds`, or a typed error), written once the chat's turn is over (see
+/// `run_turns`): the client's re-send must find the chat free, not this turn finishing.
 pub(in crate::turn) struct Ask {
     writer: Arc<TurnWriter>,
     audience: Audience,
@@ -77,15 +79,13 @@ impl Turn<'_> {
             }
             Ok(Prepared::Invalid(reason)) => {
                 self.settle(Settled::Unanswered).await;
-                self.refuse(ErrorCode::InvalidChatHistory, reason);
-                return Start::Ended;
+                return self.refuse(ErrorCode::InvalidChatHistory, reason);
             }
             Err(fault) => {
                 tracing::warn!(error = %fault, "history unavailable; turn not started");
                 let (code, text) = fault_message(&fault);
                 self.settle(Settled::Unanswered).await;
-                self.refuse(code, text);
-                return Start::Ended;
+                return self.refuse(code, text);
             }
         };
         // A routine waiting in this chat takes the message as its answer.
@@ -141,16 +141,15 @@ impl Turn<'_> {
     }
 
     /// Ends a turn that could not start: a typed error to the devices that asked.
-    fn refuse(&self, code: ErrorCode, message: String) {
+    fn refuse(&self, code: ErrorCode, message: String) -> Start {
         let mut payload = ErrorPayload::new(code, message);
         payload.chat_id = Some(self.chat.clone());
         payload.message_id = Some(self.ticket.user_message_id.clone());
-        self.writer
-            .frame(self.requesters(), ServerMessage::Error(payload));
         self.deps
             .metrics
             .turns
             .get_or_create(&OutcomeLabel { outcome: "refused" })
             .inc();
+        self.ask(ServerMessage::Error(payload))
     }
 }
