@@ -3,6 +3,7 @@
 //! Every socket has `TCP_NODELAY`.
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, bail};
@@ -14,6 +15,8 @@ use futures_util::{SinkExt, StreamExt};
 use tokio::net::TcpStream;
 use tokio_tungstenite::WebSocketStream;
 use tokio_tungstenite::tungstenite::Message;
+
+use crate::workload::Workload;
 
 /// How long one turn may take before it counts as an error.
 pub const TURN_TIMEOUT: Duration = Duration::from_secs(30);
@@ -70,6 +73,9 @@ pub struct Conn {
     io: Io,
     id: u64,
     turns: u64,
+    /// chatd only: turns follow this workload as the connection in this slot (one chat for
+    /// several turns) instead of a new chat per turn.
+    workload: Option<(Arc<Workload>, u64)>,
 }
 
 pub async fn ws_connect(
@@ -107,7 +113,19 @@ impl Conn {
             io,
             id,
             turns: 0,
+            workload: None,
         })
+    }
+
+    /// The connection's id (its user's number for chatd).
+    pub fn id(&self) -> u64 {
+        self.id
+    }
+
+    /// Makes a chatd connection's turns follow `workload` as the connection in `slot`
+    /// (other targets are unaffected: they have no chats).
+    pub fn follow(&mut self, workload: Arc<Workload>, slot: u64) {
+        self.workload = Some((workload, slot));
     }
 
     /// Sends one message and reads the whole answer.
@@ -121,10 +139,11 @@ impl Conn {
 
     async fn turn_inner(&mut self) -> anyhow::Result<TurnTiming> {
         let (id, n) = (self.id, self.turns);
-        match (&mut self.io, self.kind) {
-            (Io::Http(http, url), _) => direct_turn(http, url).await,
-            (Io::Ws(ws), Kind::Floor) => floor_turn(ws, n).await,
-            (Io::Ws(ws), _) => chatd_turn(ws, id, n).await,
+        match (&mut self.io, self.kind, &self.workload) {
+            (Io::Http(http, url), _, _) => direct_turn(http, url).await,
+            (Io::Ws(ws), Kind::Floor, _) => floor_turn(ws, n).await,
+            (Io::Ws(ws), _, Some((w, slot))) => workload_turn(ws, id, w, *slot, n - 1).await,
+            (Io::Ws(ws), _, None) => chatd_turn(ws, id, n).await,
         }
     }
 
@@ -245,12 +264,45 @@ async fn chatd_turn(
 ) -> anyhow::Result<TurnTiming> {
     let text = chatd_message(conn, n)?;
     let chat = ChatId::parse(format!("load-{conn}-{n}"))?;
+    chatd_exchange(ws, text, chat, false).await
+}
+
+/// Turn `n` (from 0) of the workload in one of the connection's chats.
+async fn workload_turn(
+    ws: &mut WebSocketStream<TcpStream>,
+    conn: u64,
+    workload: &Workload,
+    slot: u64,
+    n: u64,
+) -> anyhow::Result<TurnTiming> {
+    let planned = workload.turn(slot, n);
+    let chat = ChatId::parse(format!("mix-{conn}-{}", planned.chat))?;
+    let mut m = ChatMessageAdded::user(
+        chat.clone(),
+        MessageId::parse(format!("m-{conn}-{n}"))?,
+        Workload::text(&planned, n),
+        1_700_000_000 + n as i64,
+    );
+    m.message.chat_has_title = planned.index_in_chat > 0;
+    let text = serde_json::to_string(&ClientMessage::ChatMessageAdded(Box::new(m)))?;
+    chatd_exchange(ws, text, chat, true).await
+}
+
+/// Sends `text` (a message to `chat`) and reads the answer; with `settle`, also waits for
+/// `ai_typing_ended` (the turn is over), so the chat's next message starts a turn at once.
+async fn chatd_exchange(
+    ws: &mut WebSocketStream<TcpStream>,
+    text: String,
+    chat: ChatId,
+    settle: bool,
+) -> anyhow::Result<TurnTiming> {
     let start = Instant::now();
     ws.send(Message::text(text)).await?;
     let mut gaps = Gaps::new(start);
     let mut model_selected = None;
     let mut typing = None;
     let mut main_first = None;
+    let mut answered: Option<TurnTiming> = None;
     loop {
         let msg = ws.next().await.context("connection closed")??;
         let now = Instant::now();
@@ -276,13 +328,22 @@ async fn chatd_turn(
                     if let Some(code) = u.error_code {
                         bail!("turn ended with error {code:?}");
                     }
-                    return Ok(TurnTiming {
+                    let timing = TurnTiming {
                         first: gaps.first.unwrap_or_default(),
                         model_selected,
                         main_first,
                         done: now - start,
                         max_gap: gaps.max,
-                    });
+                    };
+                    if !settle {
+                        return Ok(timing);
+                    }
+                    answered = Some(timing);
+                }
+            }
+            ServerMessage::AiTypingEnded(e) if e.chat_id == chat => {
+                if let Some(timing) = answered {
+                    return Ok(timing);
                 }
             }
             ServerMessage::Error(e) => bail!("chatd error {:?}: {}", e.code, e.message),

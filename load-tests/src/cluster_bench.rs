@@ -88,6 +88,7 @@ pub async fn run(chats: usize, seconds: u64, cancels: usize, resumes: usize) -> 
         tokens: 48,
         pace: Duration::from_millis(10),
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     let env = |node: &str| {
         vec![
@@ -221,6 +222,7 @@ pub async fn run(chats: usize, seconds: u64, cancels: usize, resumes: usize) -> 
         tokens: 8 * 495,
         pace: Duration::from_millis(1),
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     let n3 = Server::chatd_with(&long, &env("bench-3"))?;
     let (mut other, mut same) = (Vec::new(), Vec::new());

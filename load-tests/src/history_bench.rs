@@ -14,7 +14,7 @@ use chatd::cache::AiPolicy;
 use chatd::cache::ai::{AiCache, CachedMessage};
 use chatd::config::{CacheBackendKind, Config, KeyProviderKind};
 use chatd::crypto::{Keyring, UserHash};
-use chatd::history::{self, HistoryRequests, Prepared};
+use chatd::history::{self, Prepared};
 use chatd::pipeline::{context, tokens};
 use chatd::turn::{Inbound, MessageOptions};
 use chatd_protocol::{ChatId, ClientMessage, MessageId, Role, parse_client_message};
@@ -69,6 +69,8 @@ fn inbound(text: &str, prior: u64) -> (ChatId, Inbound) {
         embeds: m.embeds,
         conn: 1,
         prior_messages: prior,
+        // A re-send carries its history, which is taken before this flag is looked at.
+        history_requested: false,
     };
     (m.chat_id, inbound)
 }
@@ -106,7 +108,6 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
         max_chats: config.cache.ai_max_chats,
     };
     let cache = AiCache::new(store, keyring, policy);
-    let requests = HistoryRequests::default();
     let user = UserHash::of(&UserId::parse("bench-user")?);
     let chat = ChatId::parse("bench-chat")?;
     let seed: Vec<CachedMessage> = (0..HISTORY_MESSAGES)
@@ -144,7 +145,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
         let text = frame("bench-chat", &format!("q{i}"), false);
         let start = Instant::now();
         let (chat_id, inb) = inbound(&text, HISTORY_MESSAGES as u64);
-        let prepared = history::prepare(&cache, &requests, &user, &chat_id, &[inb]).await?;
+        let prepared = history::prepare(&cache, &user, &chat_id, &[inb]).await?;
         let Prepared::Ready(h) = prepared else {
             anyhow::bail!("expected a cache hit, got {prepared:?}")
         };
@@ -170,7 +171,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
         let first = frame(&chat_name, "m-new", false);
         let start = Instant::now();
         let (chat_id, inb) = inbound(&first, HISTORY_MESSAGES as u64);
-        let prepared = history::prepare(&cache, &requests, &user, &chat_id, &[inb]).await?;
+        let prepared = history::prepare(&cache, &user, &chat_id, &[inb]).await?;
         let leg1 = start.elapsed();
         anyhow::ensure!(
             matches!(prepared, Prepared::NeedHistory(_)),
@@ -179,7 +180,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
         let again = frame(&chat_name, "m-new", true);
         let start = Instant::now();
         let (chat_id, inb) = inbound(&again, HISTORY_MESSAGES as u64);
-        let prepared = history::prepare(&cache, &requests, &user, &chat_id, &[inb]).await?;
+        let prepared = history::prepare(&cache, &user, &chat_id, &[inb]).await?;
         let Prepared::Ready(h) = prepared else {
             anyhow::bail!("expected the re-send to be accepted")
         };

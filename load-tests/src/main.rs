@@ -15,11 +15,13 @@ mod fake_llm;
 mod floor;
 mod history_bench;
 mod procs;
+mod prom;
 mod report;
 mod scenarios;
 mod speculation_bench;
 mod stats;
 mod sync_bench;
+mod workload;
 
 use std::path::PathBuf;
 
@@ -31,7 +33,7 @@ use std::time::Duration;
 use clap::{Parser, Subcommand, ValueEnum};
 
 use crate::client::Kind;
-use crate::scenarios::{active, idle, slow, soak, storm, stream, ttft};
+use crate::scenarios::{active, idle, slow, soak, storm, stream, ttft, ttft_policy};
 
 #[derive(Parser)]
 #[command(name = "chatd-load", about = "chatd benchmarks and load tests")]
@@ -136,6 +138,52 @@ enum Command {
         /// model's time to first token); 0 = instant.
         #[arg(long, default_value_t = 0)]
         think_ms: u64,
+    },
+    /// Time to first token with a two-speed model (slow preprocessing that streams its
+    /// arguments, then the main call): direct, floor, and chatd with speculation off / on /
+    /// auto over a mixed workload; decision latency and wasted input tokens from /metrics.
+    TtftPolicy {
+        #[arg(long, default_value_t = 5)]
+        rounds: usize,
+        /// Turns per connection per lane per round (at least 5).
+        #[arg(long, default_value_t = 20)]
+        turns: usize,
+        /// Connections (chats running at once) per lane.
+        #[arg(long, default_value_t = 1)]
+        concurrency: usize,
+        /// Tokens of a main call's answer (sent at once after M).
+        #[arg(long, default_value_t = 48)]
+        tokens: usize,
+        /// P: the preprocessing call's wait before its first byte, ms.
+        #[arg(long, default_value_t = 200.0)]
+        preprocess_ms: f64,
+        /// T: between two tokens of the preprocessing arguments, ms.
+        #[arg(long, default_value_t = 5.0)]
+        token_ms: f64,
+        /// About how many tokens (3-5 character fragments) the preprocessing arguments
+        /// have; clamped to what the object's length allows.
+        #[arg(long, default_value_t = 100)]
+        arg_tokens: usize,
+        /// M: a main call's wait before its first byte, ms.
+        #[arg(long, default_value_t = 200)]
+        main_ms: u64,
+        /// Share of turns (after a chat's first) that change category from the chat's
+        /// previous turn.
+        #[arg(long, default_value_t = 0.2)]
+        switch_share: f64,
+        /// Share of chats that start about code.
+        #[arg(long, default_value_t = 0.25)]
+        code_chats: f64,
+        /// Turns per chat before a connection starts a new chat (0: one chat per
+        /// connection).
+        #[arg(long, default_value_t = 10)]
+        chat_turns: u64,
+        /// Seed of the workload.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Keep chatd's postprocessing on.
+        #[arg(long)]
+        postprocessing: bool,
     },
     /// Chats/s and tokens/s with an instant fake LLM.
     Stream {
@@ -302,6 +350,44 @@ fn main() -> anyhow::Result<()> {
                         concurrency,
                         tokens,
                         think: Duration::from_millis(think_ms),
+                    },
+                    &out,
+                )
+                .await
+            }
+            Command::TtftPolicy {
+                rounds,
+                turns,
+                concurrency,
+                tokens,
+                preprocess_ms,
+                token_ms,
+                arg_tokens,
+                main_ms,
+                switch_share,
+                code_chats,
+                chat_turns,
+                seed,
+                postprocessing,
+            } => {
+                let ms = |v: f64| Duration::from_secs_f64(v.max(0.0) / 1000.0);
+                ttft_policy::run(
+                    ttft_policy::Params {
+                        rounds,
+                        turns,
+                        concurrency,
+                        tokens,
+                        preprocess_think: ms(preprocess_ms),
+                        arg_pace: ms(token_ms),
+                        arg_tokens,
+                        main_think: Duration::from_millis(main_ms),
+                        workload: workload::Workload {
+                            seed,
+                            switch_share: switch_share.clamp(0.0, 1.0),
+                            code_chats: code_chats.clamp(0.0, 1.0),
+                            chat_turns,
+                        },
+                        postprocessing,
                     },
                     &out,
                 )

@@ -67,7 +67,7 @@ impl Server {
     }
 
     pub fn fake_llm(script: &Script) -> anyhow::Result<Server> {
-        Self::spawn(&[
+        let mut args: Vec<String> = vec![
             "fake-llm".into(),
             "--mode".into(),
             match script.mode {
@@ -80,7 +80,18 @@ impl Server {
             script.pace.as_millis().to_string(),
             "--think-ms".into(),
             script.think.as_millis().to_string(),
-        ])
+        ];
+        if let Some(p) = script.preprocess {
+            args.extend([
+                "--preprocess-think-us".into(),
+                p.think.as_micros().to_string(),
+                "--preprocess-pace-us".into(),
+                p.pace.as_micros().to_string(),
+                "--preprocess-tokens".into(),
+                p.tokens.to_string(),
+            ]);
+        }
+        Self::spawn(&args)
     }
 
     pub fn floor(llm: &Server) -> anyhow::Result<Server> {
@@ -102,7 +113,7 @@ impl Server {
         Self::spawn(&["chatd".into(), "--llm".into(), llm.llm_base()])
     }
 
-    /// A chatd child with extra `CHATD__*` settings (cluster mode).
+    /// A chatd child with extra `CHATD__*` settings (cluster mode, speculation policies).
     pub fn chatd_with(llm: &Server, env: &[(String, String)]) -> anyhow::Result<Server> {
         Self::spawn_with(&["chatd".into(), "--llm".into(), llm.llm_base()], env)
     }
@@ -195,6 +206,16 @@ pub enum ServeKind {
         pace_ms: u64,
         #[arg(long, default_value_t = 0)]
         think_ms: u64,
+        /// Two-speed: a forced `preprocess` call waits this long, then streams realistic
+        /// arguments (main calls wait `--think-ms`); unset: one speed, `{}` at once.
+        #[arg(long)]
+        preprocess_think_us: Option<u64>,
+        /// Two-speed: between two fragments of the `preprocess` arguments.
+        #[arg(long, default_value_t = 0)]
+        preprocess_pace_us: u64,
+        /// Two-speed: fragments (about tokens) of the `preprocess` arguments.
+        #[arg(long, default_value_t = 100)]
+        preprocess_tokens: usize,
     },
     /// The floor relay.
     Floor {
@@ -227,12 +248,20 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
                 tokens,
                 pace_ms,
                 think_ms,
+                preprocess_think_us,
+                preprocess_pace_us,
+                preprocess_tokens,
             } => {
                 let script = Script {
                     mode,
                     tokens,
                     pace: Duration::from_millis(pace_ms),
                     think: Duration::from_millis(think_ms),
+                    preprocess: preprocess_think_us.map(|us| fake_llm::Preprocess {
+                        think: Duration::from_micros(us),
+                        pace: Duration::from_micros(preprocess_pace_us),
+                        tokens: preprocess_tokens,
+                    }),
                 };
                 fake_llm::serve(script, any).await?
             }

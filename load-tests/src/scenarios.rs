@@ -9,6 +9,7 @@ pub mod soak;
 pub mod storm;
 pub mod stream;
 pub mod ttft;
+pub mod ttft_policy;
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -79,25 +80,37 @@ impl Servers {
         n: usize,
         parallel: usize,
     ) -> (Vec<Conn>, usize) {
-        let mut conns = Vec::with_capacity(n);
-        let mut errors = 0;
-        let mut next = 0usize;
-        let mut set = JoinSet::new();
-        while next < n || !set.is_empty() {
-            while next < n && set.len() < parallel.max(1) {
-                let id = first_id + next as u64;
-                let (target, keys) = (target.clone(), self.keys.clone());
-                set.spawn(async move { connect(&target, &keys, id).await });
-                next += 1;
-            }
-            match set.join_next().await {
-                Some(Ok(Ok(c))) => conns.push(c),
-                Some(_) => errors += 1,
-                None => break,
-            }
-        }
-        (conns, errors)
+        open_pool(target, self.keys.clone(), first_id, n, parallel).await
     }
+}
+
+/// Opens `n` connections to `target`, ids from `first_id`, `parallel` at a time; returns
+/// them in no particular order and the number that failed.
+pub async fn open_pool(
+    target: Target,
+    keys: Arc<TokenKeys>,
+    first_id: u64,
+    n: usize,
+    parallel: usize,
+) -> (Vec<Conn>, usize) {
+    let mut conns = Vec::with_capacity(n);
+    let mut errors = 0;
+    let mut next = 0usize;
+    let mut set = JoinSet::new();
+    while next < n || !set.is_empty() {
+        while next < n && set.len() < parallel.max(1) {
+            let id = first_id + next as u64;
+            let (target, keys) = (target.clone(), keys.clone());
+            set.spawn(async move { connect(&target, &keys, id).await });
+            next += 1;
+        }
+        match set.join_next().await {
+            Some(Ok(Ok(c))) => conns.push(c),
+            Some(_) => errors += 1,
+            None => break,
+        }
+    }
+    (conns, errors)
 }
 
 pub async fn connect(target: &Target, keys: &TokenKeys, id: u64) -> anyhow::Result<Conn> {

@@ -39,6 +39,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: p.tokens,
         pace: p.pace,
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     let mut results = serde_json::Map::new();
     let mut curves = Vec::new();

@@ -68,6 +68,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: 8,
         pace: Duration::ZERO,
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     let mut results = serde_json::Map::new();
     let mut curves = Vec::new();

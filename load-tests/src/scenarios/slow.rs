@@ -171,6 +171,7 @@ async fn run_case(p: &Params, extra: Extra, keys: &TokenKeys) -> anyhow::Result<
         tokens: p.tokens,
         pace: p.pace,
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     let chatd = Server::chatd(&llm)?;
     let mut fast = Vec::new();

@@ -147,6 +147,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: p.tokens,
         pace: p.pace,
         think: Duration::ZERO,
+        preprocess: None,
     })?);
     let pid = servers.chatd.pid();
     let window = Arc::new(Mutex::new(Window::default()));

@@ -40,6 +40,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: p.tokens,
         pace: Duration::ZERO,
         think: Duration::ZERO,
+        preprocess: None,
     })?);
     let mut results = serde_json::Map::new();
     for (ki, kind) in p.kinds.iter().copied().enumerate() {

@@ -51,6 +51,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: p.tokens,
         pace: Duration::ZERO,
         think: Duration::ZERO,
+        preprocess: None,
     })?;
     report.line(format!(
         "stream: instant fake LLM, {}-token answers, {:?} per run",

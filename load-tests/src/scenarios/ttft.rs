@@ -42,6 +42,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         tokens: p.tokens,
         pace: Duration::ZERO,
         think: p.think,
+        preprocess: None,
     })?;
     let stall = Duration::from_secs(3600);
     let mut results = serde_json::Map::new();
