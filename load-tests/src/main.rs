@@ -168,9 +168,15 @@ enum Command {
         #[arg(long, default_value_t = 200)]
         main_ms: u64,
         /// Share of turns (after a chat's first) that change category from the chat's
-        /// previous turn.
-        #[arg(long, default_value_t = 0.2)]
+        /// previous turn, in a steady chat.
+        #[arg(long, default_value_t = 0.05)]
         switch_share: f64,
+        /// Share of chats that jump between topics...
+        #[arg(long, default_value_t = 0.2)]
+        jumpy_chats: f64,
+        /// ...and the share of their turns that change category.
+        #[arg(long, default_value_t = 0.5)]
+        jumpy_switch: f64,
         /// Share of chats that start about code.
         #[arg(long, default_value_t = 0.25)]
         code_chats: f64,
@@ -365,6 +371,8 @@ fn main() -> anyhow::Result<()> {
                 arg_tokens,
                 main_ms,
                 switch_share,
+                jumpy_chats,
+                jumpy_switch,
                 code_chats,
                 chat_turns,
                 seed,
@@ -384,6 +392,8 @@ fn main() -> anyhow::Result<()> {
                         workload: workload::Workload {
                             seed,
                             switch_share: switch_share.clamp(0.0, 1.0),
+                            jumpy_chats: jumpy_chats.clamp(0.0, 1.0),
+                            jumpy_switch: jumpy_switch.clamp(0.0, 1.0),
                             code_chats: code_chats.clamp(0.0, 1.0),
                             chat_turns,
                         },

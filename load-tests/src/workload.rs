@@ -1,7 +1,9 @@
 //! The mixed workload of `ttft-policy`: every connection holds one chat at a time (a new
 //! one every `chat_turns` turns); a chat starts on its topic (software development for a
 //! share `code_chats` of the chats, everyday questions for the rest), and each later turn
-//! changes category from the chat's previous turn with probability `switch_share`. A turn
+//! changes category from the chat's previous turn with probability `switch_share`, or
+//! `jumpy_switch` in the share `jumpy_chats` of chats that jump between topics (real chats
+//! are mostly steady, a few are not). A turn
 //! about code carries [`CODE_MARKER`], which makes the two-speed fake LLM answer
 //! preprocessing with `software_development`. Everything is a pure function of the seed,
 //! the connection's slot and the turn's index, so every chatd lane sees the same turns.
@@ -11,8 +13,13 @@ use crate::fake_llm::CODE_MARKER;
 #[derive(Clone, Copy, Debug)]
 pub struct Workload {
     pub seed: u64,
-    /// Share of turns (after a chat's first) whose category differs from the previous one.
+    /// Share of turns (after a chat's first) whose category differs from the previous one,
+    /// in a steady chat.
     pub switch_share: f64,
+    /// Share of chats that jump between topics...
+    pub jumpy_chats: f64,
+    /// ...and the share of their turns that change category.
+    pub jumpy_switch: f64,
     /// Share of chats whose first turn is about code.
     pub code_chats: f64,
     /// Turns per chat (0: one chat per connection).
@@ -72,9 +79,13 @@ impl Workload {
             k => (n / k, n % k),
         };
         let mut code = self.unit([slot, chat, u64::MAX]) < self.code_chats;
+        let share = match self.unit([slot, chat, u64::MAX - 1]) < self.jumpy_chats {
+            true => self.jumpy_switch,
+            false => self.switch_share,
+        };
         let mut changed = false;
         for j in 1..=index_in_chat {
-            changed = self.unit([slot, chat, j]) < self.switch_share;
+            changed = self.unit([slot, chat, j]) < share;
             code ^= changed;
         }
         Planned {
@@ -146,6 +157,8 @@ mod tests {
         let w = Workload {
             seed: 7,
             switch_share: 0.2,
+            jumpy_chats: 0.0,
+            jumpy_switch: 0.5,
             code_chats: 0.25,
             chat_turns: 0,
         };

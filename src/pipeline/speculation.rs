@@ -9,11 +9,16 @@
 //! The cost is a wasted main request per wrong guess (`chatd_speculative_main_calls_total`
 //! counts the calls started, used and wasted; `chatd_speculative_wasted_input_tokens_total`
 //! what the wasted ones cost). `pipeline.speculative_main_call`: `"auto"` (the default)
-//! opens it always for models whose requests cost nothing and, for metered ones, while the
-//! chat's expected share of missed guesses (its own record of hits and misses, drawn towards
-//! the node's while it has few) stays within `pipeline.speculation_budget`: chats whose
-//! guesses miss stop speculating, and their guesses are still scored, so they start again
-//! once the guesses hit. `"on"` speculates for every model, `"off"` never.
+//! opens it always for models whose requests cost nothing and, for metered ones, for the
+//! chats whose guesses are expected to miss least: a chat speculates while its expected
+//! share of missed guesses (its own record of hits and misses, drawn towards the node's
+//! while it has few) is at most a threshold, and the threshold follows the node's recent
+//! waste (the share of turns whose speculative call was thrown away): the budget itself
+//! when the waste is at `pipeline.speculation_budget`, higher while the node wastes less
+//! (chats a little less sure of their guess may speculate too), lower, down to none, while
+//! it wastes more. So the waste stays near the budget and the chats that jump between
+//! topics stop first. Guesses are scored also when no call was opened for them, so a chat
+//! starts again once its guesses hit. `"on"` speculates for every model, `"off"` never.
 
 use std::future::Future;
 use std::sync::Mutex;
@@ -30,9 +35,28 @@ use crate::llm::{LlmError, LlmStream};
 /// hint only, so the map is simply cleared when it grows past its bound.
 pub struct Predictions {
     last: DashMap<ChatId, Record>,
-    /// Every guess this node made, for chats with few of their own.
-    node: Mutex<Rate>,
+    /// Every guess this node made (for chats with few of their own), and its recent waste.
+    node: Mutex<Node>,
     max_entries: usize,
+}
+
+#[derive(Clone, Copy, Default, Debug)]
+struct Node {
+    rate: Rate,
+    /// The share of recent turns whose speculative call was thrown away (a moving average).
+    waste: f32,
+}
+
+impl Node {
+    /// Weight of the newest turn in `waste` (about the last 20 turns count).
+    const ALPHA: f32 = 0.05;
+    /// How fast the threshold moves away from the budget as the waste does.
+    const GAIN: f32 = 4.0;
+
+    /// The expected miss share up to which a chat speculates.
+    fn threshold(&self, budget: f32) -> f32 {
+        (budget + Self::GAIN * (budget - self.waste)).clamp(0.0, 1.0)
+    }
 }
 
 #[derive(Clone)]
@@ -80,7 +104,7 @@ impl Predictions {
     pub fn with_capacity(max_entries: usize) -> Self {
         Self {
             last: DashMap::new(),
-            node: Mutex::new(Rate::default()),
+            node: Mutex::new(Node::default()),
             max_entries,
         }
     }
@@ -108,7 +132,7 @@ impl Predictions {
     /// The share of this chat's guesses expected to miss: its own record, drawn towards the
     /// node's while it has few turns (a new chat takes the node's).
     pub fn expected_miss(&self, chat: &ChatId) -> f32 {
-        let node = *lock(&self.node);
+        let node = lock(&self.node).rate;
         let prior = node.expected_miss(0.0, 1.0);
         match self.last.get(chat) {
             Some(r) => r.rate.expected_miss(prior, 2.0),
@@ -117,16 +141,25 @@ impl Predictions {
     }
 
     /// Whether a speculative call for this chat is worth it when a miss throws away one
-    /// main call's input: the expected miss share within `budget`.
+    /// main call's input and the node may waste `budget` of the main calls' input tokens:
+    /// its expected miss share within the node's threshold (see the module doc).
     pub fn worth_it(&self, chat: &ChatId, budget: f64) -> bool {
-        f64::from(self.expected_miss(chat)) <= budget
+        if budget <= 0.0 {
+            return false;
+        }
+        let threshold = lock(&self.node).threshold(budget as f32);
+        self.expected_miss(chat) <= threshold
     }
 
-    /// The plan the turn decided, and whether the guess made for it was right (`None`: no
-    /// guess was made, or the turn decided nothing to compare).
-    pub fn remember(&self, chat: &ChatId, plan: MainPlan, hit: Option<bool>) {
+    /// The plan the turn decided, whether the guess made for it was right (`None`: no guess
+    /// was made, or the turn decided nothing to compare) and whether a call was opened for
+    /// it (a wrong guess then wasted one).
+    pub fn remember(&self, chat: &ChatId, plan: MainPlan, hit: Option<bool>, speculated: bool) {
         if let Some(hit) = hit {
-            lock(&self.node).record(hit);
+            let mut node = lock(&self.node);
+            node.rate.record(hit);
+            let wasted = if speculated && !hit { 1.0 } else { 0.0 };
+            node.waste += Node::ALPHA * (wasted - node.waste);
         }
         if self.last.len() >= self.max_entries && !self.last.contains_key(chat) {
             self.last.clear();
@@ -146,8 +179,8 @@ impl Predictions {
     }
 }
 
-fn lock(rate: &Mutex<Rate>) -> std::sync::MutexGuard<'_, Rate> {
-    rate.lock()
+fn lock(node: &Mutex<Node>) -> std::sync::MutexGuard<'_, Node> {
+    node.lock()
         .unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -222,13 +255,14 @@ mod tests {
         // Nothing known: the node's record is empty, so a new chat speculates.
         assert!(p.worth_it(&steady, 0.1));
         for _ in 0..10 {
-            p.remember(&steady, plan("a"), Some(true));
+            p.remember(&steady, plan("a"), Some(true), false);
         }
         for i in 0..10 {
             p.remember(
                 &jumpy,
                 plan(if i % 2 == 0 { "a" } else { "b" }),
                 Some(false),
+                false,
             );
         }
         assert!(p.worth_it(&steady, 0.1), "{}", p.expected_miss(&steady));
@@ -238,11 +272,33 @@ mod tests {
         assert!((p.expected_miss(&fresh) - 10.0 / 21.0).abs() < 1e-6);
         // Guesses are scored while not speculating; once they hit, the chat speculates again.
         for _ in 0..100 {
-            p.remember(&jumpy, plan("a"), Some(true));
+            p.remember(&jumpy, plan("a"), Some(true), false);
         }
         assert!(p.worth_it(&jumpy, 0.1), "{}", p.expected_miss(&jumpy));
         // The sticky guess is the chat's last plan.
         assert_eq!(p.guess(&jumpy, None, None, || plan("z")).category, "a");
         assert_eq!(p.guess(&fresh, None, None, || plan("z")).category, "z");
+    }
+
+    #[test]
+    fn the_threshold_follows_the_nodes_recent_waste() {
+        let p = Predictions::default();
+        let c = chat("unsure");
+        // Four of ten guesses missed, none of them with a call opened: nothing was wasted,
+        // so a chat this unsure may speculate (the threshold is 5x the budget).
+        for i in 0..10 {
+            p.remember(&c, plan("a"), Some(i % 3 != 0), false);
+        }
+        let expected = p.expected_miss(&c);
+        assert!(expected > 0.1 && expected < 0.5, "{expected}");
+        assert!(p.worth_it(&c, 0.1));
+        // Speculative calls thrown away raise the node's waste: the threshold falls to none.
+        let other = chat("jumping");
+        for _ in 0..20 {
+            p.remember(&other, plan("b"), Some(false), true);
+        }
+        assert!(!p.worth_it(&c, 0.1));
+        assert!(!p.worth_it(&chat("new"), 0.1));
+        assert!(!p.worth_it(&c, 0.0), "a budget of 0 never speculates");
     }
 }

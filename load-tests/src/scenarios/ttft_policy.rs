@@ -189,6 +189,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
             "tokens": p.tokens, "preprocess_think_ms": ms(p.preprocess_think),
             "arg_pace_ms": ms(p.arg_pace), "arg_tokens": p.arg_tokens,
             "main_think_ms": ms(p.main_think), "switch_share": w.switch_share,
+            "jumpy_chats": w.jumpy_chats, "jumpy_switch": w.jumpy_switch,
             "code_chats": w.code_chats, "chat_turns": w.chat_turns, "seed": w.seed,
             "postprocessing": p.postprocessing, "warmup_turns": WARMUP_TURNS,
             "chatd_env": {"CHATD__LLM__METERED": "true",
@@ -211,7 +212,7 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
         if p.postprocessing { "on" } else { "off" }
     ));
     report.line(format!(
-        "  workload (measured chatd turns, the same in every chatd lane; seed {}): {} turns, {} about code, {} change category from the chat's previous turn ({:.1}% of turns after a chat's first; flag {:.0}%), {} new chats ({} about code; {} turns per chat), expected guess misses {} ({:.1}%)",
+        "  workload (measured chatd turns, the same in every chatd lane; seed {}): {} turns, {} about code, {} change category from the chat's previous turn ({:.1}% of turns after a chat's first; {:.0}% in steady chats, {:.0}% in the {:.0}% of chats that jump), {} new chats ({} about code; {} turns per chat), expected guess misses {} ({:.1}%)",
         w.seed,
         census.turns,
         census.code,
@@ -221,6 +222,8 @@ pub async fn run(p: Params, out: &std::path::Path) -> anyhow::Result<()> {
             (census.turns - census.new_chats) as f64
         ),
         100.0 * w.switch_share,
+        100.0 * w.jumpy_switch,
+        100.0 * w.jumpy_chats,
         census.new_chats,
         census.new_code_chats,
         if w.chat_turns == 0 {

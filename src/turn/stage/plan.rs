@@ -190,7 +190,8 @@ impl Turn<'_> {
         let hit = |guessed: &MainPlan| *guessed == plan && relevant.is_empty();
         if proceed && !pre.degraded {
             let scored = guessed.as_ref().map(hit);
-            app.predictions.remember(chat, plan.clone(), scored);
+            app.predictions
+                .remember(chat, plan.clone(), scored, guess.is_some());
         }
         let (main, early) = match guess {
             Some((guessed, request, dropped)) if proceed && hit(&guessed) => {
