@@ -45,6 +45,21 @@ pub enum HistoryRole {
     System,
 }
 
+impl HistoryRole {
+    /// A history message of this role as the model reads it.
+    pub fn message(self, content: String) -> crate::llm::LlmMessage {
+        use crate::llm::LlmMessage;
+        match self {
+            HistoryRole::User => LlmMessage::User(content),
+            HistoryRole::Assistant => LlmMessage::Assistant {
+                content,
+                tool_calls: Vec::new(),
+            },
+            HistoryRole::System => LlmMessage::System(content),
+        }
+    }
+}
+
 /// Who and what a turn is about.
 #[derive(Debug, Clone)]
 pub struct TurnContext {

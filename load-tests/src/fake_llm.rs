@@ -409,7 +409,7 @@ fn answer(r: Arc<Rendered>) -> Response {
 pub async fn serve(
     script: Script,
     listen: std::net::SocketAddr,
-) -> anyhow::Result<(std::net::SocketAddr, crate::procs::Serving)> {
+) -> anyhow::Result<(std::net::SocketAddr, crate::serving::Serving)> {
     let app = Router::new()
         .route("/v1/chat/completions", post(completions))
         .with_state(Arc::new(render(script)));

@@ -128,7 +128,7 @@ pub async fn serve(
     llm_base: &str,
     calls: u8,
     listen: std::net::SocketAddr,
-) -> anyhow::Result<(std::net::SocketAddr, crate::procs::Serving)> {
+) -> anyhow::Result<(std::net::SocketAddr, crate::serving::Serving)> {
     let floor = Arc::new(Floor {
         http: reqwest::Client::builder().tcp_nodelay(true).build()?,
         url: format!("{llm_base}/chat/completions"),

@@ -18,6 +18,7 @@ mod procs;
 mod prom;
 mod report;
 mod scenarios;
+mod serving;
 mod speculation_bench;
 mod stats;
 mod sync_bench;

@@ -16,8 +16,7 @@ use crate::fake_llm::{self, Mode, Script};
 /// The shared HS256 secret the chatd child uses, so the client can mint tokens.
 pub const SECRET: &str = "chatd-load-benchmark-secret";
 
-/// A server's accept loop, run by the child until its stdin closes.
-pub type Serving = std::pin::Pin<Box<dyn std::future::Future<Output = ()> + Send>>;
+pub use crate::serving::Serving;
 
 pub struct Server {
     child: Child,

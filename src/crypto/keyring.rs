@@ -216,19 +216,32 @@ impl Keyring {
         Ok(cached)
     }
 
-    async fn key_for_open(&self, user: &UserHash, id: KeyId) -> Result<Arc<CachedKey>, OpenError> {
+    /// The key a value was sealed with: cached, or unwrapped from the wrapped copy the value
+    /// carries (`inline`, a portable value; it must hash to `id`) or the store holds.
+    async fn key_for_open(
+        &self,
+        user: &UserHash,
+        id: KeyId,
+        inline: Option<&[u8]>,
+    ) -> Result<Arc<CachedKey>, OpenError> {
         if let Some(k) = self.opened.get(&(user.clone(), id)).map(|k| k.clone())
             && self.fresh(&k)
         {
             return Ok(k);
         }
-        let wrapped = self
-            .backend
-            .get_wrapped(&wrapped_key_name(user, &id))
-            .await
-            .map_err(|e| OpenError::Unavailable(e.into()))?
-            .ok_or(OpenError::Failed)?;
+        let wrapped = match inline {
+            Some(w) => w.to_vec(),
+            None => self
+                .backend
+                .get_wrapped(&wrapped_key_name(user, &id))
+                .await
+                .map_err(|e| OpenError::Unavailable(e.into()))?
+                .ok_or(OpenError::Failed)?,
+        };
         let wrapped = String::from_utf8(wrapped).map_err(|_| OpenError::Failed)?;
+        if inline.is_some() && key_id(&wrapped) != id {
+            return Err(OpenError::Failed);
+        }
         let key = match self.provider.unwrap_data_key(user, &wrapped).await {
             Ok(k) => k,
             Err(KeyError::Rejected(_)) => return Err(OpenError::Failed),
@@ -264,34 +277,6 @@ impl Keyring {
         if let Err(e) = put.await {
             tracing::debug!(error = %e, "cannot rewrite a wrapped data key");
         }
-    }
-
-    /// A key for a portable value: cached, or unwrapped from the value itself.
-    async fn key_from_value(
-        &self,
-        user: &UserHash,
-        id: KeyId,
-        wrapped: &[u8],
-    ) -> Result<Arc<CachedKey>, OpenError> {
-        if let Some(k) = self.opened.get(&(user.clone(), id)).map(|k| k.clone())
-            && self.fresh(&k)
-        {
-            return Ok(k);
-        }
-        let wrapped = std::str::from_utf8(wrapped).map_err(|_| OpenError::Failed)?;
-        if key_id(wrapped) != id {
-            return Err(OpenError::Failed);
-        }
-        let key = match self.provider.unwrap_data_key(user, wrapped).await {
-            Ok(k) => k,
-            Err(KeyError::Rejected(_)) => return Err(OpenError::Failed),
-            Err(e) => return Err(OpenError::Unavailable(e.into())),
-        };
-        let cached = Arc::new(CachedKey::new(id, key, None));
-        if !self.ttl.is_zero() {
-            self.opened.insert((user.clone(), id), cached.clone());
-        }
-        Ok(cached)
     }
 
     /// Seals `plaintext` for `user`, bound to `scope` (a chat id) and `purpose`.
@@ -352,14 +337,14 @@ impl Keyring {
         key_id.copy_from_slice(id);
         let rest = &sealed[1 + KEY_ID_LEN..];
         let (key, body) = match version {
-            VERSION => (self.key_for_open(user, key_id).await?, rest),
+            VERSION => (self.key_for_open(user, key_id, None).await?, rest),
             PORTABLE => {
                 let len = rest
                     .get(..2)
                     .map(|l| usize::from(u16::from_be_bytes([l[0], l[1]])))
                     .ok_or(OpenError::Failed)?;
                 let wrapped = rest.get(2..2 + len).ok_or(OpenError::Failed)?;
-                let key = self.key_from_value(user, key_id, wrapped).await?;
+                let key = self.key_for_open(user, key_id, Some(wrapped)).await?;
                 (key, &rest[2 + len..])
             }
             _ => return Err(OpenError::Failed),

@@ -10,12 +10,12 @@ use std::collections::HashMap;
 
 use crate::llm::{LlmMessage, LlmRequest, ToolDef};
 
+use super::HistoryEntry;
 use super::instructions::{self, Instructions};
 use super::models::Model;
 use super::preprocess::Preprocessed;
 use super::tokens;
 use super::tools::ToolRunner;
-use super::{HistoryEntry, HistoryRole};
 
 /// What of preprocessing's decision shapes the main request: two equal plans give the same
 /// request for the same history and time (which is what lets a speculative main call be
@@ -145,17 +145,6 @@ pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
     parts.join("\n\n")
 }
 
-pub fn message(role: HistoryRole, content: String) -> LlmMessage {
-    match role {
-        HistoryRole::User => LlmMessage::User(content),
-        HistoryRole::Assistant => LlmMessage::Assistant {
-            content,
-            tool_calls: Vec::new(),
-        },
-        HistoryRole::System => LlmMessage::System(content),
-    }
-}
-
 /// The request and how many of the oldest history messages were left out to fit
 /// `window - reserve` tokens.
 /// `counts` are the history's token counts (exact, or upper bounds).
@@ -200,7 +189,7 @@ fn assemble(
     messages.extend(
         history[dropped..]
             .iter()
-            .map(|h| message(h.role, h.content.clone())),
+            .map(|h| h.role.message(h.content.clone())),
     );
     let mut request = LlmRequest::chat(model, messages);
     request.tools = tools;
@@ -237,13 +226,14 @@ pub fn build_request(model: &str, history: &[HistoryEntry]) -> LlmRequest {
     messages.push(LlmMessage::System(
         "You are a helpful assistant. Answer in markdown.".into(),
     ));
-    messages.extend(history.iter().map(|h| message(h.role, h.content.clone())));
+    messages.extend(history.iter().map(|h| h.role.message(h.content.clone())));
     LlmRequest::chat(model, messages)
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::pipeline::HistoryRole;
 
     fn entry(role: HistoryRole, text: &str) -> HistoryEntry {
         HistoryEntry {

@@ -237,7 +237,7 @@ impl Stage<'_> {
             .map(|range| {
                 parts[range]
                     .iter()
-                    .map(|(role, content, _)| super::context::message(*role, content.clone()))
+                    .map(|(role, content, _)| role.message(content.clone()))
                     .collect()
             })
             .collect();

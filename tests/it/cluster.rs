@@ -420,38 +420,9 @@ async fn a_redis_restart_during_a_turn_is_survived_without_restarting_a_node() {
     assert_eq!(last.error_code, None);
 
     // Both nodes are ready again by themselves (Redis, the bus subscription)...
-    for node in &c.nodes {
-        let url = node.http_url("/readyz");
-        let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-        while !reqwest::get(&url)
-            .await
-            .is_ok_and(|r| r.status().is_success())
-        {
-            assert!(
-                tokio::time::Instant::now() < deadline,
-                "a node stayed unready"
-            );
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
-    }
+    all_ready(&c).await;
     // ...and a new turn reaches the device on the other node (its channel was restored).
-    let mut sent = false;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !sent {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "no turn after the restart"
-        );
-        d1.send(&user_message(chat, "m2", "are you back?")).await;
-        sent = d1
-            .recv_until(|m| match m {
-                ServerMessage::AiTaskInitiated(_) => Some(true),
-                // The first call after the restart may meet a connection that is reconnecting.
-                ServerMessage::Error(e) if e.code == ErrorCode::CacheUnavailable => Some(false),
-                _ => None,
-            })
-            .await;
-    }
+    start_after_restart(&mut d1, chat, "m2", "are you back?").await;
     let (_, on_d1) = collect_answer(&mut d1).await;
     let on_d2 = d2
         .recv_until(|m| match m {
@@ -643,6 +614,28 @@ async fn after_redis_restarts_empty_frames_reach_devices_on_every_node() {
     collect_answer(&mut d1).await;
 
     c.redis.server().restart().await.unwrap();
+    all_ready(&c).await;
+    // A device on the third node, which has never opened this user's frames.
+    let after = "chat-after-wipe";
+    let mut d2 = c.connect_showing(2, "gus", after).await;
+    d0.send(&set_active_chat(Some(after))).await;
+    start_after_restart(&mut d0, after, "m2", "still there?").await;
+    let (_, on_d0) = collect_answer(&mut d0).await;
+    let on_d2 = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u)
+                if u.user_message_id.as_str() == "m2" && u.is_final_chunk =>
+            {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(on_d0.full_content_so_far, on_d2.full_content_so_far);
+}
+
+/// Waits until every node answers `/readyz` (bounded: a node that stays unready fails).
+async fn all_ready(c: &Cluster) {
     for node in &c.nodes {
         let url = node.http_url("/readyz");
         let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
@@ -657,37 +650,27 @@ async fn after_redis_restarts_empty_frames_reach_devices_on_every_node() {
             tokio::time::sleep(Duration::from_millis(100)).await;
         }
     }
-    // A device on the third node, which has never opened this user's frames.
-    let after = "chat-after-wipe";
-    let mut d2 = c.connect_showing(2, "gus", after).await;
-    d0.send(&set_active_chat(Some(after))).await;
-    let mut started = false;
+}
+
+/// Sends a message until its turn starts: the first call after a Redis restart may meet a
+/// connection that is reconnecting (`cache_unavailable`).
+async fn start_after_restart(ws: &mut WsClient, chat: &str, id: &str, text: &str) {
     let deadline = tokio::time::Instant::now() + Duration::from_secs(20);
-    while !started {
+    loop {
         assert!(
             tokio::time::Instant::now() < deadline,
             "no turn after the restart"
         );
-        d0.send(&user_message(after, "m2", "still there?")).await;
-        started = d0
+        ws.send(&user_message(chat, id, text)).await;
+        let started = ws
             .recv_until(|m| match m {
                 ServerMessage::AiTaskInitiated(_) => Some(true),
-                // The first call after the restart may meet a connection that is reconnecting.
                 ServerMessage::Error(e) if e.code == ErrorCode::CacheUnavailable => Some(false),
                 _ => None,
             })
             .await;
+        if started {
+            return;
+        }
     }
-    let (_, on_d0) = collect_answer(&mut d0).await;
-    let on_d2 = d2
-        .recv_until(|m| match m {
-            ServerMessage::AiMessageUpdate(u)
-                if u.user_message_id.as_str() == "m2" && u.is_final_chunk =>
-            {
-                Some(u.clone())
-            }
-            _ => None,
-        })
-        .await;
-    assert_eq!(on_d0.full_content_so_far, on_d2.full_content_so_far);
 }
