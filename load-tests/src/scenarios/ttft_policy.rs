@@ -15,7 +15,7 @@
 //! latency (`chatd_main_call_decision_seconds`: mean, and a median estimated from the
 //! buckets) and the wasted input tokens as a share of all main-call input tokens
 //! (`chatd_speculative_wasted_input_tokens_total` / `chatd_main_call_input_tokens_total`).
-//! A metric chatd does not export prints "n/a".
+//! A metric chatd does not export prints "n/a". The metrics are read in [`figures`].
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -27,10 +27,13 @@ use crate::charts::Chart;
 use crate::client::{Conn, Kind, Target};
 use crate::fake_llm::{self, Mode, Preprocess, Script};
 use crate::procs::{self, Server};
-use crate::prom::{self, Scrape};
+use crate::prom;
 use crate::report::Report;
 use crate::stats::median;
 use crate::workload::Workload;
+use figures::{FIRST_TOKEN, PolicyFigures, met, na};
+
+mod figures;
 
 pub struct Params {
     pub rounds: usize,
@@ -57,101 +60,6 @@ pub struct Params {
 const POLICIES: [&str; 3] = ["off", "on", "auto"];
 const LANES: [&str; 5] = ["direct", "floor", "chatd-off", "chatd-on", "chatd-auto"];
 const WARMUP_TURNS: usize = 3;
-
-const SPECULATIVE: &str = "chatd_speculative_main_calls_total";
-const WASTED_TOKENS: &str = "chatd_speculative_wasted_input_tokens_total";
-const MAIN_TOKENS: &str = "chatd_main_call_input_tokens_total";
-const DECISION: &str = "chatd_main_call_decision_seconds";
-const FIRST_TOKEN: &str = "chatd_turn_first_token_seconds";
-
-fn na(v: Option<f64>, f: impl Fn(f64) -> String) -> String {
-    match v {
-        Some(x) if x.is_finite() => f(x),
-        _ => "n/a".into(),
-    }
-}
-
-fn met(ok: Option<bool>) -> &'static str {
-    match ok {
-        Some(true) => "met",
-        Some(false) => "NOT met",
-        None => "n/a",
-    }
-}
-
-/// What one chatd policy's metrics say about the measured rounds.
-struct PolicyFigures {
-    started: Option<f64>,
-    used: Option<f64>,
-    wasted: Option<f64>,
-    wasted_tokens: Option<f64>,
-    main_tokens: Option<f64>,
-    decision: Option<prom::Histogram>,
-    first_token: Vec<(&'static str, Option<prom::Histogram>)>,
-}
-
-impl PolicyFigures {
-    fn read(before: Option<&Scrape>, after: Option<&Scrape>) -> Self {
-        // A labelled family is not exported at all before its first use (prometheus_client):
-        // where the other speculation metrics are there, a missing outcome is 0.
-        let exported = after.is_some_and(|a| a.value(WASTED_TOKENS, &[]).is_some());
-        let outcome = |o| {
-            prom::delta(before, after, SPECULATIVE, &[("outcome", o)]).or(exported.then_some(0.0))
-        };
-        PolicyFigures {
-            started: outcome("started"),
-            used: outcome("used"),
-            wasted: outcome("wasted"),
-            wasted_tokens: prom::delta(before, after, WASTED_TOKENS, &[]),
-            main_tokens: prom::delta(before, after, MAIN_TOKENS, &[]),
-            decision: prom::histogram_delta(before, after, DECISION, &[]),
-            first_token: ["used", "wasted", "off"]
-                .into_iter()
-                .map(|s| {
-                    (
-                        s,
-                        prom::histogram_delta(before, after, FIRST_TOKEN, &[("speculation", s)]),
-                    )
-                })
-                .collect(),
-        }
-    }
-
-    fn wasted_share(&self) -> Option<f64> {
-        match (self.wasted_tokens, self.main_tokens) {
-            (Some(w), Some(m)) if m > 0.0 => Some(w / m),
-            _ => None,
-        }
-    }
-
-    fn decision_mean_ms(&self) -> Option<f64> {
-        self.decision.as_ref()?.mean().map(|s| s * 1e3)
-    }
-
-    fn decision_p50_ms(&self) -> Option<f64> {
-        self.decision.as_ref()?.quantile(0.5).map(|s| s * 1e3)
-    }
-
-    fn json(&self) -> Value {
-        json!({
-            "speculative_main_calls": {"started": self.started, "used": self.used,
-                "wasted": self.wasted},
-            "wasted_input_tokens": self.wasted_tokens,
-            "main_call_input_tokens": self.main_tokens,
-            "wasted_input_token_share": self.wasted_share(),
-            "decision_mean_ms": self.decision_mean_ms(),
-            "decision_p50_ms_from_buckets": self.decision_p50_ms(),
-            "decisions": self.decision.as_ref().map(|h| h.count),
-            "first_token_by_speculation": self.first_token.iter().map(|(s, h)| {
-                ((*s).to_string(), json!({
-                    "n": h.as_ref().map(|h| h.count),
-                    "mean_ms": h.as_ref().and_then(prom::Histogram::mean).map(|s| s * 1e3),
-                    "p50_ms_from_buckets": h.as_ref().and_then(|h| h.quantile(0.5)).map(|s| s * 1e3),
-                }))
-            }).collect::<serde_json::Map<_, _>>(),
-        })
-    }
-}
 
 fn chatd_env(policy: &str, postprocessing: bool) -> Vec<(String, String)> {
     [
