@@ -247,7 +247,7 @@ impl App {
         let skills = Arc::new(Skills::load(
             &config.skills,
             ai_cache.clone(),
-            models.preprocessing(),
+            models.or_preprocessing(&config.skills.content_sanitization_model),
             turn_tasks.clone(),
         )?);
         let routines = crate::routines::Routines::new(

@@ -5,10 +5,20 @@
 //! waiting. When the answer ends, [`AnswerLinks::repair`] waits (bounded) for those checks
 //! and replaces every broken link by a search link on its own text.
 //!
-//! The checker: a global and a per-host concurrency limit, HEAD then GET on 405/501,
-//! redirects followed by hand (each hop guarded), a per-URL deadline, results cached per
-//! URL (and concurrent checks of one URL shared), and the SSRF guard ([`crate::net_guard`]).
+//! The checker: a global and a per-host concurrency limit, HEAD then a ranged GET when the
+//! HEAD is refused, the headers of a current browser (rotated per check), redirects
+//! followed by hand (each hop guarded), a per-URL deadline, results cached per URL
+//! (definite ones for `links.cache_ttl`, inconclusive ones for at most
+//! [`INCONCLUSIVE_TTL`]; concurrent checks of one URL shared), and the SSRF guard
+//! ([`crate::net_guard`]).
+//!
+//! A link is broken only on a definite answer: 404 or 410 after redirects, a name that
+//! does not resolve, a refused connection (or a malformed URL). Anything else that is not a
+//! success (401, 403, 429, other 4xx, 5xx, timeouts, TLS errors) is inconclusive and the
+//! link stays: a site behind bot protection must not lose its good links. The rule per
+//! status and error is in [`check`].
 
+mod browser;
 mod check;
 pub mod extract;
 
@@ -34,15 +44,21 @@ const REPAIR_GRACE: Duration = Duration::from_secs(1);
 /// Distinct links checked per answer; further ones are left as they are.
 pub const MAX_LINKS_PER_ANSWER: usize = 100;
 
+/// Longest reuse of an inconclusive result (less when `links.cache_ttl` is shorter): a
+/// rate limit or an outage passes, and the next answer's check may get a definite answer.
+pub const INCONCLUSIVE_TTL: Duration = Duration::from_secs(60);
+
 /// What a check found.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Verdict {
     /// 2xx, or a 3xx left after redirects.
     Valid,
-    /// 4xx or a malformed URL: replaced.
+    /// 404 or 410, a name that does not resolve, a refused connection, a malformed URL:
+    /// replaced.
     Broken,
-    /// 5xx, timeout, connection or name failure: left alone.
-    Temporary,
+    /// 401, 403, 429, other 4xx, 5xx, timeout, TLS or other connection failure, too many
+    /// redirects: left alone, and reused for a shorter time.
+    Inconclusive,
     /// The address guard refused the target: left alone, never contacted.
     Skipped,
 }
@@ -70,7 +86,9 @@ pub struct LinkChecker {
     hosts: DashMap<String, Arc<Semaphore>>,
     cache: Mutex<HashMap<String, Slot>>,
     metrics: Arc<Metrics>,
-    /// Fires at shutdown: running checks end as temporary.
+    /// The browser headers of the next check.
+    browsers: browser::Rotation,
+    /// Fires at shutdown: running checks end as inconclusive.
     shutdown: CancellationToken,
 }
 
@@ -87,8 +105,7 @@ impl LinkChecker {
             .redirect(reqwest::redirect::Policy::none())
             .connect_timeout(config.timeout)
             .timeout(config.timeout)
-            .pool_max_idle_per_host(0)
-            .user_agent("Mozilla/5.0 (compatible; chatd-linkcheck/1.0)");
+            .pool_max_idle_per_host(0);
         builder = match &config.proxy {
             Some(proxy) => builder.proxy(
                 reqwest::Proxy::all(proxy.expose_secret().trim()).map_err(LinkError::Proxy)?,
@@ -103,6 +120,7 @@ impl LinkChecker {
             hosts: DashMap::new(),
             cache: Mutex::new(HashMap::new()),
             metrics,
+            browsers: browser::Rotation::default(),
             shutdown,
             config: config.clone(),
         })
@@ -120,8 +138,8 @@ impl LinkChecker {
         }
     }
 
-    /// The verdict for `raw` (as written in the answer): cached for `links.cache_ttl`,
-    /// and one check at a time per URL.
+    /// The verdict for `raw` (as written in the answer): cached (see [`reuse_for`]), and one
+    /// check at a time per URL.
     pub async fn check(&self, raw: &str) -> Verdict {
         let Some(url) = check::normalize(raw) else {
             self.metrics.links_broken.inc();
@@ -137,13 +155,17 @@ impl LinkChecker {
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         let ttl = self.config.cache_ttl;
+        let fresh = |slot: &Slot| match slot.verdict.get() {
+            None => true,
+            Some(v) => slot.created.elapsed() < reuse_for(*v, ttl),
+        };
         if let Some(slot) = cache.get(key)
-            && (!slot.verdict.initialized() || slot.created.elapsed() < ttl)
+            && fresh(slot)
         {
             return slot.verdict.clone();
         }
         if cache.len() >= self.config.cache_max_entries {
-            cache.retain(|_, s| !s.verdict.initialized() || s.created.elapsed() < ttl);
+            cache.retain(|_, s| fresh(s));
             if cache.len() >= self.config.cache_max_entries {
                 cache.clear();
             }
@@ -168,7 +190,7 @@ impl LinkChecker {
             .clone();
         let verdict = tokio::select! {
             biased;
-            _ = self.shutdown.cancelled() => Verdict::Temporary,
+            _ = self.shutdown.cancelled() => Verdict::Inconclusive,
             v = self.limited(&per_host, url) => v,
         };
         drop(per_host);
@@ -177,7 +199,7 @@ impl LinkChecker {
         let m = &self.metrics;
         match verdict {
             Verdict::Broken => m.links_broken.inc(),
-            Verdict::Temporary => m.links_temporary.inc(),
+            Verdict::Inconclusive => m.links_temporary.inc(),
             Verdict::Skipped => m.links_skipped.inc(),
             Verdict::Valid => 0,
         };
@@ -191,7 +213,7 @@ impl LinkChecker {
     async fn limited(&self, per_host: &Semaphore, url: reqwest::Url) -> Verdict {
         let (Ok(_host), Ok(_global)) = (per_host.acquire().await, self.global.acquire().await)
         else {
-            return Verdict::Temporary;
+            return Verdict::Inconclusive;
         };
         let started = Instant::now();
         let probe = Probe {
@@ -199,16 +221,26 @@ impl LinkChecker {
             guard: self.guard,
             proxied: self.config.proxy.is_some(),
             max_redirects: self.config.max_redirects,
+            browser: self.browsers.next(),
         };
         let verdict = tokio::time::timeout(self.config.timeout, probe.run(url))
             .await
-            .unwrap_or(Verdict::Temporary);
+            .unwrap_or(Verdict::Inconclusive);
         if verdict != Verdict::Skipped {
             self.metrics
                 .link_check_seconds
                 .observe(started.elapsed().as_secs_f64());
         }
         verdict
+    }
+}
+
+/// How long a verdict is reused: `cache_ttl` for definite ones (and the guard's refusals),
+/// at most [`INCONCLUSIVE_TTL`] for inconclusive ones.
+fn reuse_for(verdict: Verdict, cache_ttl: Duration) -> Duration {
+    match verdict {
+        Verdict::Inconclusive => cache_ttl.min(INCONCLUSIVE_TTL),
+        Verdict::Valid | Verdict::Broken | Verdict::Skipped => cache_ttl,
     }
 }
 
@@ -264,7 +296,7 @@ pub struct Repair {
 
 impl AnswerLinks {
     /// Waits for this answer's checks (at most `links.timeout` + 1 s; unfinished ones
-    /// count as temporary), then replaces the broken links in `text`. `None`: nothing to
+    /// count as inconclusive), then replaces the broken links in `text`. `None`: nothing to
     /// change, or `cancel` fired while waiting.
     pub async fn repair(self, text: &str, cancel: &CancellationToken) -> Option<Repair> {
         let mut checks = std::mem::take(
@@ -309,5 +341,21 @@ impl AnswerLinks {
             text: fixed,
             replaced,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn inconclusive_results_are_reused_for_less_time() {
+        let ttl = Duration::from_secs(600);
+        for v in [Verdict::Valid, Verdict::Broken, Verdict::Skipped] {
+            assert_eq!(reuse_for(v, ttl), ttl, "{v:?}");
+        }
+        assert_eq!(reuse_for(Verdict::Inconclusive, ttl), INCONCLUSIVE_TTL);
+        let short = Duration::from_secs(5);
+        assert_eq!(reuse_for(Verdict::Inconclusive, short), short);
     }
 }

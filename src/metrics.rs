@@ -163,13 +163,13 @@ impl Metrics {
         let links_broken = Counter::default();
         registry.register(
             "links_broken",
-            "Links found broken (4xx or malformed)",
+            "Links found broken (404/410, unresolvable name, refused connection, or malformed)",
             links_broken.clone(),
         );
         let links_temporary = Counter::default();
         registry.register(
             "links_temporary",
-            "Link checks with a temporary result (5xx, timeout, connection error), left alone",
+            "Link checks with an inconclusive result (401/403/429, other 4xx, 5xx, timeout, TLS or connection error), left alone",
             links_temporary.clone(),
         );
         let links_skipped = Counter::default();

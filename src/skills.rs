@@ -7,6 +7,8 @@
 pub mod contract;
 mod docs;
 pub mod executor;
+mod external;
+pub mod free_text;
 pub mod manifest;
 pub mod prefilter;
 pub mod requests;

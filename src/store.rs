@@ -5,8 +5,10 @@
 //! versioned migrations at start-up.
 //!
 //! Ownership lives in the queries: every call takes the owner and reads or changes only
-//! rows with that owner. An id that exists under another owner is [`StoreError::Forbidden`]
-//! and nothing is changed.
+//! rows with that owner. A chat id belongs to the first owner who stores it (another owner
+//! gets [`StoreError::Forbidden`] and nothing is changed); message ids are scoped to their
+//! owner and chat and embed ids to their owner, so no user can claim another's id first
+//! and block the owner's own write.
 
 pub mod owners;
 mod postgres;
@@ -245,6 +247,7 @@ pub trait Store: values::SealedValues + Send + Sync {
     ) -> BoxFuture<'a, Result<DeletedChat, StoreError>>;
 
     /// Deletes one message of a chat (and the listed embeds); raises `messages_v`.
+    /// `NotFound` when the owner has no such message in the chat.
     fn delete_message<'a>(
         &'a self,
         owner: &'a UserId,

@@ -30,7 +30,8 @@ pub struct SkillsConfig {
     pub allow_private_targets: bool,
     /// Largest page `web-read` reads.
     pub max_read_bytes: usize,
-    /// Prompt-injection check: above this score the strings are removed...
+    /// Prompt-injection check: from this score on the strings are removed (the text withheld
+    /// when none is found in it)...
     pub injection_block_score: f32,
     /// ...from this score on the embed is flagged for review.
     pub injection_review_score: f32,
@@ -38,6 +39,9 @@ pub struct SkillsConfig {
     pub injection_chunk_tokens: u32,
     /// The detector's prompt and function (YAML); empty: the built-in copy.
     pub injection_prompt_file: PathBuf,
+    /// The detector's model (a catalog id); empty: the preprocessing model.
+    #[serde(default)]
+    pub content_sanitization_model: String,
     pub web_search: WebSearchConfig,
 }
 

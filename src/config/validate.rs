@@ -275,6 +275,10 @@ impl Config {
             ("models.preprocessing", &m.preprocessing),
             ("models.main", &m.main),
             ("models.postprocessing", &m.postprocessing),
+            (
+                "skills.content_sanitization_model",
+                &self.skills.content_sanitization_model,
+            ),
         ] {
             if id.is_empty() {
                 continue;

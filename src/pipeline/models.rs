@@ -183,6 +183,15 @@ impl Models {
         self.stage(&self.preprocessing)
     }
 
+    /// The model `id` names (a catalog id), or the preprocessing model when it is empty.
+    pub fn or_preprocessing(&self, id: &str) -> Model {
+        if id.is_empty() {
+            self.preprocessing()
+        } else {
+            self.stage(id)
+        }
+    }
+
     pub fn main(&self) -> Model {
         self.stage(&self.main)
     }

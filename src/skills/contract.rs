@@ -1,12 +1,15 @@
 //! Applying a skill's output contract to one result at run time: what the model may see
 //! (`agent_data` fields that conform, and `external_text` to be checked), and what goes to
-//! the user's embed (every declared field). Anything undeclared or non-conforming is dropped.
+//! the user's embed (every declared field). Anything undeclared or non-conforming is dropped,
+//! and so is a constrained string that carries free text ([`super::free_text`]); a URL
+//! carrying words is checked like `external_text` before the model sees it whole.
 
 use std::collections::HashMap;
 
 use regex::Regex;
 use serde_json::{Map, Value};
 
+use super::free_text;
 use super::manifest::{FieldKind, FieldSpec, OutputContract, StringFormat, anchored};
 
 /// Compiled `agent_data` patterns of one skill.
@@ -35,10 +38,35 @@ pub struct Split {
     pub agent: Map<String, Value>,
     /// `external_text` fields (strings), still to be checked before the model sees them.
     pub external: Vec<(String, String)>,
+    /// `format: url` fields whose URL carries words: the model sees them whole only if
+    /// their words pass the check.
+    pub noisy_urls: Vec<NoisyUrl>,
     /// Every declared field that is present, for the user's embed.
     pub user: Map<String, Value>,
     /// Fields dropped for not conforming (for the log).
     pub dropped: Vec<String>,
+}
+
+/// A URL field to check before the model sees it ([`free_text::agent_url`]).
+#[derive(Debug, Clone, PartialEq)]
+pub struct NoisyUrl {
+    pub name: String,
+    /// Without user info and fragment.
+    pub url: String,
+    /// Its host, path and query as text, for the check.
+    pub words: String,
+}
+
+impl NoisyUrl {
+    /// What the model sees: the whole URL when its check removed nothing, else the URL cut
+    /// to its quiet prefix (`None`: not even the host is quiet).
+    pub fn for_model(&self, removed: bool) -> Option<String> {
+        if removed {
+            free_text::reduced(&self.url)
+        } else {
+            Some(self.url.clone())
+        }
+    }
 }
 
 pub fn split(contract: &OutputContract, patterns: &Patterns, result: &Value) -> Split {
@@ -51,11 +79,26 @@ pub fn split(contract: &OutputContract, patterns: &Patterns, result: &Value) -> 
         let Some(v) = obj.get(name).filter(|v| !v.is_null()) else {
             continue;
         };
-        if conforms(spec, patterns.0.get(name), v) {
-            out.agent.insert(name.clone(), v.clone());
-            out.user.insert(name.clone(), v.clone());
-        } else {
+        if !conforms(spec, patterns.0.get(name), v) {
             out.dropped.push(name.clone());
+            continue;
+        }
+        out.user.insert(name.clone(), v.clone());
+        match (spec.format, v.as_str()) {
+            (Some(StringFormat::Url), Some(s)) => match free_text::agent_url(s) {
+                Some(u) if u.quiet => {
+                    out.agent.insert(name.clone(), Value::String(u.url));
+                }
+                Some(u) => out.noisy_urls.push(NoisyUrl {
+                    name: name.clone(),
+                    url: u.url,
+                    words: u.words,
+                }),
+                None => out.dropped.push(name.clone()),
+            },
+            _ => {
+                out.agent.insert(name.clone(), v.clone());
+            }
         }
     }
     for name in &contract.external_text {
@@ -89,10 +132,17 @@ fn conforms(spec: &FieldSpec, pattern: Option<&Regex>, v: &Value) -> bool {
             if spec.pattern.is_some() && !pattern.is_some_and(|p| p.is_match(s)) {
                 return false;
             }
+            // An enum value is the manifest's own text; any other string must not carry
+            // free text (a URL's words are checked instead).
+            if spec.allowed.is_empty()
+                && spec.format != Some(StringFormat::Url)
+                && !free_text::quiet(s)
+            {
+                return false;
+            }
             match spec.format {
                 None => true,
-                Some(StringFormat::Url) => url::Url::parse(s)
-                    .is_ok_and(|u| matches!(u.scheme(), "http" | "https") && s.len() <= 2048),
+                Some(StringFormat::Url) => free_text::agent_url(s).is_some(),
                 Some(StringFormat::Date) => {
                     s.len() == 10
                         && s.bytes().enumerate().all(|(i, b)| {

@@ -390,8 +390,16 @@ fn lint_skill(s: &SkillManifest) -> Result<(), String> {
             ));
         }
         if let Some(p) = &spec.pattern {
-            Regex::new(&anchored(p))
+            let re = Regex::new(&anchored(p))
                 .map_err(|e| format!("agent_data.{name}.pattern does not compile: {e}"))?;
+            if spec.allowed.is_empty() && super::free_text::admits_free_text(&re) {
+                return Err(format!(
+                    "agent_data.{name}.pattern admits free text (a sentence of more than {} \
+                     words): tighten it or give it an enum, or move the field to \
+                     external_text (checked) or user_content (user only)",
+                    super::free_text::MAX_WORD_RUN
+                ));
+            }
         }
     }
     let mut seen: HashSet<&str> = o.agent_data.keys().map(String::as_str).collect();
@@ -529,6 +537,10 @@ skills:
             (
                 BASE.replace("format: url}", "pattern: \"(\"}"),
                 "pattern does not compile",
+            ),
+            (
+                BASE.replace("format: url}", "pattern: \"[A-Za-z_-]{1,80}\"}"),
+                "pattern admits free text",
             ),
         ];
         for (yaml, expected) in cases {

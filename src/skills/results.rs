@@ -7,8 +7,8 @@ use chatd_protocol::{EmbedId, SkillStatus};
 use serde_json::{Map, Value, json};
 
 use super::contract::{self, Split};
+use super::external::Withheld;
 use super::manifest::ResponseMode;
-use super::prefilter;
 use super::runner::{Ended, Invocation};
 use super::sanitize::Cleaned;
 use crate::pipeline::TurnEvent;
@@ -25,7 +25,7 @@ pub(super) struct Processed {
     suggestions: Vec<String>,
     /// The request's added instructions, checked.
     added: Vec<String>,
-    withheld: bool,
+    withheld: Option<Withheld>,
     flagged: bool,
 }
 
@@ -42,7 +42,7 @@ impl Invocation {
             child_ids: Vec::new(),
             suggestions: Vec::new(),
             added: Vec::new(),
-            withheld: false,
+            withheld: None,
             flagged: false,
         };
         let output = match end {
@@ -68,16 +68,35 @@ impl Invocation {
                 tracing::warn!(skill = %self.skill.full_id, fields = ?s.dropped, "skill output fields dropped: not in its contract");
             }
         }
-        let (checked, withheld, flagged) = self.check_external(&splits, &instructions).await;
-        done.withheld = withheld;
-        done.flagged = flagged;
-        let mut texts = checked.into_iter();
+        // Every outside text in one check: each result's external text and noisy URLs' words
+        // in order, then the request's added instructions.
+        let outside: Vec<&str> = splits
+            .iter()
+            .flat_map(|s| {
+                s.external
+                    .iter()
+                    .map(|(_, t)| t.as_str())
+                    .chain(s.noisy_urls.iter().map(|u| u.words.as_str()))
+            })
+            .chain(instructions.iter().map(String::as_str))
+            .collect();
+        let checked = self.check_external(outside).await;
+        done.withheld = checked.withheld;
+        done.flagged = checked.flagged;
+        let flagged = checked.flagged;
+        let mut texts = checked.texts.into_iter();
         let mut agent_results = Vec::with_capacity(splits.len());
         for split in splits {
             let mut agent: Map<String, Value> = split.agent.clone();
             for (name, _) in &split.external {
                 if let Some(Cleaned { text, .. }) = texts.next() {
                     agent.insert(name.clone(), Value::String(text));
+                }
+            }
+            for url in &split.noisy_urls {
+                let removed = texts.next().is_none_or(|c| c.removed);
+                if let Some(u) = url.for_model(removed) {
+                    agent.insert(url.name.clone(), Value::String(u));
                 }
             }
             if let Some(child_type) = &contract.child_type {
@@ -121,7 +140,7 @@ impl Invocation {
             self.sink
                 .emit(&self.ctx, TurnEvent::SkillSuggestions(suggestions.clone()));
         }
-        let withheld = processed.iter().any(|p| p.withheld);
+        let withheld = processed.iter().find_map(|p| p.withheld);
         let flagged = processed.iter().any(|p| p.flagged);
         let child_ids: Vec<EmbedId> = processed.iter().flat_map(|p| p.child_ids.clone()).collect();
         let added: Vec<String> = processed.iter().flat_map(|p| p.added.clone()).collect();
@@ -172,10 +191,8 @@ impl Invocation {
         e.injection_flagged = flagged;
         self.embed(e).await;
         let mut preview = json!({"embed_id": self.embed_id.as_str(), "result_count": result_count});
-        if withheld {
-            preview["warning"] = json!(
-                "external text was withheld from the assistant: the safety check is unavailable"
-            );
+        if let Some(w) = withheld {
+            preview["warning"] = json!(w.warning());
         }
         if flagged {
             preview["injection_flagged"] = json!(true);
@@ -209,62 +226,9 @@ impl Invocation {
         if !added.is_empty() && contract.mode == ResponseMode::Template {
             message["added_instructions"] = json!(added.join("\n"));
         }
-        if withheld {
-            message["note"] = json!(
-                "external text from this tool was withheld: it could not be checked for prompt injection"
-            );
+        if let Some(w) = withheld {
+            message["note"] = json!(w.note());
         }
         toon(&message)
-    }
-
-    /// Cleans every external text of the call in two layers: the deterministic pre-filter
-    /// ([`super::prefilter`]: invisible characters, template tokens, instruction overrides),
-    /// then the detector model on all of them as one document (split into chunks). Returns
-    /// the cleaned texts in order, whether they were withheld (detector failure: fail
-    /// closed), and whether the user should review them (either layer found something).
-    async fn check_external(
-        &self,
-        splits: &[Split],
-        extra: &[String],
-    ) -> (Vec<Cleaned>, bool, bool) {
-        let filtered: Vec<prefilter::Prefiltered> = splits
-            .iter()
-            .flat_map(|s| s.external.iter().map(|(_, t)| prefilter::prefilter(t)))
-            .chain(extra.iter().map(|t| prefilter::prefilter(t)))
-            .collect();
-        if filtered.is_empty() {
-            return (Vec::new(), false, false);
-        }
-        let suspicious = filtered.iter().any(prefilter::Prefiltered::suspicious);
-        if suspicious {
-            let removed: usize = filtered.iter().map(|f| f.removed).sum();
-            tracing::warn!(skill = %self.skill.full_id, removed, "prompt injection removed by the pre-filter");
-        }
-        let texts: Vec<String> = filtered.into_iter().map(|f| f.text).collect();
-        let document = texts.join("\n\n");
-        match self.deps.detector.check(&document, &self.cancel).await {
-            Ok(verdict) => {
-                let cleaned: Vec<Cleaned> = texts
-                    .iter()
-                    .map(|t| self.deps.detector.apply(&verdict, t))
-                    .collect();
-                let flagged = suspicious || cleaned.iter().any(|c| c.flagged);
-                if verdict.score > self.deps.config.injection_block_score {
-                    tracing::warn!(skill = %self.skill.full_id, score = verdict.score, "prompt injection removed from skill output");
-                }
-                (cleaned, false, flagged)
-            }
-            Err(e) => {
-                tracing::warn!(skill = %self.skill.full_id, error = %e, "prompt-injection check unavailable; external text withheld");
-                let withheld = texts
-                    .iter()
-                    .map(|_| Cleaned {
-                        text: "[withheld: could not be checked for prompt injection]".into(),
-                        flagged: false,
-                    })
-                    .collect();
-                (withheld, true, false)
-            }
-        }
     }
 }

@@ -1,9 +1,11 @@
 //! The first defence against prompt injection: every text a skill brings from outside is
 //! stripped of invisible Unicode, cut into chunks of at most `skills.injection_chunk_tokens`
 //! tokens, and each chunk is checked concurrently by a detection model call
-//! (`config/prompt_injection_detection.yml`). Above the block score the reported strings are
-//! removed; from the review score on the result is flagged. The check fails closed: if the
-//! detector cannot answer, the text does not reach the model.
+//! (`config/prompt_injection_detection.yml`), on the model `skills.content_sanitization_model`
+//! chooses. From the block score on the reported strings are removed; from the review score
+//! on the result is flagged. The check fails closed: if the detector cannot answer, or
+//! scores the text at or above the block score without naming a string found in it, the
+//! text does not reach the model.
 
 use std::path::Path;
 
@@ -73,6 +75,8 @@ pub struct Detector {
 pub struct Cleaned {
     pub text: String,
     pub flagged: bool,
+    /// Either layer removed something from it.
+    pub removed: bool,
 }
 
 impl Detector {
@@ -127,18 +131,48 @@ impl Detector {
         Ok(verdict)
     }
 
-    /// Applies a verdict to one of the texts it covered.
-    pub fn apply(&self, verdict: &Verdict, text: &str) -> Cleaned {
-        let mut out = text.to_string();
-        if verdict.score > self.config.injection_block_score {
-            for s in &verdict.strings {
-                out = out.replace(s.as_str(), REMOVED);
-            }
+    /// Whether a verdict is at or above the block score.
+    pub fn blocks(&self, verdict: &Verdict) -> bool {
+        verdict.score >= self.config.injection_block_score
+    }
+
+    /// Applies a verdict to the texts it covered (after the pre-filter). At or above the
+    /// block score the reported strings are removed; when none of them is found in any
+    /// text, the detector saw an injection it could not point at and the check fails
+    /// closed: `Err(score)`, every text is withheld.
+    pub fn apply(
+        &self,
+        verdict: &Verdict,
+        texts: &[super::prefilter::Prefiltered],
+    ) -> Result<Vec<Cleaned>, f32> {
+        let blocks = self.blocks(verdict);
+        let flagged = verdict.score >= self.config.injection_review_score;
+        let mut found = false;
+        let cleaned: Vec<Cleaned> = texts
+            .iter()
+            .map(|t| {
+                let mut out = t.text.clone();
+                let mut removed = t.removed > 0;
+                if blocks {
+                    for s in &verdict.strings {
+                        if out.contains(s.as_str()) {
+                            out = out.replace(s.as_str(), REMOVED);
+                            removed = true;
+                            found = true;
+                        }
+                    }
+                }
+                Cleaned {
+                    text: out,
+                    flagged,
+                    removed,
+                }
+            })
+            .collect();
+        if blocks && !found {
+            return Err(verdict.score);
         }
-        Cleaned {
-            text: out,
-            flagged: verdict.score >= self.config.injection_review_score,
-        }
+        Ok(cleaned)
     }
 }
 

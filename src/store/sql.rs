@@ -232,7 +232,7 @@ macro_rules! impl_store {
                 claim(&mut tx, self.present.as_ref(), owner, chat).await?;
                 let inserted = sqlx::query(
                     "INSERT INTO messages (message_id, chat_id, owner, role, created_at, body) \
-                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (message_id) DO NOTHING",
+                     VALUES ($1, $2, $3, $4, $5, $6) ON CONFLICT (owner, chat_id, message_id) DO NOTHING",
                 )
                 .bind(message.message_id.as_str())
                 .bind(chat.as_str())
@@ -246,18 +246,7 @@ macro_rules! impl_store {
                 let versions_sql = "SELECT messages_v, title_v, last_edited_overall_timestamp \
                                     FROM chats WHERE chat_id = $1 AND owner = $2";
                 if inserted == 0 {
-                    let same = sqlx::query(
-                        "SELECT 1 FROM messages WHERE message_id = $1 AND owner = $2 AND chat_id = $3",
-                    )
-                    .bind(message.message_id.as_str())
-                    .bind(owner.as_str())
-                    .bind(chat.as_str())
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if same.is_none() {
-                        // The id is another user's message, or the owner's in another chat.
-                        return Err(StoreError::Forbidden);
-                    }
+                    // Stored before, in this chat of this owner (ids are theirs alone).
                     let row = sqlx::query(versions_sql)
                         .bind(chat.as_str())
                         .bind(owner.as_str())
@@ -456,16 +445,9 @@ macro_rules! impl_store {
                 .await?
                 .rows_affected();
                 if gone == 0 {
+                    // Ids are their owner's: another user's message of that id is not here.
                     drop(tx);
-                    let foreign = sqlx::query("SELECT 1 FROM messages WHERE message_id = $1")
-                        .bind(message.as_str())
-                        .fetch_optional(&self.pool)
-                        .await?;
-                    return Err(if foreign.is_some() {
-                        StoreError::Forbidden
-                    } else {
-                        StoreError::NotFound
-                    });
+                    return Err(StoreError::NotFound);
                 }
                 for part in embeds.chunks(MAX_IN) {
                     let mut q = owned_in::<$db, _>(

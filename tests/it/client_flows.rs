@@ -57,7 +57,7 @@ fn pair(role: &str, content: &str) -> (String, String) {
 }
 
 #[tokio::test]
-async fn the_history_resend_keeps_system_messages_and_skips_empty_ones() {
+async fn the_history_resend_quotes_system_messages_as_user_notices_and_skips_empty_ones() {
     let fake = FakeLlm::start().await.unwrap();
     let app = spawn_app(|c| use_llm(c, fake.base_url())).await;
     let mut ws = app.connect_showing("alice", "chat-rs").await;
@@ -88,16 +88,23 @@ async fn the_history_resend_keeps_system_messages_and_skips_empty_ones() {
 
     let seen = messages(&fake.requests()[0]);
     let tail: Vec<_> = seen.iter().skip_while(|(r, _)| r == "system").collect();
+    let notice = pair("user", &chatd::pipeline::quoted_notice(refusal));
+    assert!(notice.1.contains(&format!("> {refusal}")));
     assert_eq!(
         tail,
         vec![
             &pair("user", "something risky"),
-            &pair("system", refusal),
+            &notice,
             &pair("user", "fine, what is 2+2?"),
             &pair("assistant", "4"),
             &pair("user", "and now?"),
         ],
-        "the system message stays a system message, empty ones are gone"
+        "the client's system message is a quoted notice in a user message, empty ones are gone"
+    );
+    assert_eq!(
+        seen.iter().filter(|(r, _)| r == "system").count(),
+        1,
+        "only chatd's own prompt is a system message"
     );
 
     // The re-sent history was cached: the next message is a hit with the same context.
@@ -105,7 +112,7 @@ async fn the_history_resend_keeps_system_messages_and_skips_empty_ones() {
         .await;
     outcome(&mut ws).await.answer();
     let next = messages(&fake.requests()[1]);
-    assert!(next.contains(&pair("system", refusal)));
+    assert!(next.contains(&notice));
     assert_eq!(next.last(), Some(&pair("user", "thanks")));
 }
 

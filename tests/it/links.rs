@@ -1,7 +1,8 @@
 //! Link validation end to end: the fake LLM answers with links to a local HTTP server that
-//! plays every kind of site; broken links come back as search links before the final
-//! frame, the AI cache keeps the corrected answer, and the SSRF guard keeps private
-//! targets uncontacted.
+//! plays every kind of site; broken links (404/410, unresolvable names, refused
+//! connections) come back as search links before the final frame, inconclusive ones (bot
+//! walls, 401/403/429, 5xx) stay, the AI cache keeps the corrected answer, and the SSRF
+//! guard keeps private targets uncontacted.
 
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -10,7 +11,7 @@ use std::time::Duration;
 
 use axum::Router;
 use axum::extract::State;
-use axum::http::{Method, StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::response::{IntoResponse, Response};
 use chatd::config::Config;
 use chatd_protocol::{AiMessageUpdate, ClientMessage, ServerMessage};
@@ -18,9 +19,10 @@ use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
 use chatd_test_harness::ws_client::WsClient;
 use tokio::sync::{Notify, watch};
 
-use crate::support::{conversation, spawn_app, use_llm, user_message};
+use crate::support::{TestApp, conversation, spawn_app, use_llm, user_message};
 
-/// A local site: every path is a behaviour; requests are counted per (method, path).
+/// A local site: every path is a behaviour; requests are counted per (method, path) and
+/// logged with their headers and the status they got.
 struct Site {
     addr: SocketAddr,
     shared: Arc<SiteState>,
@@ -34,6 +36,25 @@ struct SiteState {
     release: watch::Sender<bool>,
     /// Requests to `/hold/*` in progress, and the most seen at once.
     in_flight: Mutex<(usize, usize)>,
+    log: Mutex<Vec<Seen>>,
+}
+
+/// One request the site answered.
+#[derive(Debug, Clone)]
+struct Seen {
+    method: Method,
+    path: String,
+    headers: HeaderMap,
+    status: StatusCode,
+}
+
+impl Seen {
+    fn header(&self, name: header::HeaderName) -> &str {
+        self.headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    }
 }
 
 impl Site {
@@ -65,6 +86,12 @@ impl Site {
 
     fn total_hits(&self) -> usize {
         self.shared.hits.lock().unwrap().values().sum()
+    }
+
+    /// The requests to `path` the site answered, in order.
+    fn seen(&self, path: &str) -> Vec<Seen> {
+        let log = self.shared.log.lock().unwrap();
+        log.iter().filter(|s| s.path == path).cloned().collect()
     }
 
     /// Waits until `path` was requested at least once.
@@ -114,7 +141,12 @@ impl Drop for Site {
     }
 }
 
-async fn serve(State(site): State<Arc<SiteState>>, method: Method, uri: Uri) -> Response {
+async fn serve(
+    State(site): State<Arc<SiteState>>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+) -> Response {
     let path = uri.path().to_string();
     *site
         .hits
@@ -122,6 +154,50 @@ async fn serve(State(site): State<Arc<SiteState>>, method: Method, uri: Uri) -> 
         .unwrap()
         .entry((method.to_string(), path.clone()))
         .or_default() += 1;
+    let response = respond(&site, &method, &path, &headers).await;
+    site.log.lock().unwrap().push(Seen {
+        method,
+        path,
+        headers,
+        status: response.status(),
+    });
+    response
+}
+
+/// What a desktop browser sends, as a bot wall would judge it.
+fn browser_like(headers: &HeaderMap) -> bool {
+    let get = |name| {
+        headers
+            .get(name)
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+    };
+    let agent = get(header::USER_AGENT);
+    agent.starts_with("Mozilla/5.0 (")
+        && !agent.contains("compatible")
+        && get(header::ACCEPT).starts_with("text/html")
+        && !get(header::ACCEPT_LANGUAGE).is_empty()
+}
+
+/// A ranged GET gets the range it asked for (206); any other GET the whole page.
+fn page(headers: &HeaderMap) -> Response {
+    let body = "x".repeat(64 * 1024);
+    match headers.get(header::RANGE).and_then(|v| v.to_str().ok()) {
+        Some("bytes=0-4095") => (
+            StatusCode::PARTIAL_CONTENT,
+            [(
+                header::CONTENT_RANGE,
+                format!("bytes 0-4095/{}", body.len()),
+            )],
+            body[..4096].to_string(),
+        )
+            .into_response(),
+        _ => (StatusCode::OK, body).into_response(),
+    }
+}
+
+async fn respond(site: &SiteState, method: &Method, path: &str, headers: &HeaderMap) -> Response {
+    let head = method == Method::HEAD;
     if path.starts_with("/hold/") {
         {
             let mut f = site.in_flight.lock().unwrap();
@@ -135,12 +211,38 @@ async fn serve(State(site): State<Arc<SiteState>>, method: Method, uri: Uri) -> 
         return StatusCode::NOT_FOUND.into_response();
     }
     site.hit.notify_waiters();
-    match path.as_str() {
+    if path.starts_with("/bot-wall") {
+        return match browser_like(headers) {
+            true => StatusCode::OK.into_response(),
+            false => StatusCode::FORBIDDEN.into_response(),
+        };
+    }
+    match path {
         "/ok" | "/ok-twice" => StatusCode::OK.into_response(),
         "/missing" => StatusCode::NOT_FOUND.into_response(),
         "/forbidden" => StatusCode::FORBIDDEN.into_response(),
-        "/nohead" if method == Method::HEAD => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        "/nohead" if head => StatusCode::METHOD_NOT_ALLOWED.into_response(),
         "/nohead" => (StatusCode::OK, "x".repeat(64 * 1024)).into_response(),
+        "/unauthorized" => StatusCode::UNAUTHORIZED.into_response(),
+        "/rate-limited" => StatusCode::TOO_MANY_REQUESTS.into_response(),
+        "/legal" => StatusCode::UNAVAILABLE_FOR_LEGAL_REASONS.into_response(),
+        "/bad-request" => StatusCode::BAD_REQUEST.into_response(),
+        "/unavailable" => StatusCode::SERVICE_UNAVAILABLE.into_response(),
+        "/gone" => StatusCode::GONE.into_response(),
+        "/to-gone" => {
+            (StatusCode::MOVED_PERMANENTLY, [(header::LOCATION, "/gone")]).into_response()
+        }
+        "/to-nowhere" => (
+            StatusCode::FOUND,
+            [(header::LOCATION, "http://nowhere.invalid/page")],
+        )
+            .into_response(),
+        "/head-refused" if head => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        "/head-not-implemented" if head => StatusCode::NOT_IMPLEMENTED.into_response(),
+        "/head-forbidden" if head => StatusCode::FORBIDDEN.into_response(),
+        "/head-refused" | "/head-not-implemented" | "/head-forbidden" => page(headers),
+        "/head-refused-gone" if head => StatusCode::METHOD_NOT_ALLOWED.into_response(),
+        "/head-refused-gone" => StatusCode::GONE.into_response(),
         "/error" => StatusCode::INTERNAL_SERVER_ERROR.into_response(),
         "/slow" => std::future::pending().await,
         "/moved" => (StatusCode::FOUND, [(header::LOCATION, "/missing")]).into_response(),
@@ -232,14 +334,11 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
     let frames = updates(&mut ws).await;
 
     let original = answer.concat();
+    // `secret` (403) is inconclusive: it stays.
     let expected = original
         .replace(
             &format!("[gone page]({}#top)", u("/missing")),
             &format!("[gone page]({})", search("gone+page")),
-        )
-        .replace(
-            &format!("[secret]({})", u("/forbidden")),
-            &format!("[secret]({})", search("secret")),
         )
         .replace(
             &format!("[moved]({})", u("/moved")),
@@ -274,12 +373,11 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
         .map(|r| (r.text.as_str(), r.url.as_str()))
         .collect();
     let missing = format!("{}#top", u("/missing"));
-    let (forbidden, moved) = (u("/forbidden"), u("/moved"));
+    let moved = u("/moved");
     assert_eq!(
         replaced,
         vec![
             ("gone page", missing.as_str()),
-            ("secret", forbidden.as_str()),
             ("moved", moved.as_str()),
             ("bad", "http://exa mple.com/x"),
         ]
@@ -304,7 +402,7 @@ async fn broken_links_are_replaced_before_the_final_frame_and_cached() {
         "{metrics}"
     );
     assert!(
-        metrics.contains("chatd_links_replaced_total 4"),
+        metrics.contains("chatd_links_replaced_total 3"),
         "{metrics}"
     );
     assert_eq!(site.hits("HEAD", "/in-code"), 0);
@@ -520,4 +618,185 @@ async fn checks_of_one_host_respect_the_per_host_limit() {
         expected.trim_end()
     );
     assert_eq!(site.max_in_flight(), 2);
+}
+
+/// `answer` with each of `broken` (link text, path on `site`) replaced by its search link.
+fn repaired(answer: &str, site: &Site, broken: &[(&str, &str)]) -> String {
+    broken
+        .iter()
+        .fold(answer.to_string(), |text, (label, path)| {
+            text.replace(
+                &format!("[{label}]({})", site.url(path)),
+                &format!("[{label}]({})", search(&label.replace(' ', "+"))),
+            )
+        })
+}
+
+/// Links of an answer checked by an app with a generous deadline (no test path hangs):
+/// the app, its model (kept for postprocessing) and the answer's last frame.
+async fn check_answer(answer: &str, chat: &str) -> (TestApp, FakeLlm, AiMessageUpdate) {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.push(text(&[answer]));
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        links_on(c, true);
+        c.links.timeout = Duration::from_secs(10);
+        c.links.report_replaced = true;
+    })
+    .await;
+    let mut ws = app.connect_showing("alice", chat).await;
+    ws.send(&user_message(chat, "m1", "links please")).await;
+    let last = updates(&mut ws).await.pop().unwrap();
+    (app, fake, last)
+}
+
+#[tokio::test]
+async fn links_behind_bot_protection_or_with_inconclusive_answers_stay() {
+    let site = Site::start().await;
+    let u = |p: &str| site.url(p);
+    let answer = format!(
+        "Walled [docs]({}) and [blog]({}), [private]({}), [members]({}), [busy]({}), \
+         [elsewhere]({}), [odd]({}), [down]({}); [missing]({}), [gone]({}), [moved away]({}).",
+        u("/bot-wall/docs"),
+        u("/bot-wall/blog"),
+        u("/forbidden"),
+        u("/unauthorized"),
+        u("/rate-limited"),
+        u("/legal"),
+        u("/bad-request"),
+        u("/unavailable"),
+        u("/missing"),
+        u("/gone"),
+        u("/to-gone"),
+    );
+    let (app, _model, last) = check_answer(&answer, "chat-bw").await;
+
+    // Only 404, 410 and a redirect to a 410 are replaced.
+    let broken = [
+        ("missing", "/missing"),
+        ("gone", "/gone"),
+        ("moved away", "/to-gone"),
+    ];
+    assert_eq!(last.full_content_so_far, repaired(&answer, &site, &broken));
+    assert_eq!(last.replaced_links.len(), 3, "{:?}", last.replaced_links);
+
+    // The bot wall let the checks in: they came with a browser's headers.
+    for path in ["/bot-wall/docs", "/bot-wall/blog"] {
+        let seen = site.seen(path);
+        assert_eq!(seen.len(), 1, "{seen:?}");
+        assert_eq!(
+            (&seen[0].method, seen[0].status),
+            (&Method::HEAD, StatusCode::OK)
+        );
+        assert_eq!(seen[0].header(header::CONNECTION), "close");
+    }
+    // A 403 to HEAD is asked again with a ranged GET; 401 and 429 are not.
+    let forbidden: Vec<_> = site
+        .seen("/forbidden")
+        .iter()
+        .map(|s| (s.method.clone(), s.header(header::RANGE).to_string()))
+        .collect();
+    assert_eq!(
+        forbidden,
+        vec![
+            (Method::HEAD, String::new()),
+            (Method::GET, "bytes=0-4095".to_string())
+        ]
+    );
+    assert_eq!(site.hits("GET", "/unauthorized"), 0);
+    assert_eq!(site.hits("GET", "/rate-limited"), 0);
+    // Two valid (the walled pages), six inconclusive, three broken.
+    let metrics = app.state.metrics.render();
+    for line in [
+        "chatd_links_checked_total 11",
+        "chatd_links_temporary_total 6",
+        "chatd_links_broken_total 3",
+    ] {
+        assert!(metrics.contains(line), "{line}\n{metrics}");
+    }
+}
+
+#[tokio::test]
+async fn a_refused_head_falls_back_to_a_ranged_get() {
+    let site = Site::start().await;
+    let u = |p: &str| site.url(p);
+    let answer = format!(
+        "[no head]({}), [no head either]({}), [head walled]({}), [gone for get]({}).",
+        u("/head-refused"),
+        u("/head-not-implemented"),
+        u("/head-forbidden"),
+        u("/head-refused-gone"),
+    );
+    let (app, _model, last) = check_answer(&answer, "chat-hr").await;
+
+    // The GET decides: three pages are there, one is gone.
+    assert_eq!(
+        last.full_content_so_far,
+        repaired(&answer, &site, &[("gone for get", "/head-refused-gone")])
+    );
+    for path in [
+        "/head-refused",
+        "/head-not-implemented",
+        "/head-forbidden",
+        "/head-refused-gone",
+    ] {
+        let seen = site.seen(path);
+        let methods: Vec<&Method> = seen.iter().map(|s| &s.method).collect();
+        assert_eq!(methods, [&Method::HEAD, &Method::GET], "{path}");
+        let get = &seen[1];
+        assert_eq!(get.header(header::RANGE), "bytes=0-4095", "{path}");
+        assert!(browser_like(&get.headers), "{path}: {:?}", get.headers);
+        // One check, one browser: the fallback speaks as the HEAD did.
+        assert_eq!(
+            get.header(header::USER_AGENT),
+            seen[0].header(header::USER_AGENT),
+            "{path}"
+        );
+    }
+    assert_eq!(
+        site.seen("/head-refused")[1].status,
+        StatusCode::PARTIAL_CONTENT
+    );
+    let metrics = app.state.metrics.render();
+    assert!(
+        metrics.contains("chatd_links_temporary_total 0"),
+        "{metrics}"
+    );
+    assert!(metrics.contains("chatd_links_broken_total 1"), "{metrics}");
+}
+
+#[tokio::test]
+async fn unresolvable_names_and_refused_connections_are_broken() {
+    let site = Site::start().await;
+    // A port nothing listens on any more.
+    let closed = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let port = closed.local_addr().unwrap().port();
+    drop(closed);
+    // RFC 6761: names under `.invalid` never resolve.
+    let nowhere = "http://chatd-link-check.invalid/page";
+    let refused = format!("http://127.0.0.1:{port}/page");
+    let answer = format!(
+        "[nowhere]({nowhere}), [closed]({refused}), [sent nowhere]({}), [fine]({}).",
+        site.url("/to-nowhere"),
+        site.url("/ok"),
+    );
+    let (app, _model, last) = check_answer(&answer, "chat-nx").await;
+
+    let expected = answer
+        .replace(
+            &format!("[nowhere]({nowhere})"),
+            &format!("[nowhere]({})", search("nowhere")),
+        )
+        .replace(
+            &format!("[closed]({refused})"),
+            &format!("[closed]({})", search("closed")),
+        );
+    let expected = repaired(&expected, &site, &[("sent nowhere", "/to-nowhere")]);
+    assert_eq!(last.full_content_so_far, expected);
+    let metrics = app.state.metrics.render();
+    assert!(metrics.contains("chatd_links_broken_total 3"), "{metrics}");
+    assert!(
+        metrics.contains("chatd_links_temporary_total 0"),
+        "{metrics}"
+    );
 }

@@ -17,6 +17,7 @@ mod client_flows;
 mod cluster;
 mod cluster_harness;
 mod cluster_routines;
+mod defence;
 mod early_decision;
 mod faults;
 mod focus;

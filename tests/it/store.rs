@@ -410,8 +410,6 @@ async fn another_users_ids_are_refused_and_nothing_changes() {
             ErrorCode::Forbidden,
         ),
         (completed("chat-a", "bob-a", "x"), ErrorCode::Forbidden),
-        // Bob's own chat, but alice's message id.
-        (completed("chat-bob", "chat-a-a", "x"), ErrorCode::Forbidden),
         (
             ClientMessage::UpdatePostProcessingMetadata(Box::new(UpdatePostProcessingMetadata {
                 encrypted_chat_summary: Some("x".into()),
@@ -441,7 +439,6 @@ async fn another_users_ids_are_refused_and_nothing_changes() {
             }),
             ErrorCode::Forbidden,
         ),
-        (store_embed("emb-a", "chat-a", 9), ErrorCode::Forbidden),
         (
             ClientMessage::RequestEmbed(RequestEmbed {
                 embed_id: EmbedId::parse("emb-a").unwrap(),
@@ -485,6 +482,73 @@ async fn another_users_ids_are_refused_and_nothing_changes() {
             .is_none()
     );
     assert_eq!(store.count_chats(&uid("bob")).await.unwrap(), 0);
+}
+
+/// Ids belong to their owner: a user who learns another's ids before they are stored
+/// (a task id, a user message id, a skill embed id) and stores them first in his own chat
+/// only stores his own rows; the owner's writes then succeed and her chat holds them.
+#[tokio::test]
+async fn ids_another_user_stored_first_never_block_the_owner() {
+    let app = spawn_app(|_| {}).await;
+    let mut bob = app.connect("bob").await;
+    store_chat(&mut bob, "chat-bob").await;
+    // Bob stores Alice's future ids first, in his own chat.
+    bob.send(&completed("chat-bob", "alice-task-1", "bob-squat"))
+        .await;
+    expect(&mut bob, "ai_response_storage_confirmed").await;
+    bob.send(&metadata("chat-bob", "alice-user-1", "bob-squat", "key-1"))
+        .await;
+    expect(&mut bob, "encrypted_metadata_stored").await;
+    bob.send(&store_embed("alice-embed-1", "chat-bob", 1)).await;
+    expect(&mut bob, "embed_stored").await;
+
+    let mut alice = app.connect("alice").await;
+    alice
+        .send(&metadata("chat-alice", "alice-user-1", "enc-hers", "key-a"))
+        .await;
+    expect(&mut alice, "encrypted_metadata_stored").await;
+    alice
+        .send(&completed("chat-alice", "alice-task-1", "enc-her-answer"))
+        .await;
+    match expect(&mut alice, "ai_response_storage_confirmed").await {
+        ServerMessage::AiResponseStorageConfirmed(c) => assert!(c.stored, "{c:?}"),
+        other => panic!("{other:?}"),
+    }
+    alice
+        .send(&store_embed("alice-embed-1", "chat-alice", 1))
+        .await;
+    expect(&mut alice, "embed_stored").await;
+
+    let store = app.state.store.clone();
+    let hers = store
+        .messages(&uid("alice"), &[chat_id("chat-alice")])
+        .await
+        .unwrap();
+    let contents: Vec<&str> = hers
+        .iter()
+        .map(|(_, m)| m.encrypted_content.as_str())
+        .collect();
+    assert_eq!(contents, vec!["enc-hers", "enc-her-answer"]);
+    let embed = store
+        .embed(&uid("alice"), &EmbedId::parse("alice-embed-1").unwrap())
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        embed.hashed_chat_id.as_deref(),
+        Some(hash_id("chat-alice").as_str())
+    );
+    // Bob's rows are his own and untouched.
+    let his = store
+        .messages(&uid("bob"), &[chat_id("chat-bob")])
+        .await
+        .unwrap();
+    assert_eq!(
+        his.iter()
+            .filter(|(_, m)| m.encrypted_content == "bob-squat")
+            .count(),
+        2
+    );
 }
 
 #[tokio::test]

@@ -147,10 +147,6 @@ async fn contract(store: Arc<dyn Store>) {
         Err(StoreError::Forbidden)
     ));
     assert!(matches!(
-        store.add_message(&b, &chat("bob-chat"), &m1).await,
-        Err(StoreError::Forbidden)
-    ));
-    assert!(matches!(
         store.authorize(&b, &c1).await,
         Err(StoreError::Forbidden)
     ));
@@ -181,8 +177,62 @@ async fn contract(store: Arc<dyn Store>) {
             .len(),
         2
     );
-    // Bob's own chat "bob-chat" was not created by the refused write.
+    // No refused write created a chat of Bob's.
     assert_eq!(store.count_chats(&b).await.unwrap(), 0);
+
+    // Message ids are their owner's: Bob storing Alice's message id in his own chat stores
+    // his own message and changes nothing of hers; an id Bob stored first does not block
+    // Alice storing it in her chat.
+    let bob_chat = chat("bob-chat");
+    let her_chat = chat("alice-ids");
+    assert!(store.add_message(&b, &bob_chat, &m1).await.unwrap().is_new);
+    let squatted = message("m-next", Role::Assistant, "bob's", 300);
+    let added = store.add_message(&b, &bob_chat, &squatted).await.unwrap();
+    assert!(added.is_new);
+    let hers = message("m-next", Role::Assistant, "alice's", 6);
+    assert!(
+        store
+            .add_message(&a, &her_chat, &hers)
+            .await
+            .unwrap()
+            .is_new
+    );
+    assert_eq!(
+        store
+            .messages(&a, std::slice::from_ref(&her_chat))
+            .await
+            .unwrap(),
+        vec![(her_chat.clone(), hers.clone())]
+    );
+    assert_eq!(
+        store
+            .messages(&b, std::slice::from_ref(&bob_chat))
+            .await
+            .unwrap(),
+        vec![(bob_chat.clone(), m1.clone()), (bob_chat.clone(), squatted)]
+    );
+    // Bob deleting "his" m-next deletes his own; once gone it is not_found for him, and
+    // Alice's stays.
+    store
+        .delete_message(&b, &bob_chat, &hers.message_id, &[])
+        .await
+        .unwrap();
+    assert!(matches!(
+        store
+            .delete_message(&b, &bob_chat, &hers.message_id, &[])
+            .await,
+        Err(StoreError::NotFound)
+    ));
+    assert_eq!(
+        store
+            .messages(&a, std::slice::from_ref(&her_chat))
+            .await
+            .unwrap()
+            .len(),
+        1
+    );
+    store.delete_chat(&b, &bob_chat).await.unwrap();
+    store.delete_chat(&a, &her_chat).await.unwrap();
 
     // Embeds: versions only move forward; another user cannot overwrite or read them.
     let e1 = EmbedId::parse("e-1").unwrap();
@@ -202,13 +252,19 @@ async fn contract(store: Arc<dyn Store>) {
         .put_embed(&a, &embed("e-1", "chat-1", 2))
         .await
         .unwrap();
-    assert!(matches!(
-        store.put_embed(&b, &embed("e-1", "chat-1", 9)).await,
-        Err(StoreError::Forbidden)
-    ));
     assert!(store.embed(&b, &e1).await.unwrap().is_none());
+    // Embed ids are their owner's: Bob's embed of the same id is his own row.
+    store
+        .put_embed(&b, &embed("e-1", "bob-chat", 9))
+        .await
+        .unwrap();
+    assert_eq!(
+        store.embed(&b, &e1).await.unwrap().unwrap().version_number,
+        9
+    );
     let got = store.embed(&a, &e1).await.unwrap().unwrap();
     assert_eq!(got.encrypted_content.as_deref(), Some("enc-content-v2"));
+    assert_eq!(got.version_number, 2);
     let by_chat = store
         .embeds_for_chats(&a, &[hash_id("chat-1")])
         .await

@@ -12,9 +12,9 @@ macro_rules! impl_embeds {
                 let done = sqlx::query(
                     "INSERT INTO embeds (embed_id, owner, hashed_chat_id, version_number, body) \
                      VALUES ($1, $2, $3, $4, $5) \
-                     ON CONFLICT (embed_id) DO UPDATE SET hashed_chat_id = excluded.hashed_chat_id, \
+                     ON CONFLICT (owner, embed_id) DO UPDATE SET hashed_chat_id = excluded.hashed_chat_id, \
                        version_number = excluded.version_number, body = excluded.body \
-                     WHERE embeds.owner = excluded.owner AND embeds.version_number <= excluded.version_number",
+                     WHERE embeds.version_number <= excluded.version_number",
                 )
                 .bind(embed.embed_id.as_str())
                 .bind(owner.as_str())
@@ -34,12 +34,13 @@ macro_rules! impl_embeds {
                 .bind(owner.as_str())
                 .fetch_optional(&self.pool)
                 .await?;
+                // Ids are their owner's: the only conflict left is a newer stored version.
                 match mine {
                     Some(row) => Err(StoreError::StaleVersion {
                         sent: embed.version_number,
                         stored: to_u64(row.try_get(0)?),
                     }),
-                    None => Err(StoreError::Forbidden),
+                    None => Err(StoreError::NotFound),
                 }
             }
 
