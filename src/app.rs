@@ -250,6 +250,8 @@ impl App {
             models.or_preprocessing(&config.skills.content_sanitization_model),
             turn_tasks.clone(),
         )?);
+        // MCP servers live as long as the connections: stopped after the turns drained.
+        skills.start_mcp(&connections, connections_shutdown.clone());
         let routines = crate::routines::Routines::new(
             &config.routines,
             crate::routines::Catalog::load(&config.skills.apps_dir)?,

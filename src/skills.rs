@@ -10,6 +10,7 @@ pub mod executor;
 mod external;
 pub mod free_text;
 pub mod manifest;
+pub mod mcp;
 pub mod prefilter;
 pub mod requests;
 mod results;
@@ -66,6 +67,7 @@ pub struct Deps {
     pub cancels: SkillCancels,
     /// Owns skill work (also calls that outlive their turn); drained at shutdown.
     pub tasks: tokio_util::task::TaskTracker,
+    pub mcp: Arc<mcp::McpApps>,
 }
 
 /// Running skill invocations: who owns each and how to stop it.
@@ -132,8 +134,49 @@ impl SkillCancels {
 }
 
 pub struct Skills {
-    skills: Vec<Arc<Skill>>,
+    skills: Arc<SkillList>,
     deps: Arc<Deps>,
+}
+
+/// The skills on offer: the manifests' own, and each MCP app's as last listed.
+struct SkillList {
+    list: std::sync::RwLock<Arc<Vec<Arc<Skill>>>>,
+    /// Counts the publications (MCP listings).
+    published: tokio::sync::watch::Sender<u64>,
+}
+
+impl SkillList {
+    fn new(skills: Vec<Arc<Skill>>) -> SkillList {
+        SkillList {
+            list: std::sync::RwLock::new(Arc::new(skills)),
+            published: tokio::sync::watch::Sender::new(0),
+        }
+    }
+
+    fn all(&self) -> Arc<Vec<Arc<Skill>>> {
+        self.list
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
+    /// Replaces one app's skills.
+    fn publish(&self, app_id: &str, skills: Vec<Arc<Skill>>) {
+        {
+            let mut list = self
+                .list
+                .write()
+                .unwrap_or_else(std::sync::PoisonError::into_inner);
+            let mut next: Vec<Arc<Skill>> = list
+                .iter()
+                .filter(|s| s.app_id != app_id)
+                .cloned()
+                .collect();
+            next.extend(skills);
+            *list = Arc::new(next);
+        }
+        self.published.send_modify(|n| *n += 1);
+    }
 }
 
 impl Skills {
@@ -152,9 +195,19 @@ impl Skills {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| SkillsError::Setup(e.to_string()))?;
+        let mcp = mcp::McpApps::new(
+            apps.iter()
+                .filter_map(|a| {
+                    a.mcp.clone().map(|spec| {
+                        Arc::new(mcp::McpServer::new(a.id.clone(), spec, config.timeout))
+                    })
+                })
+                .collect(),
+        );
         Ok(Skills {
-            skills: build(&apps),
+            skills: Arc::new(SkillList::new(build(&apps))),
             deps: Arc::new(Deps {
+                mcp: Arc::new(mcp),
                 config: config.clone(),
                 http,
                 cache,
@@ -173,31 +226,57 @@ impl Skills {
         &self.deps.cancels
     }
 
-    fn find(&self, id: &str) -> Option<&Arc<Skill>> {
-        self.skills.iter().find(|s| s.full_id == id)
+    /// Fires after each MCP listing changed the skills on offer.
+    pub fn published(&self) -> tokio::sync::watch::Receiver<u64> {
+        self.skills.published.subscribe()
+    }
+
+    fn find(&self, id: &str) -> Option<Arc<Skill>> {
+        self.skills.all().iter().find(|s| s.full_id == id).cloned()
+    }
+
+    /// Starts a supervisor per MCP app on `tasks` (see [`mcp`]): it lists the app's tools
+    /// and keeps them current until `shutdown`, then stops the server.
+    pub fn start_mcp(
+        &self,
+        tasks: &tokio_util::task::TaskTracker,
+        shutdown: tokio_util::sync::CancellationToken,
+    ) {
+        for server in self.deps.mcp.servers() {
+            let list = self.skills.clone();
+            let app_id = server.app_id.clone();
+            tasks.spawn(mcp::supervise(
+                server.clone(),
+                move |manifests| {
+                    let skills = manifests.iter().map(|m| skill(&app_id, m)).collect();
+                    list.publish(&app_id, skills);
+                },
+                shutdown.clone(),
+            ));
+        }
     }
 }
 
 fn build(apps: &[AppManifest]) -> Vec<Arc<Skill>> {
     apps.iter()
-        .flat_map(|app| {
-            app.skills.iter().map(move |s| {
-                let full_id = format!("{}-{}", app.id, s.id);
-                Arc::new(Skill {
-                    app_id: app.id.clone(),
-                    skill_id: s.id.clone(),
-                    definition: definition(&full_id, s),
-                    full_id,
-                    patterns: contract::Patterns::compile(&s.output),
-                    limiter: s.rate_limit.and_then(|r| {
-                        std::num::NonZeroU32::new(r.per_second)
-                            .map(|n| governor::RateLimiter::direct(governor::Quota::per_second(n)))
-                    }),
-                    manifest: s.clone(),
-                })
-            })
-        })
+        .flat_map(|app| app.skills.iter().map(move |s| skill(&app.id, s)))
         .collect()
+}
+
+fn skill(app_id: &str, s: &SkillManifest) -> Arc<Skill> {
+    let full_id = format!("{app_id}-{}", s.id);
+    Arc::new(Skill {
+        app_id: app_id.to_string(),
+        skill_id: s.id.clone(),
+        definition: definition(&full_id, s),
+        full_id,
+        patterns: contract::Patterns::compile(&s.output),
+        limiter: s.rate_limit.and_then(|r| {
+            std::num::NonZeroU32::new(r.per_second)
+                .map(|n| governor::RateLimiter::direct(governor::Quota::per_second(n)))
+        }),
+        manifest: s.clone(),
+    })
 }
 
 /// The tool definition: the skill's request schema wrapped in a `requests` array, with the
@@ -227,6 +306,7 @@ fn definition(full_id: &str, manifest: &SkillManifest) -> ToolDef {
 impl ToolRunner for Skills {
     fn skills(&self) -> Vec<SkillInfo> {
         self.skills
+            .all()
             .iter()
             .map(|s| SkillInfo {
                 id: s.full_id.clone(),
@@ -238,6 +318,7 @@ impl ToolRunner for Skills {
 
     fn always_include(&self) -> Vec<String> {
         self.skills
+            .all()
             .iter()
             .filter(|s| s.manifest.always_include)
             .map(|s| s.full_id.clone())
@@ -258,7 +339,7 @@ impl ToolRunner for Skills {
         sink: &Arc<dyn TurnSink>,
         cancel: CancellationToken,
     ) -> PreparedCall {
-        let Some(skill) = self.find(&call.name).cloned() else {
+        let Some(skill) = self.find(&call.name) else {
             return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
         let requests = match requests::parse_requests(&skill, &call.arguments) {

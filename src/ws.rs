@@ -81,7 +81,8 @@ pub async fn upgrade(
     ws.protocols([SUBPROTOCOL])
         .read_buffer_size(server.read_buffer_bytes)
         // Frames are collected up to this size and written on the writer's flush (see
-        // `connection::write_loop`): one syscall per batch, not per frame.
+        // `connection/writer.rs`): one syscall per batch, not per frame. The writer hands the
+        // library one batch at a time, and the outbox counts it until it is written.
         .write_buffer_size(WRITE_BUFFER_BYTES)
         .max_write_buffer_size(server.max_message_bytes.saturating_mul(2))
         .max_message_size(server.max_message_bytes)

@@ -3,9 +3,13 @@
 //! in bytes (`server.outbox_bytes`). A client that falls behind (1/16 of the byte bound
 //! queued) gets superseded frames coalesced: a task's queued non-final `ai_message_update`
 //! is replaced by its next one (only the newest cumulative text matters; final and
-//! non-cumulative frames are never dropped). A queue that stays over the byte bound for `server.slow_consumer_grace`, or
-//! reaches twice it or the frame bound, closes the connection with 4001; its frames are
-//! dropped at once. Delta streaming is `stream.rs`.
+//! non-cumulative frames are never dropped). The byte bound applies to everything chatd
+//! holds for the client: the queue, and the batch the writer handed to the socket library
+//! and has not yet seen written (a cumulative update can be megabytes; it waits there while
+//! the client does not read). Held bytes that stay over the byte bound for
+//! `server.slow_consumer_grace`, or a queue that reaches twice it or the frame bound, close
+//! the connection with 4001; its queued frames are dropped at once. Delta streaming is
+//! `stream.rs`.
 
 mod stream;
 
@@ -68,7 +72,10 @@ struct Queued {
 struct Queue {
     frames: VecDeque<Queued>,
     bytes: usize,
-    /// When the queue went over `max_bytes` (cleared when the writer brings it under).
+    /// Bytes of the batch the writer took and is writing: handed to the socket library,
+    /// whose buffer keeps them until the client reads them (zero once the batch is written).
+    in_flight: usize,
+    /// When the held bytes went over `max_bytes` (cleared once a write brings them under).
     over_since: Option<Instant>,
     peak_bytes: usize,
     /// Delta mode: what the device has been given of its recent tasks.
@@ -86,6 +93,11 @@ impl Queue {
         self.bytes -= entry.frame.text.len();
         Some(entry)
     }
+
+    /// Everything chatd holds for the client: queued, and handed to the socket library.
+    fn held(&self) -> usize {
+        self.bytes + self.in_flight
+    }
 }
 
 struct Shared {
@@ -93,7 +105,7 @@ struct Shared {
     queue: Mutex<Queue>,
     /// Wakes the writer: a frame was queued (a permit is kept when it is busy writing).
     ready: Notify,
-    /// Wakes the writer's slow-consumer watch: the queue went over the byte bound.
+    /// Wakes the writer's slow-consumer watch: the held bytes went over the byte bound.
     over: Notify,
     /// Fired when the writer must close the socket; `close_code` says with what.
     close: CancellationToken,
@@ -168,7 +180,7 @@ impl Outbox {
             self.close_with(CloseCode::SlowConsumer);
             return false;
         }
-        if q.bytes > settings.max_bytes && q.over_since.is_none() {
+        if q.held() > settings.max_bytes && q.over_since.is_none() {
             q.over_since = Some(Instant::now());
             self.shared.over.notify_one();
         }
@@ -295,6 +307,7 @@ impl OutboxReceiver {
         self.take(usize::MAX, usize::MAX)
     }
 
+    /// Takes a batch off the queue; its bytes stay held (in flight) until [`Self::written`].
     fn take(&self, max_frames: usize, max_bytes: usize) -> Vec<EncodedFrame> {
         let mut q = self.shared.queue();
         let mut batch = Vec::new();
@@ -304,13 +317,26 @@ impl OutboxReceiver {
             bytes += entry.frame.text.len();
             batch.push(entry.frame);
         }
-        if q.bytes <= self.shared.settings.max_bytes {
-            q.over_since = None;
-        }
+        q.in_flight += bytes;
         batch
     }
 
-    /// Resolves when the queue has stayed over the byte bound for the grace period.
+    /// The batch taken last was written out (the socket library's flush returned): its bytes
+    /// are no longer held, and the held bytes under the bound end the grace.
+    pub fn written(&self) {
+        let mut q = self.shared.queue();
+        q.in_flight = 0;
+        if q.held() <= self.shared.settings.max_bytes {
+            q.over_since = None;
+        }
+    }
+
+    /// Bytes held for the client: queued, and handed to the socket library unwritten.
+    pub fn held_bytes(&self) -> usize {
+        self.shared.queue().held()
+    }
+
+    /// Resolves when the held bytes have stayed over the byte bound for the grace period.
     pub async fn stayed_over(&self) {
         let grace = self.shared.settings.grace;
         loop {

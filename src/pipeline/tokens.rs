@@ -176,16 +176,27 @@ pub fn split_text(text: &str, budget: u32) -> Vec<String> {
         let counts: Vec<u32> = parts.iter().map(|p| count(p)).collect();
         let mut pieces = Vec::new();
         for range in split_by_budget(&counts, budget) {
-            let piece = parts[range].join(separator);
-            if count(&piece) > budget && separator != " " {
-                pieces.extend(split_text(&piece, budget));
-            } else {
-                pieces.push(piece);
-            }
+            push_piece(&parts[range], separator, budget, &mut pieces);
         }
         return pieces;
     }
     vec![text.to_string()]
+}
+
+/// Joins `parts`; a join over the budget (the separators count too) is halved until it
+/// fits, and a single part over it is cut on the next, finer boundary. Every step works on
+/// a strictly smaller text, so it ends.
+fn push_piece(parts: &[&str], separator: &str, budget: u32, out: &mut Vec<String>) {
+    let piece = parts.join(separator);
+    if separator == " " || count(&piece) <= budget {
+        out.push(piece);
+    } else if parts.len() > 1 {
+        let (first, rest) = parts.split_at(parts.len() / 2);
+        push_piece(first, separator, budget, out);
+        push_piece(rest, separator, budget, out);
+    } else {
+        out.extend(split_text(&piece, budget));
+    }
 }
 
 #[cfg(test)]
@@ -271,5 +282,16 @@ mod tests {
         let texts = vec!["a sentence of text. ".repeat(1000); 3];
         let counts = count_many(texts.clone()).await;
         assert_eq!(counts, texts.iter().map(|t| count(t)).collect::<Vec<_>>());
+    }
+
+    #[test]
+    fn many_short_paragraphs_whose_joins_overflow_are_split_and_end() {
+        // Each paragraph fits, but joined with their separators they do not: the split
+        // once recursed on the same text forever.
+        let text = vec!["ab"; 400].join("\n\n");
+        let budget = 50;
+        let pieces = split_text(&text, budget);
+        assert!(pieces.iter().all(|p| count(p) <= budget));
+        assert_eq!(pieces.join("\n\n"), text);
     }
 }

@@ -13,7 +13,7 @@ use chatd_protocol::{
 };
 
 use super::Session;
-use super::sync::Delta;
+use super::sync::{CacheUse, Delta};
 use crate::store::StoreError;
 
 /// A read the connection's sync worker runs (one after another, off the read loop).
@@ -64,7 +64,7 @@ impl Session {
             self.store_failed(StoreError::NotFound, Some(&m.chat_id), None);
             return Ok(());
         };
-        let mut content = self.content(&[&chat], true).await?;
+        let mut content = self.content(&[&chat], CacheUse::Read).await?;
         let messages = content.pop().map(|c| c.messages).unwrap_or_default();
         self.reply(ServerMessage::ChatMessagesResponse(Box::new(
             ChatMessagesResponse {
@@ -100,7 +100,7 @@ impl Session {
             }
         }
         let refs: Vec<&ChatDetails> = found.iter().collect();
-        let chats = self.content(&refs, true).await?;
+        let chats = self.content(&refs, CacheUse::Read).await?;
         let (embeds, embed_keys) = self.embeds_for(&refs, &Delta::default()).await?;
         self.reply(ServerMessage::ChatContentBatchResponse(Box::new(
             ChatContentBatchResponse {

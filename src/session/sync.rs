@@ -6,13 +6,15 @@
 //! at the same or newer `messages_v` and `title_v` are skipped, and so are embeds it lists.
 //! The store is read page by page, so a large user is never loaded at once.
 //!
-//! The sync cache holds phase 1's chats as client-encrypted blobs (1 h): the first blob is
-//! a header with the chat's `messages_v`, so a stale entry is never served. It is cleared
-//! after phase 3.
+//! Phase 1 reads the chats' messages from the sync cache when it holds a current copy
+//! (`sync/cache.rs` owns its life: kept current by stored messages, consumed and cleared by
+//! a finished sync, `all` or `phase3`).
 //!
 //! Syncs run on a worker task of their own per connection (started at the first request,
 //! owned by the connections tracker, stopped when the connection closes), one after another,
 //! so the connection's read loop never waits for one.
+
+mod cache;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 
@@ -21,12 +23,13 @@ use chatd_protocol::{
     EncryptedMessage, ErrorCode, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
     PhasedSyncComplete, PhasedSyncRequest, ServerMessage, StoredEmbed, SyncPhase,
 };
-use serde::{Deserialize, Serialize};
 
 use super::Session;
 use super::paging::SyncJob;
 use crate::clock::unix_now as now;
 use crate::store::{ChatCursor, StoreError, hash_id};
+
+pub(super) use cache::CacheUse;
 
 /// Chats whose content phase 1 sends (and phase 3 sends per batch).
 pub const CONTENT_BATCH: u32 = 10;
@@ -34,11 +37,6 @@ pub const CONTENT_BATCH: u32 = 10;
 pub const METADATA_LIMIT: u32 = 100;
 /// Sync requests a connection may have waiting behind the running one.
 const SYNC_QUEUE: usize = 4;
-
-#[derive(Serialize, Deserialize)]
-struct SyncHeader {
-    messages_v: u64,
-}
 
 #[derive(Default)]
 pub(super) struct Delta {
@@ -125,6 +123,14 @@ impl Session {
             SyncPhase::Phase3 => (false, false, true),
             SyncPhase::All => (true, true, false),
         };
+        // `all` and `phase3` finish a device's sync, which consumes the sync cache: `all`
+        // warms nothing it would clear at its end; a phase 1 on its own warms what it reads
+        // for the phases its client asks for next.
+        let finishes = matches!(req.phase, SyncPhase::All | SyncPhase::Phase3);
+        let phase1_cache = match finishes {
+            true => CacheUse::Read,
+            false => CacheUse::ReadAndWarm,
+        };
         let recent = store.chats_page(user, None, CONTENT_BATCH).await?;
         if p1 {
             // The chat last opened on any device, else the last edited.
@@ -147,7 +153,7 @@ impl Session {
                 .take(CONTENT_BATCH as usize)
                 .filter(|c| !delta.up_to_date(c))
                 .collect();
-            let chats = self.content(&wanted, true).await?;
+            let chats = self.content(&wanted, phase1_cache).await?;
             let (embeds, embed_keys) = self.embeds_for(&wanted, &delta).await?;
             self.reply(ServerMessage::Phase1bChatContentReady(Box::new(
                 Phase1bChatContentReady {
@@ -173,16 +179,9 @@ impl Session {
         }
         if p3 {
             self.phase3(&recent, &delta).await?;
-            if let Err(e) = self
-                .app
-                .turn
-                .ai_cache
-                .backend()
-                .sync_clear(&self.user_hash())
-                .await
-            {
-                tracing::warn!(error = %e, "cannot clear the sync cache");
-            }
+        }
+        if finishes {
+            self.clear_sync_cache().await;
         }
         Ok(())
     }
@@ -213,7 +212,7 @@ impl Session {
             let wanted: Vec<&ChatDetails> = page.iter().filter(|c| !delta.up_to_date(c)).collect();
             if !wanted.is_empty() || is_last_batch {
                 batch_number += 1;
-                let chats = self.content(&wanted, false).await?;
+                let chats = self.content(&wanted, CacheUse::Bypass).await?;
                 let (embeds, embed_keys) = self.embeds_for(&wanted, delta).await?;
                 self.reply(ServerMessage::BackgroundMessageSync(Box::new(
                     BackgroundMessageSync {
@@ -232,21 +231,18 @@ impl Session {
         }
     }
 
-    /// The chats' messages: from the sync cache when `use_cache` and fresh, else from the
-    /// store (warming the cache when `use_cache`).
+    /// The chats' messages: from the sync cache when `cache` reads it and its copy is
+    /// current, else from the store (then written to the cache with `ReadAndWarm`).
     pub(super) async fn content(
         &self,
         chats: &[&ChatDetails],
-        use_cache: bool,
+        cache: CacheUse,
     ) -> Result<Vec<ChatContent>, StoreError> {
-        let hash = self.user_hash();
-        let backend = self.app.turn.ai_cache.backend();
         let mut found: BTreeMap<ChatId, Vec<EncryptedMessage>> = BTreeMap::new();
         let mut missing = Vec::new();
         for chat in chats {
-            if use_cache
-                && let Ok(Some(blobs)) = backend.sync_get(&hash, &chat.chat_id).await
-                && let Some(messages) = decode_blobs(&blobs, chat.versions.messages_v)
+            if cache != CacheUse::Bypass
+                && let Some(messages) = self.cached(&chat.chat_id, chat.versions.messages_v).await
             {
                 found.insert(chat.chat_id.clone(), messages);
                 continue;
@@ -260,18 +256,12 @@ impl Session {
                 loaded.entry(chat).or_default().push(message);
             }
             for (chat, messages) in loaded {
-                if use_cache {
+                if cache == CacheUse::ReadAndWarm {
                     let version = chats
                         .iter()
                         .find(|c| c.chat_id == chat)
                         .map_or(0, |c| c.versions.messages_v);
-                    if let Some(blobs) = encode_blobs(&messages, version)
-                        && let Err(e) = backend
-                            .sync_put(&hash, &chat, blobs, self.app.config.cache.sync_ttl)
-                            .await
-                    {
-                        tracing::debug!(error = %e, "cannot warm the sync cache");
-                    }
+                    self.warm(&chat, &messages, version).await;
                 }
                 found.insert(chat, messages);
             }
@@ -322,81 +312,4 @@ impl Session {
         let keys = self.app.store.embed_keys(user, &ids).await?;
         Ok((embeds, keys))
     }
-}
-
-impl Session {
-    /// Keeps a chat's sync-cache entry current after a message was stored, so the next
-    /// login is served from the cache: appends when the cached copy is exactly one version
-    /// behind, else re-reads the chat from the store. Best effort (a failure only costs the
-    /// next sync a store read; the header check never lets a stale copy through).
-    pub(super) async fn refresh_sync_cache(
-        &self,
-        chat: &ChatId,
-        message: &EncryptedMessage,
-        messages_v: u64,
-    ) {
-        let hash = self.user_hash();
-        let backend = self.app.turn.ai_cache.backend();
-        let ttl = self.app.config.cache.sync_ttl;
-        let blobs = match backend.sync_get(&hash, chat).await {
-            Ok(b) => b,
-            Err(e) => return tracing::debug!(error = %e, "sync cache unavailable"),
-        };
-        let appended = blobs.and_then(|mut blobs| {
-            let head: SyncHeader = serde_json::from_slice(blobs.first()?).ok()?;
-            if head.messages_v + 1 != messages_v {
-                return None;
-            }
-            *blobs.first_mut()? = serde_json::to_vec(&SyncHeader { messages_v }).ok()?;
-            blobs.push(serde_json::to_vec(message).ok()?);
-            Some(blobs)
-        });
-        match appended {
-            Some(blobs) => {
-                if let Err(e) = backend.sync_put(&hash, chat, blobs, ttl).await {
-                    tracing::debug!(error = %e, "cannot refresh the sync cache");
-                }
-            }
-            None => self.reload_sync_cache(chat, messages_v).await,
-        }
-    }
-
-    /// Re-reads a chat's messages from the store into the sync cache (best effort).
-    pub(super) async fn reload_sync_cache(&self, chat: &ChatId, messages_v: u64) {
-        let loaded = self
-            .app
-            .store
-            .messages(&self.device.user, std::slice::from_ref(chat))
-            .await;
-        let Ok(loaded) = loaded else { return };
-        let messages: Vec<EncryptedMessage> = loaded.into_iter().map(|(_, m)| m).collect();
-        let Some(blobs) = encode_blobs(&messages, messages_v) else {
-            return;
-        };
-        let backend = self.app.turn.ai_cache.backend();
-        let ttl = self.app.config.cache.sync_ttl;
-        if let Err(e) = backend.sync_put(&self.user_hash(), chat, blobs, ttl).await {
-            tracing::debug!(error = %e, "cannot refresh the sync cache");
-        }
-    }
-}
-
-fn encode_blobs(messages: &[EncryptedMessage], messages_v: u64) -> Option<Vec<Vec<u8>>> {
-    let mut blobs = Vec::with_capacity(messages.len() + 1);
-    blobs.push(serde_json::to_vec(&SyncHeader { messages_v }).ok()?);
-    for m in messages {
-        blobs.push(serde_json::to_vec(m).ok()?);
-    }
-    Some(blobs)
-}
-
-fn decode_blobs(blobs: &[Vec<u8>], messages_v: u64) -> Option<Vec<EncryptedMessage>> {
-    let (head, rest) = blobs.split_first()?;
-    let header: SyncHeader = serde_json::from_slice(head).ok()?;
-    if header.messages_v != messages_v {
-        return None;
-    }
-    rest.iter()
-        .map(|b| serde_json::from_slice(b).ok())
-        .collect()
 }

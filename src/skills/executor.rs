@@ -67,14 +67,39 @@ impl From<Vec<Value>> for Output {
     }
 }
 
+/// What an attempt may use besides the request.
+pub struct Using<'a> {
+    pub http: &'a reqwest::Client,
+    pub config: &'a SkillsConfig,
+    pub mcp: &'a super::mcp::McpApps,
+    pub tasks: &'a tokio_util::task::TaskTracker,
+    /// An MCP tool's progress notifications.
+    pub on_progress: &'a (dyn Fn(super::mcp::conn::Progress) + Send + Sync),
+}
+
 /// One attempt of one request (`request` without its `id`).
 pub async fn execute(
     executor: &Executor,
-    http: &reqwest::Client,
-    config: &SkillsConfig,
+    using: &Using<'_>,
     request: &Value,
 ) -> Result<Output, ExecError> {
+    let (http, config) = (using.http, using.config);
     match executor {
+        Executor::Mcp { app, tool, .. } => {
+            let server = using
+                .mcp
+                .get(app)
+                .ok_or_else(|| ExecError::Invalid(format!("no MCP server for `{app}`")))?;
+            let arguments = request.as_object().cloned().unwrap_or_default();
+            let result = server
+                .call(tool, arguments, using.on_progress, using.tasks)
+                .await
+                .map_err(|e| match e {
+                    super::mcp::conn::ConnError::Protocol(m) => ExecError::Invalid(m),
+                    other => ExecError::Connect(other.to_string()),
+                })?;
+            super::mcp::tools::output_of(&result)
+        }
         Executor::Http { url, timeout } => {
             let deadline = timeout.unwrap_or(config.timeout);
             let response = http

@@ -36,6 +36,9 @@ pub struct AppManifest {
     /// Procedures over several messages (`crate::routines`).
     #[serde(default)]
     pub routines: Vec<super::routine_manifest::RoutineManifest>,
+    /// An MCP server whose tools become this app's skills ([`super::mcp`]).
+    #[serde(default)]
+    pub mcp: Option<super::mcp::spec::McpSpec>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -77,6 +80,12 @@ pub enum Executor {
     /// POST the request as JSON to `url`; the answer is `{"results": [...]}`.
     Http {
         url: String,
+        timeout: Option<Duration>,
+    },
+    /// A tool of the app's MCP server (made from its tool list, never written).
+    Mcp {
+        app: String,
+        tool: String,
         timeout: Option<Duration>,
     },
 }
@@ -284,11 +293,42 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
         if !app_ids.insert(app.id.as_str()) {
             return fail(format!("app `{}` is defined twice", app.id));
         }
-        if app.skills.is_empty() && app.settings_memories.is_none() {
+        if app.skills.is_empty() && app.settings_memories.is_none() && app.mcp.is_none() {
             return fail(format!(
-                "app `{}` has no skills and no settings_memories",
+                "app `{}` has no skills, no mcp server and no settings_memories",
                 app.id
             ));
+        }
+        if let Some(mcp) = &app.mcp {
+            if let Err(reason) = mcp.lint() {
+                return fail(format!("app `{}`: {reason}", app.id));
+            }
+            for (tool, declared) in &mcp.tools {
+                let Some(output) = &declared.output else {
+                    continue;
+                };
+                let probe = SkillManifest {
+                    id: super::mcp::tools::skill_id(tool),
+                    description: "declared".into(),
+                    input: InputSchema {
+                        properties: Map::new(),
+                        required: Vec::new(),
+                    },
+                    executor: Executor::Mcp {
+                        app: app.id.clone(),
+                        tool: tool.clone(),
+                        timeout: None,
+                    },
+                    requires_account: false,
+                    always_include: false,
+                    rate_limit: None,
+                    provider: None,
+                    output: output.clone(),
+                };
+                if let Err(reason) = lint_skill(&probe) {
+                    return fail(format!("mcp tool `{}-{tool}`: {reason}", app.id));
+                }
+            }
         }
         if let Some(section) = &app.settings_memories
             && let Err(reason) = crate::memories::lint_section(section)
@@ -325,7 +365,7 @@ fn lint_focus_modes(apps: &[(String, AppManifest)]) -> Result<(), ManifestError>
     Ok(())
 }
 
-fn lint_skill(s: &SkillManifest) -> Result<(), String> {
+pub(crate) fn lint_skill(s: &SkillManifest) -> Result<(), String> {
     if !slug_ok(&s.id) {
         return Err("the skill id must be 1-40 of [a-z0-9_]".into());
     }
@@ -488,7 +528,7 @@ skills:
         assert!(
             parse(bare)
                 .unwrap_err()
-                .contains("no skills and no settings_memories")
+                .contains("no skills, no mcp server and no settings_memories")
         );
     }
 

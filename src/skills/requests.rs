@@ -144,17 +144,35 @@ impl Invocation {
                 }
                 continue;
             }
-            let attempt = executor::execute(
-                &self.skill.manifest.executor,
-                &self.deps.http,
+            let on_progress = |p: crate::skills::mcp::conn::Progress| {
+                self.status(
+                    SkillStatus::Processing,
+                    json!({"embed_id": self.embed_id.as_str(), "progress": p.progress,
+                           "total": p.total, "progress_message": p.message}),
+                    None,
+                );
+            };
+            let using = executor::Using {
+                http: &self.deps.http,
                 config,
-                params,
-            );
+                mcp: &self.deps.mcp,
+                tasks: &self.deps.tasks,
+                on_progress: &on_progress,
+            };
+            let deadline = match &self.skill.manifest.executor {
+                super::manifest::Executor::Mcp {
+                    timeout: Some(t), ..
+                } => *t,
+                _ => config.timeout,
+            };
+            let attempt = executor::execute(&self.skill.manifest.executor, &using, params);
+            // Dropping the attempt (a cancel or the deadline) closes its HTTP request or
+            // sends the MCP server `notifications/cancelled`.
             let result = tokio::select! {
                 biased;
                 _ = self.cancel.cancelled() => return Ended::Cancelled,
-                r = tokio::time::timeout(config.timeout, attempt) => {
-                    r.unwrap_or(Err(ExecError::Timeout(config.timeout)))
+                r = tokio::time::timeout(deadline, attempt) => {
+                    r.unwrap_or(Err(ExecError::Timeout(deadline)))
                 }
             };
             match result {

@@ -1,31 +1,27 @@
 //! One socket's life: register the device, run the reader (which dispatches to the
-//! session) and the single writer (which drains the outbox, writing the frames queued at
-//! once with one flush), close with the right code,
-//! and finish the closing handshake by reading until the stream ends.
+//! session) and the single writer (`writer.rs`), close with the right code, and finish the
+//! closing handshake by reading until the stream ends.
+
+mod writer;
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use axum::extract::ws::{CloseFrame, Message, WebSocket};
+use axum::extract::ws::{Message, WebSocket};
 use chatd_protocol::CloseCode;
-use futures_util::stream::{SplitSink, SplitStream};
-use futures_util::{SinkExt, StreamExt};
+use futures_util::StreamExt;
+use futures_util::stream::SplitStream;
+use tokio_util::sync::CancellationToken;
 
 use crate::auth::UserId;
 use crate::delivery::Device;
-use crate::delivery::outbox::{Outbox, OutboxReceiver, OutboxSettings, StreamMode, outbox};
+use crate::delivery::outbox::{Outbox, OutboxSettings, StreamMode, outbox};
 use crate::session::Session;
 use crate::state::AppState;
 
-/// How long a closing socket may take to finish the handshake before it is dropped.
+/// How long a closing socket may take to finish the handshake once the close frame is
+/// written, before it is dropped.
 const CLOSE_HANDSHAKE: Duration = Duration::from_secs(3);
-/// How long one write may block (a client that stops reading entirely).
-const WRITE_TIMEOUT: Duration = Duration::from_secs(10);
-/// Most frames written before one flush...
-const WRITE_BATCH: usize = 32;
-/// ...and bytes: a client that stops reading holds at most about this much in the socket
-/// library's buffer, besides its outbox.
-const WRITE_BATCH_BYTES: usize = 16 * 1024;
 
 /// The caller gives the span (`ws::upgrade`): `#[tracing::instrument]` on this function
 /// would store its body's future twice in every connection's task.
@@ -56,8 +52,18 @@ pub async fn run(
     let session = Session::new(app.clone(), device.clone(), expires_at);
     Box::pin(session.send_pending()).await;
     let shutdown = app.tasks.connections_shutdown.clone();
-    let reader = read_loop(stream, &session, &out, &shutdown);
-    let writer = write_loop(sink, out_rx, &out);
+    // Fired once the writer is done: its close frame written, or given up on.
+    let writer_done = CancellationToken::new();
+    let reader = read_loop(stream, &session, &out, &shutdown, &writer_done);
+    let time_left = || session.token_time_left();
+    let ends = writer::Ends {
+        shutdown: &shutdown,
+        time_left: &time_left,
+    };
+    let writer = async {
+        writer::write_loop(sink, out_rx, &out, ends).await;
+        writer_done.cancel();
+    };
     tokio::join!(reader, writer);
     Box::pin(delivery.unregister(&device.user_hash, device.conn_id)).await;
     app.metrics.connections_open.dec();
@@ -67,7 +73,8 @@ async fn read_loop(
     mut stream: SplitStream<WebSocket>,
     session: &Session,
     out: &Outbox,
-    shutdown: &tokio_util::sync::CancellationToken,
+    shutdown: &CancellationToken,
+    writer_done: &CancellationToken,
 ) {
     // One timer for the socket's life: at the token's `exp` (reset when `refresh_token`
     // moved it meanwhile), not one per inbound frame.
@@ -75,13 +82,21 @@ async fn read_loop(
     tokio::pin!(expiry);
     loop {
         if out.is_closed() {
-            // Closing: keep reading (and ignoring) until the peer's close ends the stream.
-            if tokio::time::timeout(CLOSE_HANDSHAKE, drain(&mut stream))
-                .await
-                .is_err()
-            {
-                tracing::debug!("close handshake timed out");
-            }
+            // Closing: keep reading (and ignoring) until the peer's close ends the stream,
+            // for at most `CLOSE_HANDSHAKE` once the writer is done (a slow consumer's close
+            // frame may wait long for the client to read again).
+            // Boxed: held inline, the closing steps would be part of every connection's task.
+            Box::pin(async {
+                let handshake = async {
+                    writer_done.cancelled().await;
+                    tokio::time::sleep(CLOSE_HANDSHAKE).await;
+                };
+                tokio::select! {
+                    () = drain(&mut stream) => {}
+                    () = handshake => tracing::debug!("close handshake timed out"),
+                }
+            })
+            .await;
             return;
         }
         let next = tokio::select! {
@@ -154,64 +169,4 @@ fn close_code_for(e: &axum::Error) -> Option<CloseCode> {
         source = s.source();
     }
     None
-}
-
-async fn write_loop(mut sink: SplitSink<WebSocket, Message>, rx: OutboxReceiver, out: &Outbox) {
-    let stayed_over = rx.stayed_over();
-    tokio::pin!(stayed_over);
-    loop {
-        let batch = tokio::select! {
-            biased;
-            _ = rx.close.cancelled() => break,
-            () = &mut stayed_over => break slow_consumer(out, "queue over server.outbox_bytes"),
-            batch = rx.next_batch(WRITE_BATCH, WRITE_BATCH_BYTES) => batch,
-        };
-        // Frames queued meanwhile go out in the same socket write (one flush).
-        let write = async {
-            for frame in batch {
-                sink.feed(Message::Text(frame.text)).await?;
-            }
-            sink.flush().await
-        };
-        // A write the client does not read blocks; the queue behind it may then stay over
-        // its bound. Either way the socket is closed with 4001 (the frames already handed
-        // to the socket library stay in its buffer, ahead of the close frame).
-        // Boxed: a write is short-lived, and held inline it (with its timer) would be part of
-        // every idle connection's task.
-        tokio::select! {
-            biased;
-            written = Box::pin(tokio::time::timeout(WRITE_TIMEOUT, write)) => match written {
-                Ok(Ok(())) => {}
-                Ok(Err(e)) => {
-                    tracing::debug!(error = %e, "socket write failed");
-                    rx.close.cancel();
-                    return;
-                }
-                Err(_) => break slow_consumer(out, "write blocked"),
-            },
-            () = &mut stayed_over => break slow_consumer(out, "queue over server.outbox_bytes"),
-        }
-    }
-    // Flush what is queued unless the client is too slow, then send the close frame.
-    let code = rx.close_code().unwrap_or(CloseCode::Normal);
-    if code != CloseCode::SlowConsumer {
-        for frame in rx.drain() {
-            if tokio::time::timeout(WRITE_TIMEOUT, sink.send(Message::Text(frame.text)))
-                .await
-                .map_or(true, |r| r.is_err())
-            {
-                return;
-            }
-        }
-    }
-    let close = Message::Close(Some(CloseFrame {
-        code: code.code(),
-        reason: code.reason().into(),
-    }));
-    let _ = tokio::time::timeout(WRITE_TIMEOUT, sink.send(close)).await;
-}
-
-fn slow_consumer(out: &Outbox, why: &'static str) {
-    tracing::warn!(why, "closing slow consumer");
-    out.close_with(CloseCode::SlowConsumer);
 }

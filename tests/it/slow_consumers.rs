@@ -3,7 +3,8 @@
 //! reads, clients that fall behind, and one that stops reading. A client behind gets the
 //! task's updates coalesced (only the newest text stays queued) and the complete final
 //! text; a `?stream=delta` client reassembles exactly what a cumulative client shows; one
-//! that stays over `server.outbox_bytes` is closed with 4001, its queue bounded all along.
+//! that stays over `server.outbox_bytes` is closed with 4001, its queue bounded all along,
+//! counting what waits in the socket library's buffer (issue 35, defect 7).
 
 use std::time::Duration;
 
@@ -205,4 +206,106 @@ async fn a_client_that_stops_reading_is_closed_4001_and_its_queue_stays_bounded(
     fast.send_json(serde_json::json!({"type": "ping"})).await;
     fast.recv_until(|m| matches!(m, ServerMessage::Pong(_)).then_some(()))
         .await;
+}
+
+/// Issue 35, defect 7: a client with a 4 KiB receive buffer (`server.outbox_bytes` 1 MiB,
+/// `server.socket_send_buffer_bytes` 64 KiB) stops reading while a large answer streams, and
+/// reads again once the answer is over. Its first big update (0.9 MB, under the bound) was
+/// handed to the socket library and waits in its buffer; the queue behind it holds one
+/// coalesced update, also under the bound, and the blocked write ends before its 10 s. Held,
+/// that is 1.8 MB, over the bound for longer than the grace: the client must get a 4001 close
+/// frame after what the socket held (its buffers and that one frame; its queue is dropped),
+/// not the whole answer and then silence.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_reads_again_after_a_large_answer_gets_4001_after_a_bounded_tail() {
+    const BOUND: usize = 1 << 20;
+    const SOCKET_BUFFER: usize = 64 * 1024;
+    let fake = FakeLlm::start().await.unwrap();
+    // One paragraph of 0.9 MB, then small ones for about 4 s (well past the grace).
+    let mut chunks = vec![format!("{}\n\n", "lorem ipsum ".repeat(75_000))];
+    chunks.extend((0..40).map(|i| format!("{i:04} and then some more.\n\n")));
+    fake.push(Reply::Text {
+        chunks,
+        delay: Duration::from_millis(100),
+        usage: None,
+    });
+    let app = app_with(&fake, |c| {
+        c.llm.max_output_tokens = 1_000_000;
+        c.server.outbox_bytes = BOUND;
+        c.server.socket_send_buffer_bytes = SOCKET_BUFFER;
+        c.server.slow_consumer_grace = Duration::from_millis(500);
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    let mut fast = device(&app, "fast", "stream=delta").await;
+    let mut stalled = stalled_device(&app, "stalled").await;
+    let device = server_device(&app, "stalled");
+
+    fast.send(&user_message(CHAT, "m1", "Tell me everything"))
+        .await;
+    let (_, last, _) = reassemble(&mut fast).await;
+    let full = last.full_content_so_far;
+    assert!(full.len() > 900_000, "a large answer: {}", full.len());
+    fast.recv_until(|m| matches!(m, ServerMessage::AiTypingEnded(_)).then_some(()))
+        .await;
+
+    // The answer is over: the stalled client reads again.
+    let (received, code) = read_to_close(&mut stalled).await;
+    assert_eq!(code, Some(4001), "{received} bytes, then no close frame");
+    assert!(device.outbox.is_closed());
+    // What the socket held: the kernel's buffers (Linux doubles SO_SNDBUF; the client's
+    // side), the socket library's batch and one update; never the queue behind them.
+    let one_frame = full.len() + 1024;
+    let held = 4 * SOCKET_BUFFER + 16 * 1024 + one_frame;
+    assert!(
+        received <= held,
+        "{received} bytes before the close, over {held}"
+    );
+    assert!(device.outbox.peak_bytes() < 2 * BOUND);
+}
+
+/// A device of alice showing the chat whose socket has a 4 KiB receive buffer, and which
+/// reads nothing after the acknowledgement until the test reads it.
+async fn stalled_device(
+    app: &TestApp,
+    session: &str,
+) -> tokio_tungstenite::WebSocketStream<tokio::net::TcpStream> {
+    use futures_util::{SinkExt, StreamExt};
+    use tokio_tungstenite::tungstenite::Message;
+    let socket = tokio::net::TcpSocket::new_v4().unwrap();
+    socket.set_recv_buffer_size(4096).unwrap();
+    let tcp = socket.connect(app.addr).await.unwrap();
+    let url = app.ws_url(&format!("token={}&sessionId={session}", app.token("alice")));
+    let (mut ws, _) = tokio_tungstenite::client_async(url, tcp).await.unwrap();
+    let show = serde_json::to_string(&set_active_chat(Some(CHAT))).unwrap();
+    ws.send(Message::text(show)).await.unwrap();
+    loop {
+        let Some(Ok(Message::Text(t))) = ws.next().await else {
+            panic!("the stalled device closed before its acknowledgement");
+        };
+        if let Ok(ServerMessage::ActiveChatSetAck(_)) = serde_json::from_str(&t) {
+            return ws;
+        }
+    }
+}
+
+/// Reads until the close frame: the text bytes received before it and its code (`None`:
+/// the stream ended without one, or nothing came within the harness's deadline).
+async fn read_to_close(
+    ws: &mut tokio_tungstenite::WebSocketStream<tokio::net::TcpStream>,
+) -> (usize, Option<u16>) {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let mut received = 0;
+    loop {
+        let next = tokio::time::timeout(chatd_test_harness::ws_client::RECV_DEADLINE, ws.next());
+        match next.await {
+            Ok(Some(Ok(Message::Text(t)))) => received += t.len(),
+            Ok(Some(Ok(Message::Close(frame)))) => {
+                return (received, Some(frame.map_or(1005, |f| f.code.into())));
+            }
+            Ok(Some(Ok(_))) => {}
+            Ok(Some(Err(_)) | None) | Err(_) => return (received, None),
+        }
+    }
 }

@@ -1,7 +1,8 @@
 //! Phased sync end to end: a fresh device receives exactly the stored ciphertexts
 //! (byte-equal), in phases, on SQLite and PostgreSQL; a device that has some chats gets only
 //! what it lacks and pages the rest (`request_chat_content_batch`, `get_chat_messages`);
-//! the sync cache is warmed by phase 1 and cleared after phase 3.
+//! the sync cache is warmed by a phase 1 on its own, and a finished sync (`all` or phase 3)
+//! clears it, on the memory and the Redis cache.
 
 use std::collections::{BTreeMap, BTreeSet};
 
@@ -285,6 +286,96 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
         .unwrap();
     let stored: Vec<_> = stored.into_iter().map(|(_, m)| m).collect();
     assert_eq!(synced.messages, stored);
+}
+
+/// Issue 35, defect 3: the login sync the reference client sends (`all`: phases 1 and 2,
+/// then paging) consumes the sync cache: once it is complete, and after the paging, the
+/// user has no copy left in it (before, every copy stayed for its hour: only phase 3 cleared).
+async fn a_finished_sync_leaves_no_sync_cache_behind(app: TestApp) {
+    fill(&app).await;
+    let alice = chatd::auth::UserId::parse("alice").unwrap();
+    let hash = UserHash::of(&alice);
+    let backend = app.state.turn.ai_cache.backend().clone();
+    let ids: Vec<ChatId> = (0..25).map(|i| chat_id(&format!("chat-{i:02}"))).collect();
+    let copies = || async {
+        let mut left = Vec::new();
+        for c in &ids {
+            if backend.sync_get(&hash, c).await.unwrap().is_some() {
+                left.push(c.as_str().to_string());
+            }
+        }
+        left
+    };
+    // Storing kept every chat's copy current for the next login.
+    assert_eq!(copies().await.len(), 25);
+
+    let mut ws = app.connect("alice").await;
+    let got = sync(&mut ws, request(SyncPhase::All)).await;
+    assert_eq!(got.content.len(), 10, "phase 1b: ten chats");
+    assert_eq!(copies().await, Vec::<String>::new(), "consumed by the sync");
+    // Paging the rest reads the store and leaves nothing behind.
+    let have: BTreeSet<ChatId> = got.content.iter().map(|c| c.chat_id.clone()).collect();
+    let rest: Vec<ChatId> = ids.iter().filter(|c| !have.contains(c)).cloned().collect();
+    ws.send_json(serde_json::json!({"type": "request_chat_content_batch",
+        "payload": {"chat_ids": rest}}))
+        .await;
+    match expect(&mut ws, "chat_content_batch_response").await {
+        ServerMessage::ChatContentBatchResponse(b) => assert_eq!(b.chats.len(), 15),
+        other => panic!("{other:?}"),
+    }
+    ws.send_json(serde_json::json!({"type": "get_chat_messages",
+        "payload": {"chat_id": "chat-20"}}))
+        .await;
+    expect(&mut ws, "chat_messages_response").await;
+    assert_eq!(copies().await, Vec::<String>::new(), "paging writes none");
+
+    // A message stored afterwards keeps its chat's copy current for the next login, whose
+    // `all` sync is served it and clears it again.
+    ws.send(&crate::store::completed(
+        "chat-03",
+        "after-sync",
+        "enc-after",
+    ))
+    .await;
+    expect(&mut ws, "ai_response_storage_confirmed").await;
+    assert_eq!(copies().await, vec!["chat-03".to_string()]);
+    let mut next = app.connect("alice").await;
+    let login = sync(&mut next, request(SyncPhase::All)).await;
+    let chat = login
+        .content
+        .iter()
+        .find(|c| c.chat_id.as_str() == "chat-03");
+    assert!(
+        chat.is_some_and(|c| c
+            .messages
+            .iter()
+            .any(|m| m.encrypted_content == "enc-after")),
+        "the new message is synced"
+    );
+    assert_eq!(copies().await, Vec::<String>::new());
+}
+
+#[tokio::test]
+async fn a_finished_sync_leaves_no_sync_cache_behind_in_memory() {
+    let app = spawn_app(unlimited).await;
+    a_finished_sync_leaves_no_sync_cache_behind(app).await;
+}
+
+#[tokio::test]
+async fn a_finished_sync_leaves_no_sync_cache_behind_in_redis() {
+    let redis = chatd_test_harness::redis::RedisServer::start()
+        .await
+        .unwrap();
+    let app = spawn_app(|c| {
+        unlimited(c);
+        crate::redis_cache::use_redis(c, &redis);
+    })
+    .await;
+    assert_eq!(
+        app.state.config.cache.backend,
+        chatd::config::CacheBackendKind::Redis
+    );
+    a_finished_sync_leaves_no_sync_cache_behind(app).await;
 }
 
 #[tokio::test]

@@ -131,7 +131,32 @@ async fn a_queue_over_the_bound_for_the_grace_is_reported_and_one_brought_under_
         () = tokio::time::sleep(Duration::from_secs(4)) => {}
     }
     assert_eq!(rx.next_batch(32, 16 * 1024).await.len(), 1);
+    rx.written();
     out.send(&update("t1", &format!("{big}z"), 2, false));
     rx.stayed_over().await;
     assert!(started.elapsed() >= Duration::from_secs(9), "a new grace");
+}
+
+/// Issue 35, defect 7: a frame the writer took is still held until it is written (it waits
+/// in the socket library's buffer while the client does not read), so taking it off the
+/// queue does not end the grace; writing it does.
+#[tokio::test(start_paused = true)]
+async fn a_frame_taken_but_not_written_stays_held_until_written() {
+    let (out, rx) = outbox(settings(StreamMode::Cumulative), Arc::new(Metrics::new()));
+    let big = "y".repeat(3000);
+    out.send(&update("t1", &big, 1, false));
+    let started = Instant::now();
+    assert_eq!(rx.next_batch(32, 16 * 1024).await.len(), 1);
+    assert!(rx.held_bytes() > 3000, "in flight: {}", rx.held_bytes());
+    // The queue is empty, the frame unwritten: the grace runs on.
+    out.send(&pong());
+    rx.stayed_over().await;
+    assert_eq!(started.elapsed(), Duration::from_secs(5));
+    // Written: only the pong is held, under the bound; a new frame over it starts a new grace.
+    rx.written();
+    assert!(rx.held_bytes() < 100);
+    out.send(&update("t2", &big, 1, false));
+    let again = Instant::now();
+    rx.stayed_over().await;
+    assert_eq!(again.elapsed(), Duration::from_secs(5));
 }
