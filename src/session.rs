@@ -2,6 +2,7 @@
 //! [`ClientMessage`] with ownership checks. Bad input becomes a typed `error` frame and the
 //! connection stays usable.
 
+mod apps;
 mod embeds;
 mod focus;
 mod memories;
@@ -219,6 +220,7 @@ impl Session {
                 self.reject_settings_memory_suggestion(m).await
             }
             ClientMessage::CancelRoutine(m) => self.cancel_routine(m).await,
+            ClientMessage::SetAppPreferences(m) => self.set_app_preferences(m).await,
         }
     }
 

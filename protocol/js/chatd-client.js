@@ -754,6 +754,16 @@ export class ChatdClient extends EventTarget {
     this.send({ type: 'chat_focus_mode_deactivate', payload: { chat_id: chatId } });
   }
 
+  /**
+   * Switches apps and single skills off (`app_id`, `app_id-skill_id`); the server keeps them
+   * for a day from the last time they were sent, so send them after connecting. Every device
+   * hears `app_preferences`.
+   * @param {string[]} disabledApps @param {string[]} disabledSkills
+   */
+  setAppPreferences(disabledApps, disabledSkills) {
+    this.send({ type: 'set_app_preferences', payload: { disabled_apps: disabledApps, disabled_skills: disabledSkills } });
+  }
+
   /** Deletes a chat everywhere. @param {string} chatId */
   deleteChat(chatId) {
     this.send({ type: 'delete_chat', payload: { chat_id: chatId } });
@@ -1266,6 +1276,10 @@ const HANDLERS = {
 
   focus_mode_deactivated(p) {
     this.emit('focus', { chat_id: p.chat_id, focus_id: p.focus_id, active: false });
+  },
+
+  app_preferences_set(p) {
+    this.emit('app_preferences', { disabled_apps: p.disabled_apps, disabled_skills: p.disabled_skills });
   },
   embed_stored() {},
   embed_update() {},

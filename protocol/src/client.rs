@@ -68,6 +68,9 @@ pub enum ClientMessage {
     RejectSettingsMemorySuggestion(crate::RejectSettingsMemorySuggestion),
     /// Stops a routine run; `routine_finished` (`cancelled`) to every device.
     CancelRoutine(crate::CancelRoutine),
+    /// Replaces the user's app preferences (apps and skills switched off);
+    /// `app_preferences_set` to every device.
+    SetAppPreferences(crate::SetAppPreferences),
 }
 
 impl ClientMessage {
@@ -99,6 +102,7 @@ impl ClientMessage {
         "app_settings_memories_proposal_result",
         "reject_settings_memory_suggestion",
         "cancel_routine",
+        "set_app_preferences",
     ];
 
     /// The wire name of this message's type.
@@ -125,6 +129,7 @@ impl ClientMessage {
             ClientMessage::GetChatMessages(_) => "get_chat_messages",
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
             ClientMessage::ChatFocusModeActivate(_) => "chat_focus_mode_activate",
+            ClientMessage::SetAppPreferences(_) => "set_app_preferences",
             ClientMessage::ChatFocusModeDeactivate(_) => "chat_focus_mode_deactivate",
             ClientMessage::AppSettingsMemoriesConfirmed(_) => "app_settings_memories_confirmed",
             ClientMessage::AppSettingsMemoriesProposalResult(_) => {

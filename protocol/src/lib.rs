@@ -7,6 +7,7 @@
 //! parsing; it knows nothing of sockets, sessions or the pipeline.
 
 mod answer;
+mod apps;
 mod client;
 mod close;
 mod error;
@@ -22,6 +23,7 @@ mod server;
 mod skills;
 
 pub use answer::*;
+pub use apps::*;
 pub use client::*;
 pub use close::CloseCode;
 pub use error::ErrorCode;

@@ -115,6 +115,8 @@ pub enum ServerMessage {
     PhasedSyncComplete(PhasedSyncComplete),
     /// A focus mode became active in a chat; to every device.
     FocusModeActivated(crate::FocusModeActivated),
+    /// The user's app preferences as chatd applies them; to every device.
+    AppPreferencesSet(crate::AppPreferencesSet),
     /// A chat's focus mode ended; to every device.
     FocusModeDeactivated(crate::FocusModeDeactivated),
     /// The turn needs app settings/memories the chat's cache lacks; to every device. The
@@ -193,6 +195,7 @@ impl ServerMessage {
         "background_message_sync",
         "phased_sync_complete",
         "focus_mode_activated",
+        "app_preferences_set",
         "focus_mode_deactivated",
         "request_app_settings_memories",
         "dismiss_app_settings_memories_dialog",
@@ -257,6 +260,7 @@ impl ServerMessage {
             ServerMessage::BackgroundMessageSync(_) => "background_message_sync",
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
             ServerMessage::FocusModeActivated(_) => "focus_mode_activated",
+            ServerMessage::AppPreferencesSet(_) => "app_preferences_set",
             ServerMessage::FocusModeDeactivated(_) => "focus_mode_deactivated",
             ServerMessage::RequestAppSettingsMemories(_) => "request_app_settings_memories",
             ServerMessage::DismissAppSettingsMemoriesDialog(_) => {

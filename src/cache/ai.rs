@@ -13,6 +13,7 @@ use serde::{Deserialize, Serialize};
 
 use super::backend::{AiPolicy, CacheBackend, CacheError, WriteMode, keys};
 
+mod app_prefs;
 mod chat_state;
 mod focus;
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};

@@ -322,4 +322,8 @@ pub mod keys {
     pub fn chat_focus(user: &UserHash, chat: &str) -> String {
         format!("{}:chat:{chat}:focus", tag(user))
     }
+
+    pub fn app_preferences(user: &UserHash) -> String {
+        format!("{}:app_preferences", tag(user))
+    }
 }

@@ -78,6 +78,8 @@ pub enum Purpose {
     FocusState,
     /// A routine run's record and journal, or a routine's drive value.
     Routine,
+    /// The user's app preferences (apps and skills switched off).
+    AppPreferences,
 }
 
 impl Purpose {
@@ -92,6 +94,7 @@ impl Purpose {
             Purpose::PendingAnswer => "pending_answer",
             Purpose::FocusState => "focus_state",
             Purpose::Routine => "routine",
+            Purpose::AppPreferences => "app_preferences",
         }
     }
 }

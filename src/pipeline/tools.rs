@@ -78,25 +78,77 @@ pub fn toon(value: &Value) -> String {
 /// keeps them); a call goes to the first part that defines its name.
 pub struct ToolSet<'a> {
     parts: Vec<&'a dyn ToolRunner>,
+    off: SwitchedOff,
 }
 
 impl<'a> ToolSet<'a> {
     pub fn new(parts: Vec<&'a dyn ToolRunner>) -> Self {
-        Self { parts }
+        Self {
+            parts,
+            off: SwitchedOff::default(),
+        }
+    }
+
+    /// Leaves out (and refuses to run) what the user switched off.
+    pub fn without(mut self, off: SwitchedOff) -> Self {
+        self.off = off;
+        self
+    }
+}
+
+/// Apps and skills the user switched off (`set_app_preferences`): none of their tools
+/// (skills, focus modes, routines, proposals: every tool is named `app_id-…`) is offered
+/// or run.
+#[derive(Debug, Clone, Default)]
+pub struct SwitchedOff {
+    apps: std::collections::HashSet<String>,
+    skills: std::collections::HashSet<String>,
+}
+
+impl SwitchedOff {
+    pub fn new(apps: Vec<String>, skills: Vec<String>) -> Self {
+        Self {
+            apps: apps.into_iter().collect(),
+            skills: skills.into_iter().collect(),
+        }
+    }
+
+    /// Whether the tool `app_id-name` may be offered.
+    pub fn allows(&self, tool: &str) -> bool {
+        !self.skills.contains(tool)
+            && tool
+                .split_once('-')
+                .is_none_or(|(app, _)| !self.apps.contains(app))
     }
 }
 
 impl ToolRunner for ToolSet<'_> {
     fn skills(&self) -> Vec<SkillInfo> {
-        self.parts.iter().flat_map(|p| p.skills()).collect()
+        self.parts
+            .iter()
+            .flat_map(|p| p.skills())
+            .filter(|s| self.off.allows(&s.id))
+            .collect()
     }
 
     fn always_include(&self) -> Vec<String> {
-        self.parts.iter().flat_map(|p| p.always_include()).collect()
+        self.parts
+            .iter()
+            .flat_map(|p| p.always_include())
+            .filter(|id| self.off.allows(id))
+            .collect()
     }
 
     fn definitions(&self, ids: &[String]) -> Vec<ToolDef> {
-        self.parts.iter().flat_map(|p| p.definitions(ids)).collect()
+        let ids: Vec<String> = ids
+            .iter()
+            .filter(|id| self.off.allows(id))
+            .cloned()
+            .collect();
+        self.parts
+            .iter()
+            .flat_map(|p| p.definitions(&ids))
+            .collect()
     }
 
     fn prepare(
@@ -106,6 +158,9 @@ impl ToolRunner for ToolSet<'_> {
         sink: &std::sync::Arc<dyn super::TurnSink>,
         cancel: CancellationToken,
     ) -> PreparedCall {
+        if !self.off.allows(&call.name) {
+            return PreparedCall::answer(refused(&call.name));
+        }
         let name = std::slice::from_ref(&call.name);
         match self.parts.iter().find(|p| !p.definitions(name).is_empty()) {
             Some(part) => part.prepare(call, ctx, sink, cancel),

@@ -100,18 +100,6 @@ impl Session {
 
     fn focus_fault(&self, chat: &ChatId, e: &CacheFault) {
         tracing::warn!(error = %e, "cannot record a chat's focus mode");
-        let (code, text) = match e {
-            CacheFault::Keys(_) => (
-                ErrorCode::EncryptionUnavailable,
-                "the key service is unavailable; try again shortly",
-            ),
-            CacheFault::Cache(_) => (
-                ErrorCode::CacheUnavailable,
-                "the cache is unavailable; try again shortly",
-            ),
-        };
-        let mut p = ErrorPayload::new(code, text);
-        p.chat_id = Some(chat.clone());
-        self.reply(ServerMessage::Error(p));
+        self.cache_fault(e, Some(chat));
     }
 }

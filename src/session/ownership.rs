@@ -14,6 +14,24 @@ impl Session {
         UserHash::of(&self.device.user)
     }
 
+    /// Answers a cache or key-service failure with its typed error frame.
+    pub(super) fn cache_fault(&self, e: &crate::cache::ai::CacheFault, chat: Option<&ChatId>) {
+        use crate::cache::ai::CacheFault;
+        let (code, text) = match e {
+            CacheFault::Keys(_) => (
+                ErrorCode::EncryptionUnavailable,
+                "the key service is unavailable; try again shortly",
+            ),
+            CacheFault::Cache(_) => (
+                ErrorCode::CacheUnavailable,
+                "the cache is unavailable; try again shortly",
+            ),
+        };
+        let mut p = ErrorPayload::new(code, text);
+        p.chat_id = chat.cloned();
+        self.reply(ServerMessage::Error(p));
+    }
+
     pub(super) fn invalid(&self, reason: impl Into<String>, chat: Option<&ChatId>) {
         let mut p = ErrorPayload::new(ErrorCode::InvalidPayload, reason);
         p.chat_id = chat.cloned();

@@ -9,6 +9,7 @@
 
 mod support;
 
+mod app_prefs;
 mod browser;
 mod bus_contract;
 mod cache_contract;

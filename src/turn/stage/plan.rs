@@ -22,7 +22,7 @@ use crate::metrics::StageLabel;
 use crate::pipeline::context::{self, MainPlan};
 use crate::pipeline::preprocess::{self, Decided, Preprocessed, step_data};
 use crate::pipeline::speculation::{self, Early};
-use crate::pipeline::tools::{ToolRunner, ToolSet};
+use crate::pipeline::tools::{SwitchedOff, ToolRunner, ToolSet};
 use crate::pipeline::{StepEvent, TurnContext, TurnEvent, TurnSink, Typing};
 use crate::turn::report::speculation_outcome;
 
@@ -31,6 +31,8 @@ use crate::turn::report::speculation_outcome;
 pub(in crate::turn) struct TurnTools {
     focus: FocusTools,
     proposals: ProposalTools,
+    /// What the user switched off (`set_app_preferences`).
+    off: SwitchedOff,
 }
 
 impl TurnTools {
@@ -45,9 +47,20 @@ impl TurnTools {
             ready.opts.active_focus_id.as_deref(),
         )
         .await;
+        let off = match app.ai_cache.app_preferences(&turn.owner).await {
+            Ok(Some(p)) => SwitchedOff::new(p.disabled_apps, p.disabled_skills),
+            Ok(None) => SwitchedOff::default(),
+            Err(e) => {
+                tracing::warn!(error = %e, "app preferences unavailable; every app is offered");
+                SwitchedOff::default()
+            }
+        };
+        // A focus mode of an app the user switched off is not applied.
+        let active = active.filter(|mode| off.allows(&mode.id));
         Self {
             focus: FocusTools::new(app.focus.clone(), active, app.ai_cache.clone()),
             proposals: ProposalTools::new(app.memories.clone()),
+            off,
         }
     }
 
@@ -59,6 +72,7 @@ impl TurnTools {
             &self.focus,
             &self.proposals,
         ])
+        .without(self.off.clone())
     }
 }
 
