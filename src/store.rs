@@ -10,11 +10,16 @@
 //! owner and chat and embed ids to their owner, so no user can claim another's id first
 //! and block the owner's own write.
 
+mod chats;
+mod db;
+mod embeds;
+mod messages;
 pub mod owners;
 mod postgres;
 mod present;
 mod sql;
 mod sqlite;
+mod user_state;
 pub mod values;
 
 use std::sync::Arc;
@@ -28,8 +33,7 @@ use sha2::{Digest, Sha256};
 
 use crate::auth::UserId;
 
-pub use postgres::PostgresStore;
-pub use sqlite::SqliteStore;
+pub use sql::SqlStore;
 
 /// How long a caller waits for a pooled connection before the store counts as unavailable.
 pub const ACQUIRE_TIMEOUT: Duration = Duration::from_secs(5);
@@ -311,9 +315,9 @@ pub fn hash_id(id: &str) -> String {
 /// Opens the store named by `url` (`sqlite://PATH` or `postgres://...`) and migrates it.
 pub async fn open(url: &str) -> Result<Arc<dyn Store>, StoreError> {
     if url.starts_with("sqlite:") {
-        Ok(Arc::new(SqliteStore::open(url).await?))
+        Ok(Arc::new(sqlite::open(url).await?))
     } else if url.starts_with("postgres://") || url.starts_with("postgresql://") {
-        Ok(Arc::new(PostgresStore::open(url).await?))
+        Ok(Arc::new(postgres::open(url).await?))
     } else {
         Err(StoreError::Unavailable(
             "store.url must start with sqlite:// or postgres://".into(),

@@ -8,6 +8,8 @@ use std::time::Duration;
 
 use futures_util::future::BoxFuture;
 
+use super::db::query;
+use super::sql::SqlStore;
 use super::{Store, StoreError};
 use crate::crypto::keyring::{StoreUnavailable, WrappedKeyStore};
 
@@ -54,128 +56,105 @@ pub fn now_millis() -> i64 {
 
 /// The same SQL for SQLite and PostgreSQL. Expired rows are never read; a put removes
 /// them now and then (one put in 64).
-macro_rules! impl_values {
-    ($store:ty) => {
-        impl crate::store::values::SealedValues for $store {
-            fn value_put<'a>(
-                &'a self,
-                name: &'a str,
-                value: Vec<u8>,
-                ttl: std::time::Duration,
-            ) -> futures_util::future::BoxFuture<'a, Result<(), crate::store::StoreError>> {
-                Box::pin(async move {
-                    use crate::store::values::{expiry, now_millis};
-                    if rand::random::<u8>() < 4 {
-                        sqlx::query("DELETE FROM sealed_values WHERE expires_at <= $1")
-                            .bind(now_millis())
-                            .execute(&self.pool)
-                            .await?;
-                    }
-                    sqlx::query(
-                        "INSERT INTO sealed_values (name, value, expires_at) VALUES ($1, $2, $3) \
-                         ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at",
-                    )
-                    .bind(name)
-                    .bind(value)
-                    .bind(expiry(ttl))
+impl SealedValues for SqlStore {
+    fn value_put<'a>(
+        &'a self,
+        name: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            if rand::random::<u8>() < 4 {
+                query("DELETE FROM sealed_values WHERE expires_at <= $1")
+                    .bind(now_millis())
                     .execute(&self.pool)
                     .await?;
-                    Ok(())
-                })
             }
+            query(
+                "INSERT INTO sealed_values (name, value, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at",
+            )
+            .bind(name)
+            .bind(value.as_slice())
+            .bind(expiry(ttl))
+            .execute(&self.pool)
+            .await?;
+            Ok(())
+        })
+    }
 
-            fn value_get<'a>(
-                &'a self,
-                name: &'a str,
-            ) -> futures_util::future::BoxFuture<'a, Result<Option<Vec<u8>>, crate::store::StoreError>>
-            {
-                Box::pin(async move {
-                    use sqlx::Row;
-                    let row = sqlx::query(
-                        "SELECT value FROM sealed_values WHERE name = $1 AND expires_at > $2",
-                    )
-                    .bind(name)
-                    .bind(crate::store::values::now_millis())
-                    .fetch_optional(&self.pool)
-                    .await?;
-                    Ok(match row {
-                        Some(row) => Some(row.try_get(0)?),
-                        None => None,
-                    })
-                })
-            }
+    fn value_get<'a>(
+        &'a self,
+        name: &'a str,
+    ) -> BoxFuture<'a, Result<Option<Vec<u8>>, StoreError>> {
+        Box::pin(async move {
+            let row = query("SELECT value FROM sealed_values WHERE name = $1 AND expires_at > $2")
+                .bind(name)
+                .bind(now_millis())
+                .fetch_optional(&self.pool)
+                .await?;
+            row.map(|row| row.get(0)).transpose()
+        })
+    }
 
-            fn value_delete<'a>(
-                &'a self,
-                name: &'a str,
-            ) -> futures_util::future::BoxFuture<'a, Result<(), crate::store::StoreError>> {
-                Box::pin(async move {
-                    sqlx::query("DELETE FROM sealed_values WHERE name = $1")
-                        .bind(name)
-                        .execute(&self.pool)
-                        .await?;
-                    Ok(())
-                })
-            }
+    fn value_delete<'a>(&'a self, name: &'a str) -> BoxFuture<'a, Result<(), StoreError>> {
+        Box::pin(async move {
+            query("DELETE FROM sealed_values WHERE name = $1")
+                .bind(name)
+                .execute(&self.pool)
+                .await?;
+            Ok(())
+        })
+    }
 
-            fn value_names<'a>(
-                &'a self,
-                infix: &'a str,
-            ) -> futures_util::future::BoxFuture<'a, Result<Vec<(String, i64)>, crate::store::StoreError>>
-            {
-                Box::pin(async move {
-                    use sqlx::Row;
-                    let rows = sqlx::query(
-                        "SELECT name, expires_at FROM sealed_values \
-                         WHERE expires_at > $1 AND name LIKE '%' || $2 || '%'",
-                    )
-                    .bind(crate::store::values::now_millis())
-                    .bind(infix)
-                    .fetch_all(&self.pool)
-                    .await?;
-                    rows.iter()
-                        .map(|r| Ok((r.try_get(0)?, r.try_get(1)?)))
-                        .collect()
-                })
-            }
+    fn value_names<'a>(
+        &'a self,
+        infix: &'a str,
+    ) -> BoxFuture<'a, Result<Vec<(String, i64)>, StoreError>> {
+        Box::pin(async move {
+            let rows = query(
+                "SELECT name, expires_at FROM sealed_values \
+                 WHERE expires_at > $1 AND name LIKE '%' || $2 || '%'",
+            )
+            .bind(now_millis())
+            .bind(infix)
+            .fetch_all(&self.pool)
+            .await?;
+            rows.iter().map(|r| Ok((r.get(0)?, r.get(1)?))).collect()
+        })
+    }
 
-            fn value_claim<'a>(
-                &'a self,
-                name: &'a str,
-                value: Vec<u8>,
-                ttl: std::time::Duration,
-            ) -> futures_util::future::BoxFuture<'a, Result<Vec<u8>, crate::store::StoreError>>
-            {
-                Box::pin(async move {
-                    use crate::store::values::{expiry, now_millis};
-                    use sqlx::Row;
-                    // One statement: an expired holder is replaced, a live one kept.
-                    let row = sqlx::query(
-                        "INSERT INTO sealed_values (name, value, expires_at) VALUES ($1, $2, $3) \
-                         ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at \
-                         WHERE sealed_values.expires_at <= $4 \
-                         RETURNING value",
-                    )
-                    .bind(name)
-                    .bind(&value)
-                    .bind(expiry(ttl))
-                    .bind(now_millis())
-                    .fetch_optional(&self.pool)
-                    .await?;
-                    if let Some(row) = row {
-                        return Ok(row.try_get(0)?);
-                    }
-                    let held = sqlx::query("SELECT value FROM sealed_values WHERE name = $1")
-                        .bind(name)
-                        .fetch_one(&self.pool)
-                        .await?;
-                    Ok(held.try_get(0)?)
-                })
+    fn value_claim<'a>(
+        &'a self,
+        name: &'a str,
+        value: Vec<u8>,
+        ttl: Duration,
+    ) -> BoxFuture<'a, Result<Vec<u8>, StoreError>> {
+        Box::pin(async move {
+            // One statement: an expired holder is replaced, a live one kept.
+            let row = query(
+                "INSERT INTO sealed_values (name, value, expires_at) VALUES ($1, $2, $3) \
+                 ON CONFLICT (name) DO UPDATE SET value = excluded.value, expires_at = excluded.expires_at \
+                 WHERE sealed_values.expires_at <= $4 \
+                 RETURNING value",
+            )
+            .bind(name)
+            .bind(value.as_slice())
+            .bind(expiry(ttl))
+            .bind(now_millis())
+            .fetch_optional(&self.pool)
+            .await?;
+            if let Some(row) = row {
+                return row.get(0);
             }
-        }
-    };
+            let held = query("SELECT value FROM sealed_values WHERE name = $1")
+                .bind(name)
+                .fetch_one(&self.pool)
+                .await?;
+            held.get(0)
+        })
+    }
 }
-pub(crate) use impl_values;
 
 /// The wrapped data keys in the store (see [`crate::crypto::keyring`]).
 pub struct StoreWrappedKeys(pub Arc<dyn Store>);
