@@ -98,7 +98,9 @@ pub async fn execute(
                     super::mcp::conn::ConnError::Protocol(m) => ExecError::Invalid(m),
                     other => ExecError::Connect(other.to_string()),
                 })?;
-            super::mcp::tools::output_of(&result)
+            super::mcp::tools::result_of(&result)
+                .map(|r| Output::from(vec![r]))
+                .map_err(|e| ExecError::Invalid(e.to_string()))
         }
         Executor::Http { url, timeout } => {
             let deadline = timeout.unwrap_or(config.timeout);

@@ -97,7 +97,13 @@ impl Invocation {
         };
         let detector = &self.deps.detector;
         match detector.check(&document, &self.cancel).await {
-            Ok(verdict) => match detector.apply(&verdict, &filtered) {
+            Ok(verdict) => match detector.apply(
+                &verdict,
+                &filtered
+                    .iter()
+                    .map(|f| (f.text.as_str(), f.removed > 0))
+                    .collect::<Vec<_>>(),
+            ) {
                 Ok(cleaned) => {
                     if detector.blocks(&verdict) {
                         tracing::warn!(skill = %self.skill.full_id, score = verdict.score, "prompt injection removed from skill output");

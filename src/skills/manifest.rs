@@ -7,6 +7,8 @@
 //! else declared in `user_content` goes to the user's embeds only. Undeclared fields are
 //! dropped. `passthrough` skills give the model nothing but "delivered".
 
+pub mod mcp;
+
 use std::collections::{BTreeMap, HashSet};
 use std::path::Path;
 use std::time::Duration;
@@ -38,7 +40,7 @@ pub struct AppManifest {
     pub routines: Vec<super::routine_manifest::RoutineManifest>,
     /// An MCP server whose tools become this app's skills ([`super::mcp`]).
     #[serde(default)]
-    pub mcp: Option<super::mcp::spec::McpSpec>,
+    pub mcp: Option<mcp::McpSpec>,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -308,7 +310,7 @@ pub fn lint(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
                     continue;
                 };
                 let probe = SkillManifest {
-                    id: super::mcp::tools::skill_id(tool),
+                    id: mcp::skill_id(tool),
                     description: "declared".into(),
                     input: InputSchema {
                         properties: Map::new(),

@@ -1,5 +1,5 @@
 //! MCP servers as apps: an app manifest's `mcp:` section names a Model Context Protocol
-//! server ([`spec`]); its tools become skills ([`tools`]) behind the same output contract
+//! server ([`super::manifest::mcp`]); its tools become skills ([`tools`]) behind the same output contract
 //! and injection check as every skill. One server per app per node, reached through the
 //! official SDK ([`conn`]).
 //!
@@ -11,7 +11,6 @@
 //! while it keeps failing. Shutdown stops every server.
 
 pub mod conn;
-pub mod spec;
 pub mod tools;
 
 use std::sync::{Arc, Mutex, PoisonError};
@@ -21,8 +20,8 @@ use serde_json::{Map, Value};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use super::manifest::mcp::{McpSpec, McpStart};
 use conn::{Conn, ConnError, Handler, Progress};
-use spec::{McpSpec, McpStart};
 
 use super::manifest::SkillManifest;
 

@@ -140,19 +140,16 @@ impl Detector {
     /// block score the reported strings are removed; when none of them is found in any
     /// text, the detector saw an injection it could not point at and the check fails
     /// closed: `Err(score)`, every text is withheld.
-    pub fn apply(
-        &self,
-        verdict: &Verdict,
-        texts: &[super::prefilter::Prefiltered],
-    ) -> Result<Vec<Cleaned>, f32> {
+    /// Each text comes with whether the pre-filter already removed something from it.
+    pub fn apply(&self, verdict: &Verdict, texts: &[(&str, bool)]) -> Result<Vec<Cleaned>, f32> {
         let blocks = self.blocks(verdict);
         let flagged = verdict.score >= self.config.injection_review_score;
         let mut found = false;
         let cleaned: Vec<Cleaned> = texts
             .iter()
-            .map(|t| {
-                let mut out = t.text.clone();
-                let mut removed = t.removed > 0;
+            .map(|&(text, prefiltered)| {
+                let mut out = text.to_string();
+                let mut removed = prefiltered;
                 if blocks {
                     for s in &verdict.strings {
                         if out.contains(s.as_str()) {

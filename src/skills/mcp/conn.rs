@@ -22,7 +22,7 @@ use rmcp::transport::{
 use serde_json::Value;
 use tokio::sync::Notify;
 
-use super::spec::McpSpec;
+use crate::skills::manifest::mcp::McpSpec;
 
 /// Why talking to a server failed.
 #[derive(Debug, Clone, thiserror::Error)]

@@ -11,8 +11,7 @@ use std::collections::BTreeMap;
 
 use serde_json::{Map, Value, json};
 
-use super::spec::{McpSpec, McpToolSpec};
-use crate::skills::executor::{ExecError, Output};
+use crate::skills::manifest::mcp::{McpSpec, McpToolSpec, skill_id};
 use crate::skills::manifest::{
     Executor, InputSchema, OutputContract, ResponseMode, SkillManifest, lint_skill,
 };
@@ -34,25 +33,6 @@ fn default_contract() -> OutputContract {
         user_content: vec!["media".into()],
         template: None,
     }
-}
-
-/// A tool name as a skill id: `[a-z0-9_]{1,40}`.
-pub fn skill_id(tool: &str) -> String {
-    let mut id: String = tool
-        .chars()
-        .map(|c| {
-            if c.is_ascii_alphanumeric() {
-                c.to_ascii_lowercase()
-            } else {
-                '_'
-            }
-        })
-        .take(40)
-        .collect();
-    if id.is_empty() {
-        id.push('_');
-    }
-    id
 }
 
 /// The skills of an app's listed tools (as JSON, as the SDK lists them). A tool that cannot
@@ -144,11 +124,15 @@ fn skill_of(
     Ok(skill)
 }
 
-/// A tool's answer (`CallToolResult` as JSON) as one skill result. A result marked as an
-/// error is a typed skill error; its text is the server's and is not passed on.
-pub fn output_of(result: &Value) -> Result<Output, ExecError> {
+/// The tool marked its result as an error (its text is the server's: not passed on).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, thiserror::Error)]
+#[error("the MCP tool reported an error")]
+pub struct ToolFailed;
+
+/// A tool's answer (`CallToolResult` as JSON) as one skill result.
+pub fn result_of(result: &Value) -> Result<Value, ToolFailed> {
     if result["isError"].as_bool() == Some(true) {
-        return Err(ExecError::Invalid("the MCP tool reported an error".into()));
+        return Err(ToolFailed);
     }
     let mut out: Map<String, Value> = match &result["structuredContent"] {
         Value::Object(fields) => fields.clone(),
@@ -179,7 +163,7 @@ pub fn output_of(result: &Value) -> Result<Output, ExecError> {
     if !media.is_empty() {
         out.insert("media".into(), Value::Array(media));
     }
-    Ok(Output::from(vec![Value::Object(out)]))
+    Ok(Value::Object(out))
 }
 
 #[cfg(test)]
@@ -211,19 +195,19 @@ mod tests {
 
     #[test]
     fn results_map_to_fields_text_and_media() {
-        let out = output_of(&json!({
+        let out = result_of(&json!({
             "content": [{"type": "text", "text": "a"}, {"type": "text", "text": "b"},
                         {"type": "image", "data": "AAAA", "mimeType": "image/png"}],
             "structuredContent": {"city": "Oslo"}
         }))
         .unwrap();
         assert_eq!(
-            out.results[0],
+            out,
             json!({"city": "Oslo", "text": "a\n\nb",
                    "media": [{"type": "image", "mime_type": "image/png", "data": "AAAA"}]})
         );
         let err =
-            output_of(&json!({"content": [{"type": "text", "text": "secret"}], "isError": true}))
+            result_of(&json!({"content": [{"type": "text", "text": "secret"}], "isError": true}))
                 .unwrap_err();
         assert!(!err.to_string().contains("secret"));
     }

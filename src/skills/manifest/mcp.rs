@@ -25,7 +25,26 @@ use std::time::Duration;
 
 use serde::Deserialize;
 
-use crate::skills::manifest::OutputContract;
+use super::OutputContract;
+
+/// A tool name as a skill id: `[a-z0-9_]{1,40}`.
+pub fn skill_id(tool: &str) -> String {
+    let mut id: String = tool
+        .chars()
+        .map(|c| {
+            if c.is_ascii_alphanumeric() {
+                c.to_ascii_lowercase()
+            } else {
+                '_'
+            }
+        })
+        .take(40)
+        .collect();
+    if id.is_empty() {
+        id.push('_');
+    }
+    id
+}
 
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
