@@ -222,14 +222,5 @@ impl Session {
 
 fn fault_code(fault: &CacheFault) -> (ErrorCode, &'static str) {
     tracing::warn!(error = %fault, "settings/memories cache unavailable");
-    match fault {
-        CacheFault::Keys(_) => (
-            ErrorCode::EncryptionUnavailable,
-            "the key service is unavailable; try again shortly",
-        ),
-        CacheFault::Cache(_) => (
-            ErrorCode::CacheUnavailable,
-            "the cache is unavailable; try again shortly",
-        ),
-    }
+    super::ownership::fault_code(fault)
 }

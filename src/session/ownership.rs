@@ -16,17 +16,7 @@ impl Session {
 
     /// Answers a cache or key-service failure with its typed error frame.
     pub(super) fn cache_fault(&self, e: &crate::cache::ai::CacheFault, chat: Option<&ChatId>) {
-        use crate::cache::ai::CacheFault;
-        let (code, text) = match e {
-            CacheFault::Keys(_) => (
-                ErrorCode::EncryptionUnavailable,
-                "the key service is unavailable; try again shortly",
-            ),
-            CacheFault::Cache(_) => (
-                ErrorCode::CacheUnavailable,
-                "the cache is unavailable; try again shortly",
-            ),
-        };
+        let (code, text) = fault_code(e);
         let mut p = ErrorPayload::new(code, text);
         p.chat_id = chat.cloned();
         self.reply(ServerMessage::Error(p));
@@ -136,5 +126,20 @@ impl Session {
 
     pub(super) fn others(&self) -> Audience {
         Audience::AllExcept(self.device.conn_id)
+    }
+}
+
+/// The client-visible code of a cache or key-service failure.
+pub(super) fn fault_code(fault: &crate::cache::ai::CacheFault) -> (ErrorCode, &'static str) {
+    use crate::cache::ai::CacheFault;
+    match fault {
+        CacheFault::Keys(_) => (
+            ErrorCode::EncryptionUnavailable,
+            "the key service is unavailable; try again shortly",
+        ),
+        CacheFault::Cache(_) => (
+            ErrorCode::CacheUnavailable,
+            "the cache is unavailable; try again shortly",
+        ),
     }
 }
