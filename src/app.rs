@@ -1,6 +1,11 @@
 //! Building, running and stopping chatd: [`App::build`] binds the listener (port 0 in
-//! tests) and wires the state; [`App::run_until_stopped`] serves until the shutdown token
-//! fires, then cancels turns, tells every device (`server_shutting_down`), cancels turns, closes sockets with 1012 and drains within the grace period.
+//! tests) and wires the state from its parts (`parts.rs`); [`App::run_until_stopped`]
+//! serves until the shutdown token fires, then drains (`drain.rs`): tells every device
+//! (`server_shutting_down`), lets running answers finish, cancels what still runs, closes
+//! sockets with 1012, all within the grace period.
+
+mod drain;
+mod parts;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -9,106 +14,27 @@ use axum::serve::ListenerExt;
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
-
-use chatd_protocol::{ServerMessage, ServerShuttingDown};
 
 use crate::auth::{Authenticator, TokenKeys};
-use crate::cache::ai::AiCache;
-use crate::cache::memory::MemoryBackend;
-use crate::cache::redis::RedisBackend;
-use crate::cache::{AiPolicy, CacheBackend, CacheError, WrappedKeys};
-use crate::config::{CacheBackendKind, Config, KeyProviderKind};
-use crate::crypto::{KeyError, KeyProvider, Keyring, LocalKeyProvider, VaultKeyProvider};
-use crate::delivery::bus::redis::RedisBus;
-use crate::delivery::bus::{Bus, Received};
-use crate::delivery::{Delivery, Hub};
-use crate::ids::NodeId;
-use crate::links::{LinkChecker, LinkError};
+use crate::config::Config;
+use crate::delivery::Delivery;
+use crate::delivery::bus::Received;
+use crate::links::LinkChecker;
 use crate::llm::{self, LlmClient};
 use crate::metrics::Metrics;
-use crate::pipeline::instructions::{Instructions, InstructionsError};
+use crate::pipeline::instructions::Instructions;
 use crate::pipeline::models::Models;
 use crate::pipeline::speculation::Predictions;
+use crate::routines::Routines;
 use crate::session::quota;
 use crate::skills::{Skills, SkillsError};
 use crate::state::{AppState, Tasks};
-use crate::store::StoreError;
 use crate::turn::log::TurnLog;
-use crate::turn::store::TurnStore;
-use crate::turn::store::memory::MemoryTurnStore;
-use crate::turn::store::redis::RedisTurnStore;
+use crate::turn::writer::Outlet;
 use crate::turn::{TurnDeps, Turns};
+use parts::{Shared, Storage, listen, memories};
 
-#[derive(Debug, thiserror::Error)]
-pub enum BuildError {
-    #[error("cannot bind {addr}: {source}")]
-    Bind {
-        addr: SocketAddr,
-        source: std::io::Error,
-    },
-    #[error(transparent)]
-    Auth(#[from] crate::auth::AuthError),
-    #[error("auth.jwks_url: {0}")]
-    Jwks(#[from] crate::auth::jwks::JwksError),
-    #[error(transparent)]
-    Llm(#[from] crate::llm::LlmError),
-    #[error("cache: {0}")]
-    Cache(#[from] CacheError),
-    #[error("keys: {0}")]
-    Keys(#[from] KeyError),
-    #[error("instructions: {0}")]
-    Instructions(#[from] InstructionsError),
-    #[error(transparent)]
-    Secrets(#[from] crate::llm::secrets::SecretError),
-    #[error(transparent)]
-    Skills(#[from] SkillsError),
-    #[error(transparent)]
-    Routines(#[from] crate::routines::RoutinesError),
-    #[error("store: {0}")]
-    Store(#[from] StoreError),
-    #[error(transparent)]
-    Links(#[from] LinkError),
-    #[error("turn store: {0}")]
-    Turns(#[from] crate::turn::store::TurnStoreError),
-    #[error("bus: {0}")]
-    Bus(#[from] crate::delivery::bus::BusError),
-}
-
-/// The configured cache backend (no connection is made here; Redis connects lazily and
-/// reconnects on its own, so a Redis that is down at start-up shows in `/readyz`).
-pub fn cache_backend(config: &Config) -> Result<Arc<dyn CacheBackend>, CacheError> {
-    let c = &config.cache;
-    Ok(match c.backend {
-        CacheBackendKind::Memory => Arc::new(MemoryBackend::new(c.memory_max_entries)),
-        CacheBackendKind::Redis => {
-            Arc::new(RedisBackend::new(&c.redis_url, c.redis_cluster, c.timeout)?)
-        }
-    })
-}
-
-/// The configured key provider.
-pub fn key_provider(config: &Config) -> Result<Arc<dyn KeyProvider>, KeyError> {
-    let k = &config.keys;
-    Ok(match k.provider {
-        KeyProviderKind::Local => {
-            let path = k
-                .local_master_key_file
-                .clone()
-                .unwrap_or_else(|| config.server.data_dir.join("master_key"));
-            Arc::new(LocalKeyProvider::load(&path)?)
-        }
-        KeyProviderKind::Vault => {
-            let token = crate::crypto::vault_token(k)?;
-            Arc::new(VaultKeyProvider::new(
-                &k.vault_addr,
-                &token,
-                &k.transit_mount,
-                k.vault_timeout,
-            )?)
-        }
-    })
-}
+pub use parts::{BuildError, cache_backend, key_provider};
 
 pub struct App {
     listener: TcpListener,
@@ -117,52 +43,20 @@ pub struct App {
     bus_received: Option<mpsc::Receiver<Received>>,
 }
 
-/// What the nodes of a cluster share besides the cache and the store: the turn store and
-/// the bus (in embedded mode, a turn store in process and no bus).
-struct Shared {
-    turns: Arc<dyn TurnStore>,
-    bus: Option<Arc<dyn Bus>>,
-    received: Option<mpsc::Receiver<Received>>,
+/// What the turns and the connections share, built before either view of it.
+struct Parts {
+    instructions: Arc<Instructions>,
+    models: Models,
+    focus: Arc<crate::focus::FocusCatalog>,
+    storage: Storage,
+    delivery: Arc<Delivery>,
+    skills: Arc<Skills>,
+    routines: Routines,
+    memories: Arc<crate::memories::Memories>,
+    metrics: Arc<Metrics>,
+    links: Option<Arc<LinkChecker>>,
+    tasks: Tasks,
 }
-
-impl Shared {
-    async fn open(
-        config: &Config,
-        node: &NodeId,
-        tracker: &TaskTracker,
-        stop: &CancellationToken,
-    ) -> Result<Shared, BuildError> {
-        if !config.cluster.enabled {
-            return Ok(Shared {
-                turns: Arc::new(MemoryTurnStore::default()),
-                bus: None,
-                received: None,
-            });
-        }
-        let c = &config.cache;
-        let turns = RedisTurnStore::new(&c.redis_url, c.redis_cluster, c.timeout)?;
-        let (tx, rx) = mpsc::channel(BUS_QUEUE);
-        let bus = RedisBus::connect(
-            &c.redis_url,
-            c.redis_cluster,
-            node,
-            tx,
-            c.timeout,
-            tracker,
-            stop.clone(),
-        )
-        .await?;
-        tracing::info!(node = %node, "cluster mode: turns and frames shared through Redis");
-        Ok(Shared {
-            turns: Arc::new(turns),
-            bus: Some(bus),
-            received: Some(rx),
-        })
-    }
-}
-
-/// Received publications waiting for the node loop.
-const BUS_QUEUE: usize = 4096;
 
 impl App {
     pub async fn build(mut config: Config) -> Result<App, BuildError> {
@@ -181,147 +75,68 @@ impl App {
         let addr = config.server.listen;
         let listener = listen(addr, config.server.socket_send_buffer_bytes)
             .map_err(|source| BuildError::Bind { addr, source })?;
-        let mut instructions = Instructions::load(&config.pipeline)?;
-        // The apps' focus modes (the skills registry reads the same manifests below).
-        let apps =
-            crate::skills::manifest::load(&config.skills.apps_dir).map_err(SkillsError::from)?;
-        let focus = Arc::new(crate::focus::FocusCatalog::new(
-            apps.iter()
-                .map(|a| (a.id.as_str(), a.focus_modes.as_slice())),
-        ));
-        focus.extend_instructions(&mut instructions);
-        let instructions = Arc::new(instructions);
+        let (instructions, focus) = instructions_and_focus(&config)?;
         let models = Models::from_config(&config, llm)?;
-        let backend = cache_backend(&config)?;
-        let store = crate::store::open(&config.store_url()).await?;
-        // What must outlive the process lives in Redis when the cache is Redis, else in
-        // the store: the wrapped data keys, and routine runs (they open with those keys).
-        let in_process = config.cache.backend == CacheBackendKind::Memory;
-        let wrapped_keys: Arc<dyn crate::crypto::WrappedKeyStore> = if in_process {
-            Arc::new(crate::store::values::StoreWrappedKeys(store.clone()))
-        } else {
-            Arc::new(WrappedKeys(backend.clone()))
-        };
-        let runs_home = if in_process {
-            crate::routines::store::Home::Store(store.clone())
-        } else {
-            crate::routines::store::Home::Cache(backend.clone())
-        };
-        let keyring = Arc::new(Keyring::new(
-            key_provider(&config)?,
-            wrapped_keys,
-            config.keys.data_key_ttl,
-        ));
-        let ai_cache = AiCache::new(
-            backend,
-            keyring.clone(),
-            AiPolicy {
-                ttl: config.cache.ai_ttl,
-                max_messages: config.cache.ai_max_messages,
-                max_chats: config.cache.ai_max_chats,
-            },
-        );
-        let hub = Arc::new(Hub::default());
-        let turn_tasks = TaskTracker::new();
-        let connections = TaskTracker::new();
-        let connections_shutdown = CancellationToken::new();
+        let storage = Storage::open(&config).await?;
+        let tasks = Tasks::default();
         let node = config.cluster.node();
-        let shared = Shared::open(&config, &node, &connections, &connections_shutdown).await?;
-        let delivery = match shared.bus.clone() {
-            Some(bus) => {
-                let (delivery, publisher) = Delivery::clustered(
-                    hub,
-                    bus,
-                    node.clone(),
-                    keyring.clone(),
-                    connections_shutdown.clone(),
-                );
-                connections.spawn(publisher);
-                delivery
-            }
-            None => Delivery::local(hub),
-        };
-        let turn_store = shared.turns.clone();
-        // What leaves the process is sealed; an in-process turn store is not.
-        let seal = config.cluster.enabled.then(|| keyring.clone());
-        let skills = Arc::new(Skills::load(
+        let shared = Shared::open(
+            &config,
+            &node,
+            &tasks.connections,
+            &tasks.connections_shutdown,
+        )
+        .await?;
+        let delivery = Arc::new(shared.delivery(&node, &storage.keyring, &tasks));
+        let ai_cache = &storage.ai_cache;
+        let sanitizer = models.or_preprocessing(&config.skills.content_sanitization_model);
+        let skills = Skills::load(
             &config.skills,
             ai_cache.clone(),
-            models.or_preprocessing(&config.skills.content_sanitization_model),
-            turn_tasks.clone(),
-        )?);
+            sanitizer,
+            tasks.turns.clone(),
+        );
+        let skills = Arc::new(skills?);
         // MCP servers live as long as the connections: stopped after the turns drained.
-        skills.start_mcp(&connections, connections_shutdown.clone());
-        let routines = crate::routines::Routines::new(
+        skills.start_mcp(&tasks.connections, tasks.connections_shutdown.clone());
+        let routines = Routines::new(
             &config.routines,
             crate::routines::Catalog::load(&config.skills.apps_dir)?,
-            crate::routines::store::RunStore::new(runs_home, keyring.clone()),
+            crate::routines::store::RunStore::new(
+                storage.runs_home.clone(),
+                storage.keyring.clone(),
+            ),
             ai_cache.clone(),
             skills.clone(),
             &models,
         );
-        let memories = memories(&config, &ai_cache, store.clone())?;
-        let limits = &config.limits;
-        let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+        let memories = memories(&config, ai_cache, storage.store.clone())?;
         let metrics = Arc::new(Metrics::new());
-        let turns_shutdown = CancellationToken::new();
         let links = match config.links.enabled {
-            true => Some(Arc::new(LinkChecker::new(
-                &config.links,
-                metrics.clone(),
-                turns_shutdown.clone(),
-            )?)),
+            true => {
+                let stop = tasks.turns_shutdown.clone();
+                Some(Arc::new(LinkChecker::new(
+                    &config.links,
+                    metrics.clone(),
+                    stop,
+                )?))
+            }
             false => None,
         };
-        let turn = Arc::new(TurnDeps {
-            pipeline: config.pipeline.clone(),
-            max_output_tokens: config.llm.max_output_tokens,
-            report_replaced_links: config.links.report_replaced,
-            ai_cache,
-            instructions,
+        let parts = Parts {
+            instructions: Arc::new(instructions),
             models,
-            predictions: Predictions::default(),
+            focus,
+            storage,
+            delivery,
             skills,
             routines,
-            links,
-            metrics: metrics.clone(),
-            delivery: Arc::new(delivery),
-            turns: Turns::new(
-                turn_store.clone(),
-                seal.clone(),
-                node,
-                config.cluster.lease,
-                config.limits.max_queued_per_chat,
-            ),
-            log: TurnLog::new(turn_store, seal, config.cluster.resume_window),
-            writers: Default::default(),
-            tasks: turn_tasks.clone(),
-            shutdown: turns_shutdown.clone(),
-            focus,
             memories,
-        });
-        let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
-        let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);
-        if let Some(jwks) = auth.jwks() {
-            connections.spawn(jwks.clone().run_refresher(connections_shutdown.clone()));
-        }
-        let state = Arc::new(AppState {
-            llm_probe,
-            auth,
             metrics,
-            owners: Default::default(),
-            turn,
-            user_limiter,
-            tasks: Tasks {
-                turns: turn_tasks,
-                draining: CancellationToken::new(),
-                turns_shutdown,
-                connections,
-                connections_shutdown,
-            },
-            store,
-            config,
-        });
+            links,
+            tasks,
+        };
+        let state = assemble(config, keys, parts, &shared)?;
         Ok(App {
             listener,
             state,
@@ -368,49 +183,7 @@ impl App {
         let stop = shutdown.clone();
         let serve = axum::serve(listener, router)
             .with_graceful_shutdown(async move { stop.cancelled().await });
-        let drain = async {
-            shutdown.cancelled().await;
-            let deadline = tokio::time::Instant::now() + state.config.server.shutdown_grace;
-            let tasks = &state.tasks;
-            // Every device hears it first, wherever it looks, so clients reconnect at once.
-            let told = state
-                .turn
-                .delivery
-                .hub
-                .send_everyone(&ServerMessage::ServerShuttingDown(ServerShuttingDown {
-                    grace_ms: state.config.server.shutdown_grace.as_millis() as u64,
-                    message: "This server is stopping; reconnect to continue.".into(),
-                }));
-            tracing::info!(devices = told, "shutting down");
-            tasks.draining.cancel();
-            tasks.turns.close();
-            // Running answers may finish; what still runs near the end is cancelled, with
-            // time left for its final frame.
-            let grace = state.config.server.shutdown_grace;
-            let cut = deadline - (grace / 4).min(std::time::Duration::from_secs(2));
-            if tokio::time::timeout_at(cut, tasks.turns.wait())
-                .await
-                .is_err()
-            {
-                tracing::info!("cancelling the turns still running");
-                tasks.turns_shutdown.cancel();
-                if tokio::time::timeout_at(deadline, tasks.turns.wait())
-                    .await
-                    .is_err()
-                {
-                    tracing::warn!("turns still running after the grace period");
-                }
-            }
-            tasks.turns_shutdown.cancel();
-            tasks.connections_shutdown.cancel();
-            tasks.connections.close();
-            if tokio::time::timeout_at(deadline, tasks.connections.wait())
-                .await
-                .is_err()
-            {
-                tracing::warn!("connections still open after the grace period");
-            }
-        };
+        let drain = drain::drain(&state, shutdown);
         let (served, ()) = tokio::join!(serve, drain);
         served?;
         tracing::info!("chatd stopped");
@@ -418,39 +191,93 @@ impl App {
     }
 }
 
-/// The listening socket; accepted sockets inherit its send buffer size (Linux).
-fn listen(addr: std::net::SocketAddr, send_buffer: usize) -> std::io::Result<TcpListener> {
-    let socket = match addr {
-        std::net::SocketAddr::V4(_) => tokio::net::TcpSocket::new_v4()?,
-        std::net::SocketAddr::V6(_) => tokio::net::TcpSocket::new_v6()?,
-    };
-    socket.set_reuseaddr(true)?;
-    if send_buffer > 0 {
-        socket.set_send_buffer_size(u32::try_from(send_buffer).unwrap_or(u32::MAX))?;
-    }
-    socket.bind(addr)?;
-    socket.listen(4096)
+/// The prompts and function definitions, extended with the apps' focus modes (the skills
+/// registry reads the same manifests).
+fn instructions_and_focus(
+    config: &Config,
+) -> Result<(Instructions, Arc<crate::focus::FocusCatalog>), BuildError> {
+    let mut instructions = Instructions::load(&config.pipeline)?;
+    let apps = crate::skills::manifest::load(&config.skills.apps_dir).map_err(SkillsError::from)?;
+    let focus = Arc::new(crate::focus::FocusCatalog::new(
+        apps.iter()
+            .map(|a| (a.id.as_str(), a.focus_modes.as_slice())),
+    ));
+    focus.extend_instructions(&mut instructions);
+    Ok((instructions, focus))
 }
 
-/// The apps' settings/memories categories (from the same manifests as the skills) and
-/// their sealed store on the AI cache's backend and keys.
-fn memories(
-    config: &Config,
-    ai_cache: &AiCache,
-    chats: Arc<dyn crate::store::Store>,
-) -> Result<Arc<crate::memories::Memories>, SkillsError> {
-    let apps = crate::skills::manifest::load(&config.skills.apps_dir)?;
-    let categories = crate::memories::Categories::new(
-        apps.iter()
-            .filter_map(|a| a.settings_memories.as_ref().map(|s| (a.id.as_str(), s))),
+/// The state from its parts: the turns' view ([`TurnDeps`], with the outlet their writers
+/// write to) and the connections' ([`AppState`]).
+fn assemble(
+    config: Config,
+    keys: TokenKeys,
+    p: Parts,
+    shared: &Shared,
+) -> Result<Arc<AppState>, BuildError> {
+    let node = config.cluster.node();
+    // What leaves the process is sealed; an in-process turn store is not.
+    let seal = config.cluster.enabled.then(|| p.storage.keyring.clone());
+    let limits = &config.limits;
+    let turns = Turns::new(
+        shared.turns.clone(),
+        seal.clone(),
+        node,
+        config.cluster.lease,
+        limits.max_queued_per_chat,
     );
-    Ok(Arc::new(crate::memories::Memories {
-        categories,
-        store: crate::memories::store::MemoryStore::new(
-            ai_cache.backend().clone(),
-            ai_cache.keyring().clone(),
-            ai_cache.ttl(),
-        ),
-        chats,
+    let turns = Arc::new(turns);
+    let log = TurnLog::new(shared.turns.clone(), seal, config.cluster.resume_window);
+    let predictions = Arc::new(Predictions::default());
+    let turn = Arc::new_cyclic(|deps| TurnDeps {
+        pipeline: config.pipeline.clone(),
+        max_output_tokens: config.llm.max_output_tokens,
+        report_replaced_links: config.links.report_replaced,
+        ai_cache: p.storage.ai_cache.clone(),
+        instructions: p.instructions,
+        models: p.models,
+        predictions: predictions.clone(),
+        skills: p.skills.clone(),
+        routines: p.routines.clone(),
+        links: p.links,
+        metrics: p.metrics.clone(),
+        outlet: Arc::new(Outlet::new(
+            p.delivery.clone(),
+            log,
+            p.metrics.clone(),
+            p.tasks.turns.clone(),
+            crate::turn::follow_up::hook(deps.clone()),
+        )),
+        turns: turns.clone(),
+        tasks: p.tasks.turns.clone(),
+        shutdown: p.tasks.turns_shutdown.clone(),
+        focus: p.focus.clone(),
+        memories: p.memories.clone(),
+    });
+    let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
+    let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);
+    if let Some(jwks) = auth.jwks() {
+        let stop = p.tasks.connections_shutdown.clone();
+        p.tasks.connections.spawn(jwks.clone().run_refresher(stop));
+    }
+    let user_limiter = governor::RateLimiter::keyed(quota(limits.user_rate, limits.user_burst));
+    Ok(Arc::new(AppState {
+        llm_probe,
+        auth,
+        metrics: p.metrics,
+        owners: Default::default(),
+        ai_cache: p.storage.ai_cache,
+        delivery: p.delivery,
+        turns,
+        outlet: turn.outlet.clone(),
+        predictions,
+        focus: p.focus,
+        memories: p.memories,
+        skills: p.skills,
+        routines: p.routines,
+        turn,
+        user_limiter,
+        tasks: p.tasks,
+        store: p.storage.store,
+        config,
     }))
 }

@@ -16,8 +16,8 @@ mod tests;
 use std::collections::HashSet;
 
 use chatd_protocol::{
-    ChatId, ClientEmbed, EmbedId, HistoryReason, MessageId, RequestChatEmbeds, RequestChatHistory,
-    Role,
+    ChatId, ClientEmbed, EmbedId, HistoryMessage, HistoryReason, MessageId, RequestChatEmbeds,
+    RequestChatHistory, Role,
 };
 use futures_util::future::join_all;
 
@@ -53,12 +53,7 @@ pub async fn prepare(
         return Ok(Prepared::Invalid("no message to answer".into()));
     };
     cache_embeds(cache, user, chat, inbound).await?;
-    let mut new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
-    let counts = tokens::count_many(new_messages.iter().map(|m| m.content.clone()).collect()).await;
-    for (m, n) in new_messages.iter_mut().zip(counts) {
-        m.token_count = Some(n);
-    }
-
+    let new_messages = counted_user_entries(inbound).await;
     // The client re-sent the history (in answer to `request_chat_history`, or unasked).
     if let Some(history) = inbound
         .iter()
@@ -66,41 +61,77 @@ pub async fn prepare(
         .find_map(|i| i.message.message_history.as_ref())
     {
         let expected = first.prior_messages;
-        if history.is_empty() && expected > 0 {
-            return Ok(Prepared::Invalid(format!(
-                "message_history is empty but the chat has {expected} earlier messages"
-            )));
-        }
-        let new_ids: HashSet<&MessageId> = inbound.iter().map(Inbound::message_id).collect();
-        let mut all = Vec::with_capacity(history.len() + new_messages.len());
-        let mut seen = HashSet::new();
-        for h in history {
-            // The client re-sends empty messages too (a cancelled answer, a placeholder).
-            if h.content.trim().is_empty()
-                || new_ids.contains(&h.message_id)
-                || !seen.insert(&h.message_id)
-            {
-                continue;
-            }
-            all.push(CachedMessage {
-                message_id: h.message_id.clone(),
-                role: h.role,
-                token_count: None,
-                content: h.content.clone(),
-                created_at: h.created_at,
-                category: h.category.clone(),
-                model_name: h.model_name.clone(),
-            });
-        }
-        // Cached uncounted: counting a long history here would hold the turn for
-        // milliseconds, and its length bounds it until a budget needs the exact count.
-        all.extend(new_messages);
-        cache.replace(user, chat, &all).await?;
-        // The client sends a history's embeds with it: what it lacks is marked unavailable.
-        let (history, _) = for_model(cache, user, &all).await?;
-        return Ok(Prepared::Ready(history));
+        return from_resent(cache, user, chat, inbound, history, expected, new_messages).await;
     }
+    from_cache(cache, user, chat, inbound, (first, latest), new_messages).await
+}
 
+/// The new messages as cached, each with its token count.
+async fn counted_user_entries(inbound: &[Inbound]) -> Vec<CachedMessage> {
+    let mut new_messages: Vec<CachedMessage> = inbound.iter().map(user_entry).collect();
+    let counts = tokens::count_many(new_messages.iter().map(|m| m.content.clone()).collect()).await;
+    for (m, n) in new_messages.iter_mut().zip(counts) {
+        m.token_count = Some(n);
+    }
+    new_messages
+}
+
+/// The history the client re-sent (`expected` earlier messages), cached in place of the
+/// chat's, with the new messages after it.
+async fn from_resent(
+    cache: &AiCache,
+    user: &UserHash,
+    chat: &ChatId,
+    inbound: &[Inbound],
+    history: &[HistoryMessage],
+    expected: u64,
+    new_messages: Vec<CachedMessage>,
+) -> Result<Prepared, CacheFault> {
+    if history.is_empty() && expected > 0 {
+        return Ok(Prepared::Invalid(format!(
+            "message_history is empty but the chat has {expected} earlier messages"
+        )));
+    }
+    let new_ids: HashSet<&MessageId> = inbound.iter().map(Inbound::message_id).collect();
+    let mut all = Vec::with_capacity(history.len() + new_messages.len());
+    let mut seen = HashSet::new();
+    for h in history {
+        // The client re-sends empty messages too (a cancelled answer, a placeholder).
+        if h.content.trim().is_empty()
+            || new_ids.contains(&h.message_id)
+            || !seen.insert(&h.message_id)
+        {
+            continue;
+        }
+        all.push(CachedMessage {
+            message_id: h.message_id.clone(),
+            role: h.role,
+            token_count: None,
+            content: h.content.clone(),
+            created_at: h.created_at,
+            category: h.category.clone(),
+            model_name: h.model_name.clone(),
+        });
+    }
+    // Cached uncounted: counting a long history here would hold the turn for
+    // milliseconds, and its length bounds it until a budget needs the exact count.
+    all.extend(new_messages);
+    cache.replace(user, chat, &all).await?;
+    // The client sends a history's embeds with it: what it lacks is marked unavailable.
+    let (history, _) = for_model(cache, user, &all).await?;
+    Ok(Prepared::Ready(history))
+}
+
+/// The chat as cached with the new messages appended; the client is asked for the history
+/// when the cache cannot give a faithful one (`first` and `latest` of `inbound`).
+async fn from_cache(
+    cache: &AiCache,
+    user: &UserHash,
+    chat: &ChatId,
+    inbound: &[Inbound],
+    (first, latest): (&Inbound, &Inbound),
+    new_messages: Vec<CachedMessage>,
+) -> Result<Prepared, CacheFault> {
     let expected = first
         .prior_messages
         .max(u64::from(first.message.chat_has_title));
@@ -125,45 +156,82 @@ pub async fn prepare(
         let all: Vec<CachedMessage> = cached.iter().chain(&fresh).cloned().collect();
         cache.replace(user, chat, &all).await?;
     }
-    let reason = match failed {
-        None if expected > 0 => Some(HistoryReason::CacheMiss),
-        Some(f) if f > 0 => Some(HistoryReason::DecryptionFailed),
-        // The new messages may already be cached (a plain re-send): count only earlier ones.
-        Some(_) if (earlier(&cached, inbound).len() as u64) * 2 < expected => {
-            Some(HistoryReason::InsufficientCacheHistory)
-        }
-        _ => None,
-    };
-    if let Some(reason) = reason {
+    if let Some(reason) = history_lacking(failed, expected, &cached, inbound) {
         if latest.history_requested {
             return Ok(Prepared::Invalid(
                 "the chat history was requested; re-send the message with message_history".into(),
             ));
         }
         let cached_count = earlier(&cached, inbound).len() as u64;
-        let insufficient = reason == HistoryReason::InsufficientCacheHistory;
-        return Ok(Prepared::NeedHistory(RequestChatHistory {
-            chat_id: chat.clone(),
-            message: match reason {
-                HistoryReason::CacheMiss => "The server has no cached history for this chat.",
-                HistoryReason::DecryptionFailed => {
-                    "The server's cached history for this chat can no longer be decrypted."
-                }
-                HistoryReason::InsufficientCacheHistory => {
-                    "The server's cached history for this chat is incomplete."
-                }
-            }
-            .into(),
+        return Ok(Prepared::NeedHistory(history_request(
+            chat,
             reason,
-            expected_messages: insufficient.then_some(expected),
-            cached_messages: insufficient.then_some(cached_count),
-        }));
+            expected,
+            cached_count,
+        )));
     }
     let mut all = cached;
     all.extend(fresh);
     let keep = all.len().saturating_sub(cache.policy().max_messages);
     all.drain(..keep);
-    let (history, missing) = for_model(cache, user, &all).await?;
+    with_embeds(cache, user, chat, latest, &all).await
+}
+
+/// Why the cached chat (`failed` entries did not open; `None`: missing) cannot give the
+/// model a faithful history of `expected` earlier messages, if it cannot.
+fn history_lacking(
+    failed: Option<usize>,
+    expected: u64,
+    cached: &[CachedMessage],
+    inbound: &[Inbound],
+) -> Option<HistoryReason> {
+    match failed {
+        None if expected > 0 => Some(HistoryReason::CacheMiss),
+        Some(f) if f > 0 => Some(HistoryReason::DecryptionFailed),
+        // The new messages may already be cached (a plain re-send): count only earlier ones.
+        Some(_) if (earlier(cached, inbound).len() as u64) * 2 < expected => {
+            Some(HistoryReason::InsufficientCacheHistory)
+        }
+        _ => None,
+    }
+}
+
+/// The `request_chat_history` for `reason` (counts only when the cache holds too few).
+fn history_request(
+    chat: &ChatId,
+    reason: HistoryReason,
+    expected: u64,
+    cached_count: u64,
+) -> RequestChatHistory {
+    let insufficient = reason == HistoryReason::InsufficientCacheHistory;
+    RequestChatHistory {
+        chat_id: chat.clone(),
+        message: match reason {
+            HistoryReason::CacheMiss => "The server has no cached history for this chat.",
+            HistoryReason::DecryptionFailed => {
+                "The server's cached history for this chat can no longer be decrypted."
+            }
+            HistoryReason::InsufficientCacheHistory => {
+                "The server's cached history for this chat is incomplete."
+            }
+        }
+        .into(),
+        reason,
+        expected_messages: insufficient.then_some(expected),
+        cached_messages: insufficient.then_some(cached_count),
+    }
+}
+
+/// The history of `all` for the model, unless the client must first send embeds the
+/// cache lacks.
+async fn with_embeds(
+    cache: &AiCache,
+    user: &UserHash,
+    chat: &ChatId,
+    latest: &Inbound,
+    all: &[CachedMessage],
+) -> Result<Prepared, CacheFault> {
+    let (history, missing) = for_model(cache, user, all).await?;
     // Embeds the cache lacks are asked for once per message (the client has them in its
     // store); what the re-send still lacks is marked unavailable and not asked for again.
     if !missing.is_empty() && latest.history_requested {

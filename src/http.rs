@@ -57,7 +57,7 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
 }
 
 async fn metrics(State(app): State<Arc<AppState>>) -> Response {
-    let calls = app.turn.ai_cache.keyring().provider().calls();
+    let calls = app.ai_cache.keyring().provider().calls();
     app.metrics
         .key_service_calls
         .set(i64::try_from(calls).unwrap_or(i64::MAX));

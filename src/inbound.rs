@@ -1,10 +1,11 @@
-//! A user message waiting to be answered, as the device sent it, with what the client
-//! said about the turn besides the message itself. The turn's input; the history is built
-//! from it (a floor below both).
+//! What waits to be answered: a user message as the device sent it, with what the client
+//! said about the turn besides the message itself, or a skill's late result as a follow-up
+//! message of its own. The turn's input; the history is built from it (a floor below both).
 
-use chatd_protocol::{ClientEmbed, MessageId, UserMessage};
+use chatd_protocol::{ClientEmbed, MessageId, TaskId, UserMessage};
 
 use crate::delivery::ConnectionId;
+use crate::pipeline::TurnContext;
 
 /// A user message waiting to be answered, as the device sent it.
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
@@ -74,5 +75,35 @@ impl MessageOptions {
 impl Inbound {
     pub fn message_id(&self) -> &MessageId {
         &self.message.message_id
+    }
+}
+
+/// A follow-up message waiting for its chat.
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
+pub struct FollowUp {
+    /// Its own task (its assistant message id is derived from it).
+    pub task_id: TaskId,
+    /// The user message whose turn the skill belonged to.
+    pub user_message_id: MessageId,
+    pub model_name: String,
+    pub category: Option<String>,
+    pub text: String,
+}
+
+impl FollowUp {
+    /// The follow-up of the turn `ctx` describes, carrying `text`.
+    pub fn of(ctx: &TurnContext, text: &str) -> Self {
+        Self {
+            task_id: TaskId::random(),
+            user_message_id: ctx.user_message_id.clone(),
+            model_name: ctx.model_name.clone(),
+            category: ctx.category.clone(),
+            text: text.to_string(),
+        }
+    }
+
+    /// The id admission and the queue know it by.
+    pub fn message_id(&self) -> MessageId {
+        MessageId::from(self.task_id.clone())
     }
 }

@@ -53,6 +53,12 @@ enum Command {
     LintSkills {
         #[arg(value_name = "DIR")]
         dir: Option<PathBuf>,
+        /// Also start each MCP app's server, list its tools and check them.
+        #[arg(long)]
+        start_mcp: bool,
+        /// How long a server may take to start and list its tools.
+        #[arg(long, value_name = "DURATION", value_parser = humantime::parse_duration, default_value = "20s")]
+        mcp_timeout: Duration,
     },
 }
 
@@ -65,6 +71,25 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `lint-skills --start-mcp`: each MCP app's server started, its tools listed and checked.
+fn list_mcp(dir: &std::path::Path, deadline: Duration) -> anyhow::Result<()> {
+    let apps = chatd::skills::manifest::load(dir)?;
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("starting the async runtime")?;
+    let listings = runtime
+        .block_on(chatd::skills::mcp::listing::list_all(&apps, deadline))
+        .map_err(|e| anyhow::anyhow!(e))?;
+    for l in listings {
+        println!("mcp app `{}`: {} tools offered", l.app_id, l.offered);
+        for (tool, why) in l.left_out {
+            println!("  tool `{tool}` left out: {why}");
+        }
+    }
+    Ok(())
 }
 
 fn run(cli: Cli) -> anyhow::Result<()> {
@@ -87,9 +112,16 @@ fn run(cli: Cli) -> anyhow::Result<()> {
             );
             Ok(())
         }
-        Command::LintSkills { dir } => {
+        Command::LintSkills {
+            dir,
+            start_mcp,
+            mcp_timeout,
+        } => {
             let dir = dir.unwrap_or_default();
             let count = chatd::skills::lint_dir(&dir)?;
+            if start_mcp {
+                list_mcp(&dir, mcp_timeout)?;
+            }
             // Every routine script compiles and its literal calls name what exists.
             let routines = chatd::routines::Catalog::load(&dir)?.all().len();
             let shown = if dir.as_os_str().is_empty() {

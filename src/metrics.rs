@@ -82,175 +82,183 @@ pub struct ReasonLabel {
 }
 
 impl Metrics {
+    /// Every metric, registered under the `chatd` prefix.
     pub fn new() -> Self {
-        let mut registry = Registry::with_prefix("chatd");
-        let connections_open = Gauge::default();
-        registry.register(
-            "connections_open",
-            "Open WebSocket connections",
-            connections_open.clone(),
-        );
-        let frames_in = Family::<TypeLabel, Counter>::default();
-        registry.register(
-            "frames_in",
-            "Frames received, by message type",
-            frames_in.clone(),
-        );
-        let frames_out = Family::<TypeLabel, Counter>::default();
-        registry.register(
-            "frames_out",
-            "Frames sent, by message type",
-            frames_out.clone(),
-        );
-        let frames_coalesced = Counter::default();
-        registry.register(
-            "frames_coalesced",
-            "Queued answer updates replaced by a newer one for a client behind the stream",
-            frames_coalesced.clone(),
-        );
-        let history_requests = Family::<ReasonLabel, Counter>::default();
-        registry.register(
-            "history_requests",
-            "request_chat_history frames sent, by reason",
-            history_requests.clone(),
-        );
-        let key_service_calls = Gauge::default();
-        registry.register(
-            "key_service_calls",
-            "Calls made to the key service (data keys, unwraps, health)",
-            key_service_calls.clone(),
-        );
-        let stage_failures = Family::<StageLabel, Counter>::default();
-        registry.register(
-            "stage_failures",
-            "Pipeline stages that failed (preprocessing degrades to defaults), by stage",
-            stage_failures.clone(),
-        );
-        let errors = Family::<CodeLabel, Counter>::default();
-        registry.register("errors", "Error frames sent, by error code", errors.clone());
-        let turns = Family::<OutcomeLabel, Counter>::default();
-        registry.register("turns", "AI turns finished, by outcome", turns.clone());
-        let lost_turns = Counter::default();
-        registry.register(
-            "lost_turns",
-            "Turns taken over from a lost node (ended with node_lost)",
-            lost_turns.clone(),
-        );
-        let reprocessed_answers = Counter::default();
-        registry.register(
-            "reprocessed_answers",
-            "Answers generated again and replaced after postprocessing judged them harmful",
-            reprocessed_answers.clone(),
-        );
-        let turn_seconds = Histogram::new(exponential_buckets(0.005, 2.0, 16));
-        registry.register(
-            "turn_duration_seconds",
-            "Time from a turn's start to its final frame",
-            turn_seconds.clone(),
-        );
-        let ttft_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
-        registry.register(
-            "turn_first_chunk_seconds",
-            "Time from a turn's start to its first streamed chunk",
-            ttft_seconds.clone(),
-        );
-        let links_checked = Counter::default();
-        registry.register(
-            "links_checked",
-            "Links checked over the network",
-            links_checked.clone(),
-        );
-        let links_broken = Counter::default();
-        registry.register(
-            "links_broken",
-            "Links found broken (404/410, unresolvable name, refused connection, or malformed)",
-            links_broken.clone(),
-        );
-        let links_temporary = Counter::default();
-        registry.register(
-            "links_temporary",
-            "Link checks with an inconclusive result (401/403/429, other 4xx, 5xx, timeout, TLS or connection error), left alone",
-            links_temporary.clone(),
-        );
-        let links_skipped = Counter::default();
-        registry.register(
-            "links_skipped_ssrf",
-            "Links not checked because the address guard refused their target",
-            links_skipped.clone(),
-        );
-        let links_replaced = Counter::default();
-        registry.register(
-            "links_replaced",
-            "Broken links replaced by search links in answers",
-            links_replaced.clone(),
-        );
-        let link_check_seconds = Histogram::new(exponential_buckets(0.001, 2.0, 15));
-        registry.register(
-            "link_check_duration_seconds",
-            "Time of one link check over the network, redirects included",
-            link_check_seconds.clone(),
-        );
-        let speculative_main_calls = Family::<OutcomeLabel, Counter>::default();
-        registry.register(
-            "speculative_main_calls",
-            "Main calls opened while preprocessing ran: started, then used (preprocessing decided the same request) or wasted",
-            speculative_main_calls.clone(),
-        );
-        let speculative_wasted_input_tokens = Counter::default();
-        registry.register(
-            "speculative_wasted_input_tokens",
-            "Estimated input tokens of speculative main calls thrown away",
-            speculative_wasted_input_tokens.clone(),
-        );
-        let main_call_input_tokens = Counter::default();
-        registry.register(
-            "main_call_input_tokens",
-            "Estimated input tokens of every main call sent, wasted speculative ones included",
-            main_call_input_tokens.clone(),
-        );
-        let main_call_decision_seconds = Histogram::new(exponential_buckets(0.0001, 2.0, 18));
-        registry.register(
-            "main_call_decision_seconds",
-            "Time from a turn's start to the moment its main request is decided (preprocessing's decision fields in)",
-            main_call_decision_seconds.clone(),
-        );
-        let first_token_seconds = Family::<SpeculationLabel, Histogram>::new_with_constructor(
-            first_token_histogram as fn() -> Histogram,
-        );
-        registry.register(
-            "turn_first_token_seconds",
-            "Time from a turn's start to its first streamed chunk, by what became of its speculative main call (used, wasted, off)",
-            first_token_seconds.clone(),
-        );
-        Self {
-            registry,
-            speculative_main_calls,
-            speculative_wasted_input_tokens,
-            main_call_input_tokens,
-            main_call_decision_seconds,
-            first_token_seconds,
-            links_checked,
-            links_broken,
-            links_temporary,
-            links_skipped,
-            links_replaced,
-            link_check_seconds,
-            connections_open,
-            frames_in,
-            frames_out,
-            frames_coalesced,
-            errors,
-            turns,
-            lost_turns,
-            reprocessed_answers,
-            turn_seconds,
-            ttft_seconds,
-            history_requests,
-            key_service_calls,
-            stage_failures,
-        }
+        let mut metrics = Self {
+            registry: Registry::with_prefix("chatd"),
+            connections_open: Gauge::default(),
+            frames_in: Family::default(),
+            frames_out: Family::default(),
+            frames_coalesced: Counter::default(),
+            errors: Family::default(),
+            turns: Family::default(),
+            lost_turns: Counter::default(),
+            reprocessed_answers: Counter::default(),
+            turn_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 16)),
+            ttft_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
+            history_requests: Family::default(),
+            key_service_calls: Gauge::default(),
+            stage_failures: Family::default(),
+            links_checked: Counter::default(),
+            links_broken: Counter::default(),
+            links_temporary: Counter::default(),
+            links_skipped: Counter::default(),
+            links_replaced: Counter::default(),
+            link_check_seconds: Histogram::new(exponential_buckets(0.001, 2.0, 15)),
+            speculative_main_calls: Family::default(),
+            speculative_wasted_input_tokens: Counter::default(),
+            main_call_input_tokens: Counter::default(),
+            main_call_decision_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
+            first_token_seconds: Family::new_with_constructor(
+                first_token_histogram as fn() -> Histogram,
+            ),
+        };
+        // Registration order is the order of `GET /metrics`.
+        metrics.register_connections();
+        metrics.register_turns();
+        metrics.register_links();
+        metrics.register_speculation();
+        metrics
     }
 
+    /// Connections and the frames they carry.
+    fn register_connections(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "connections_open",
+            "Open WebSocket connections",
+            self.connections_open.clone(),
+        );
+        r.register(
+            "frames_in",
+            "Frames received, by message type",
+            self.frames_in.clone(),
+        );
+        r.register(
+            "frames_out",
+            "Frames sent, by message type",
+            self.frames_out.clone(),
+        );
+        r.register(
+            "frames_coalesced",
+            "Queued answer updates replaced by a newer one for a client behind the stream",
+            self.frames_coalesced.clone(),
+        );
+    }
+
+    /// Turns and what they depend on: history requests, the key service, pipeline stages,
+    /// error frames, outcomes and timings.
+    fn register_turns(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "history_requests",
+            "request_chat_history frames sent, by reason",
+            self.history_requests.clone(),
+        );
+        r.register(
+            "key_service_calls",
+            "Calls made to the key service (data keys, unwraps, health)",
+            self.key_service_calls.clone(),
+        );
+        r.register(
+            "stage_failures",
+            "Pipeline stages that failed (preprocessing degrades to defaults), by stage",
+            self.stage_failures.clone(),
+        );
+        r.register(
+            "errors",
+            "Error frames sent, by error code",
+            self.errors.clone(),
+        );
+        r.register("turns", "AI turns finished, by outcome", self.turns.clone());
+        r.register(
+            "lost_turns",
+            "Turns taken over from a lost node (ended with node_lost)",
+            self.lost_turns.clone(),
+        );
+        r.register(
+            "reprocessed_answers",
+            "Answers generated again and replaced after postprocessing judged them harmful",
+            self.reprocessed_answers.clone(),
+        );
+        r.register(
+            "turn_duration_seconds",
+            "Time from a turn's start to its final frame",
+            self.turn_seconds.clone(),
+        );
+        r.register(
+            "turn_first_chunk_seconds",
+            "Time from a turn's start to its first streamed chunk",
+            self.ttft_seconds.clone(),
+        );
+    }
+
+    /// Link checking.
+    fn register_links(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "links_checked",
+            "Links checked over the network",
+            self.links_checked.clone(),
+        );
+        r.register(
+            "links_broken",
+            "Links found broken (404/410, unresolvable name, refused connection, or malformed)",
+            self.links_broken.clone(),
+        );
+        r.register(
+            "links_temporary",
+            "Link checks with an inconclusive result (401/403/429, other 4xx, 5xx, timeout, TLS or connection error), left alone",
+            self.links_temporary.clone(),
+        );
+        r.register(
+            "links_skipped_ssrf",
+            "Links not checked because the address guard refused their target",
+            self.links_skipped.clone(),
+        );
+        r.register(
+            "links_replaced",
+            "Broken links replaced by search links in answers",
+            self.links_replaced.clone(),
+        );
+        r.register(
+            "link_check_duration_seconds",
+            "Time of one link check over the network, redirects included",
+            self.link_check_seconds.clone(),
+        );
+    }
+
+    /// Speculative main calls and what the main calls cost.
+    fn register_speculation(&mut self) {
+        let r = &mut self.registry;
+        r.register(
+            "speculative_main_calls",
+            "Main calls opened while preprocessing ran: started, then used (preprocessing decided the same request) or wasted",
+            self.speculative_main_calls.clone(),
+        );
+        r.register(
+            "speculative_wasted_input_tokens",
+            "Estimated input tokens of speculative main calls thrown away",
+            self.speculative_wasted_input_tokens.clone(),
+        );
+        r.register(
+            "main_call_input_tokens",
+            "Estimated input tokens of every main call sent, wasted speculative ones included",
+            self.main_call_input_tokens.clone(),
+        );
+        r.register(
+            "main_call_decision_seconds",
+            "Time from a turn's start to the moment its main request is decided (preprocessing's decision fields in)",
+            self.main_call_decision_seconds.clone(),
+        );
+        r.register(
+            "turn_first_token_seconds",
+            "Time from a turn's start to its first streamed chunk, by what became of its speculative main call (used, wasted, off)",
+            self.first_token_seconds.clone(),
+        );
+    }
+
+    /// The registry in the Prometheus text format (empty if it does not encode).
     pub fn render(&self) -> String {
         let mut out = String::new();
         if prometheus_client::encoding::text::encode(&mut out, &self.registry).is_err() {

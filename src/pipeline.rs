@@ -116,6 +116,9 @@ pub enum TurnError {
     AnswerTooLong,
     #[error("the turn ran past its deadline")]
     Deadline,
+    /// The node running the turn stopped; another node ended it.
+    #[error("the node running the turn was lost")]
+    NodeLost,
 }
 
 /// How a turn ended. `text` is the final answer (possibly partial).

@@ -9,10 +9,14 @@
 //! waits for the user at a time; while one waits, every message of the chat is its answer
 //! (the user ends a run with `cancel_routine`).
 
+mod cancel;
 pub mod catalog;
+mod emit;
 mod engine;
 pub mod journal;
+mod sandbox;
 pub mod slice;
+mod state;
 pub mod store;
 mod tools;
 
@@ -24,13 +28,13 @@ use dashmap::DashMap;
 use serde_json::{Value, json};
 use tokio_util::sync::CancellationToken;
 
-use crate::auth::UserId;
 use crate::cache::ai::AiCache;
 use crate::config::RoutinesConfig;
 use crate::crypto::UserHash;
 use crate::pipeline::models::{Model, Models};
 use crate::pipeline::{RoutineEvent, RoutineEventKind, TurnContext, TurnEvent, TurnSink};
 use crate::skills::Skills;
+pub use cancel::Cancelled;
 pub use catalog::{Catalog, Routine, RoutinesError};
 use journal::{EffectKind, Entry, RunRecord, RunStatus};
 use slice::{Slice, SliceEnd, Stop};
@@ -53,20 +57,6 @@ pub(crate) struct Inner {
     models: HashMap<String, Model>,
     /// Slices running on this node: who owns each and how to stop it.
     running: DashMap<RunId, (UserHash, CancellationToken)>,
-}
-
-/// Clock skew between nodes allowed for when deciding a running run is orphaned.
-const ORPHAN_MARGIN: std::time::Duration = std::time::Duration::from_secs(10);
-
-/// What `cancel_routine` did.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum Cancelled {
-    /// No slice of the run was running (it waited for the user, or the node running it
-    /// stopped mid-slice): it is gone, and its `routine_finished` is the caller's.
-    Ended(ChatId),
-    /// The run is running (here or on another node): it stops and reports itself.
-    Signalled,
-    NotFound,
 }
 
 impl Routines {
@@ -243,41 +233,8 @@ impl Routines {
         let ttl = self.inner.config.run_ttl;
         let mut end = match store.put(&owner, &record, ttl).await {
             Ok(()) => {
-                self.inner
-                    .running
-                    .insert(run_id.clone(), (owner.clone(), cancel.clone()));
-                let slice = Arc::new(Slice::new(
-                    self.inner.clone(),
-                    owner.clone(),
-                    ctx.clone(),
-                    sink.clone(),
-                    cancel.clone(),
-                    record,
-                ));
-                let worker = slice.clone();
-                let mut end = tokio::task::spawn_blocking(move || slice::execute(worker))
+                self.execute(&owner, record, &ctx, &sink, cancel.clone())
                     .await
-                    .unwrap_or_else(|e| {
-                        tracing::error!(error = %e, "routine slice failed");
-                        SliceEnd::Stopped(Stop::Failed {
-                            code: RoutineErrorCode::ScriptError,
-                            message: "the routine failed inside chatd".into(),
-                        })
-                    });
-                self.inner.running.remove(&run_id);
-                if let SliceEnd::Stopped(Stop::Paused { question }) = &end {
-                    let mut record = slice
-                        .record
-                        .lock()
-                        .unwrap_or_else(std::sync::PoisonError::into_inner)
-                        .clone();
-                    record.status = RunStatus::Paused;
-                    record.question = Some(question.clone());
-                    if let Err(stop) = self.pause(&owner, &record).await {
-                        end = SliceEnd::Stopped(stop);
-                    }
-                }
-                end
             }
             Err(e) => {
                 tracing::warn!(error = %e, "cannot save a routine run");
@@ -295,7 +252,72 @@ impl Routines {
         {
             end = SliceEnd::Stopped(Stop::Cancelled);
         }
-        let event = |kind| emit(&sink, &ctx, &run_id, kind);
+        self.report(&owner, &chat, &run_id, &ctx, &sink, end).await
+    }
+
+    /// Runs the saved run's script on a blocking thread, known meanwhile as running on this
+    /// node; a pause is saved and becomes the chat's waiting run.
+    async fn execute(
+        &self,
+        owner: &UserHash,
+        record: RunRecord,
+        ctx: &TurnContext,
+        sink: &Arc<dyn TurnSink>,
+        cancel: CancellationToken,
+    ) -> SliceEnd {
+        let run_id = record.run_id.clone();
+        self.inner
+            .running
+            .insert(run_id.clone(), (owner.clone(), cancel.clone()));
+        let slice = Arc::new(Slice::new(
+            self.inner.clone(),
+            owner.clone(),
+            ctx.clone(),
+            sink.clone(),
+            cancel,
+            record,
+        ));
+        let worker = slice.clone();
+        let mut end =
+            tokio::task::spawn_blocking(move || slice::execute(worker, engine::for_slice))
+                .await
+                .unwrap_or_else(|e| {
+                    tracing::error!(error = %e, "routine slice failed");
+                    SliceEnd::Stopped(Stop::Failed {
+                        code: RoutineErrorCode::ScriptError,
+                        message: "the routine failed inside chatd".into(),
+                    })
+                });
+        self.inner.running.remove(&run_id);
+        if let SliceEnd::Stopped(Stop::Paused { question }) = &end {
+            let mut record = slice
+                .record
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner)
+                .clone();
+            record.status = RunStatus::Paused;
+            record.question = Some(question.clone());
+            if let Err(stop) = self.pause(owner, &record).await {
+                end = SliceEnd::Stopped(stop);
+            }
+        }
+        end
+    }
+
+    /// Tells the turn how the slice ended: `awaiting_user_input` for a pause; otherwise the
+    /// run's error, if any, and its `routine_finished`, after the run is removed (and is no
+    /// longer the chat's waiting run).
+    async fn report(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        run_id: &RunId,
+        ctx: &TurnContext,
+        sink: &Arc<dyn TurnSink>,
+        end: SliceEnd,
+    ) -> SliceEnd {
+        let store = &self.inner.store;
+        let event = |kind| emit(sink, ctx, run_id, kind);
         let outcome = match &end {
             SliceEnd::Stopped(Stop::Paused { question }) => {
                 event(RoutineEventKind::Awaiting {
@@ -314,13 +336,13 @@ impl Routines {
                 RoutineOutcome::Error
             }
         };
-        if let Err(e) = store.delete(&owner, &run_id).await {
+        if let Err(e) = store.delete(owner, run_id).await {
             tracing::warn!(error = %e, "cannot remove a finished routine run");
         }
-        if let Ok(Some(waiting)) = store.waiting(&owner, &chat).await
-            && waiting == run_id
+        if let Ok(Some(waiting)) = store.waiting(owner, chat).await
+            && &waiting == run_id
         {
-            let _ = store.clear_waiting(&owner, &chat).await;
+            let _ = store.clear_waiting(owner, chat).await;
         }
         event(RoutineEventKind::Finished(outcome));
         end
@@ -349,45 +371,6 @@ impl Routines {
             });
         }
         Ok(())
-    }
-
-    /// `cancel_routine`: stops the user's run wherever it is.
-    pub async fn cancel(&self, user: &UserId, run: &RunId) -> Cancelled {
-        let owner = UserHash::of(user);
-        if let Some(entry) = self.inner.running.get(run)
-            && entry.0 == owner
-        {
-            entry.1.cancel();
-            return Cancelled::Signalled;
-        }
-        let store = &self.inner.store;
-        match store.get(&owner, run).await {
-            Ok(Some(record)) if record.status == RunStatus::Paused || self.orphaned(&record) => {
-                if let Err(e) = store.delete(&owner, run).await {
-                    tracing::warn!(error = %e, "cannot remove a cancelled routine run");
-                }
-                if let Ok(Some(waiting)) = store.waiting(&owner, &record.chat_id).await
-                    && &waiting == run
-                {
-                    let _ = store.clear_waiting(&owner, &record.chat_id).await;
-                }
-                Cancelled::Ended(record.chat_id)
-            }
-            Ok(Some(_)) => match store.request_cancel(&owner, run).await {
-                Ok(()) => Cancelled::Signalled,
-                Err(_) => Cancelled::NotFound,
-            },
-            _ => Cancelled::NotFound,
-        }
-    }
-
-    /// A running run whose slice cannot be running anywhere: a slice ends within
-    /// `slice_time`, so one that started longer ago (with a margin for clocks) died with its
-    /// node.
-    fn orphaned(&self, record: &RunRecord) -> bool {
-        let limit = self.inner.config.slice_time + ORPHAN_MARGIN;
-        let age = crate::clock::unix_millis().saturating_sub(record.slice_started_at);
-        record.status == RunStatus::Running && u128::try_from(age).unwrap_or(0) > limit.as_millis()
     }
 
     /// Slices running on this node.

@@ -3,6 +3,7 @@
 //! connection stays usable.
 
 mod apps;
+mod delete;
 mod embeds;
 mod focus;
 mod memories;
@@ -13,6 +14,7 @@ mod persist;
 mod resume;
 mod routine;
 mod sync;
+mod sync_worker;
 
 use std::num::NonZeroU32;
 use std::sync::Arc;
@@ -23,7 +25,7 @@ use chatd_protocol::{
 };
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 
-use self::paging::SyncJob;
+use self::sync_worker::SyncJob;
 use crate::delivery::{Audience, Device};
 use crate::metrics::TypeLabel;
 use crate::skills::CancelRefused;
@@ -102,7 +104,6 @@ impl Session {
     /// Sends to the user's devices (on every node).
     fn broadcast(&self, audience: Audience, msg: &ServerMessage) {
         self.app
-            .turn
             .delivery
             .send(&self.device.user_hash, audience, msg);
     }
@@ -235,7 +236,6 @@ impl Session {
     fn cancel_skill(&self, m: chatd_protocol::CancelSkill) {
         match self
             .app
-            .turn
             .skills
             .cancels()
             .cancel(&self.device.user, &m.skill_task_id)
@@ -250,9 +250,8 @@ impl Session {
                 ));
             }
             // Not here: in cluster mode the node running it may be another one.
-            Err(CancelRefused::NotFound) if self.app.turn.delivery.has_peers() => {
+            Err(CancelRefused::NotFound) if self.app.delivery.has_peers() => {
                 self.app
-                    .turn
                     .delivery
                     .cancel_skill_elsewhere(&self.device.user_hash, &m.skill_task_id);
                 self.reply(ServerMessage::SkillCancelRequested(
@@ -273,20 +272,14 @@ impl Session {
     }
 
     async fn cancel_ai_task(&self, m: CancelAiTask) {
-        match self
-            .app
-            .turn
-            .turns
-            .cancel(&self.device.user, &m.task_id)
-            .await
-        {
+        match self.app.turns.cancel(&self.device.user, &m.task_id).await {
             Ok(elsewhere) => {
                 // Runs on another node: tell it now (it would also see it on renewal).
                 if let Some(node) = elsewhere {
                     let control = crate::delivery::NodeControl::CancelTask {
                         task: m.task_id.clone(),
                     };
-                    if let Err(e) = self.app.turn.delivery.control(&node, &control).await {
+                    if let Err(e) = self.app.delivery.control(&node, &control).await {
                         tracing::warn!(error = %e, "cannot reach the task's node; it stops on renewal");
                     }
                 }

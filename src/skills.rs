@@ -6,9 +6,11 @@
 
 pub mod contract;
 mod docs;
+mod exec_error;
 pub mod executor;
 mod external;
 pub mod free_text;
+mod invocation;
 pub mod manifest;
 pub mod mcp;
 pub mod prefilter;
@@ -33,8 +35,8 @@ use crate::llm::{ToolCall, ToolDef};
 use crate::pipeline::models::Model;
 use crate::pipeline::tools::{PreparedCall, SkillInfo, ToolRunner, toon};
 use crate::pipeline::{TurnContext, TurnSink};
+use invocation::Invocation;
 use manifest::{AppManifest, SkillManifest};
-use runner::Invocation;
 use sanitize::{Detector, DetectorPrompt};
 
 #[derive(Debug, thiserror::Error)]

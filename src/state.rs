@@ -7,13 +7,22 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::auth::{Authenticator, UserId};
+use crate::cache::ai::AiCache;
 use crate::config::Config;
+use crate::delivery::Delivery;
+use crate::focus::FocusCatalog;
+use crate::memories::Memories;
 use crate::metrics::Metrics;
+use crate::pipeline::speculation::Predictions;
+use crate::routines::Routines;
+use crate::skills::Skills;
 use crate::store::Store;
-use crate::turn::TurnDeps;
+use crate::turn::writer::Outlet;
+use crate::turn::{TurnDeps, Turns};
 
 /// Owners of every spawned task, in two groups shut down in order: turns first (so their
 /// final frames still reach open sockets), then connections.
+#[derive(Default)]
 pub struct Tasks {
     pub turns: TaskTracker,
     /// Fired when shutdown begins: no new message is taken; running turns go on.
@@ -32,7 +41,25 @@ pub struct AppState {
     pub metrics: Arc<Metrics>,
     /// Chat owners the store confirmed (a bounded read cache).
     pub owners: crate::store::owners::Owners,
-    /// What turns need (the AI cache, the pipeline, the hub, the turn registry).
+    /// The sealed AI cache (messages, embeds, per-user state).
+    pub ai_cache: AiCache,
+    /// Frames to the user's devices on this node and the others.
+    pub delivery: Arc<Delivery>,
+    /// Which turn runs in each chat, and what waits behind it.
+    pub turns: Arc<Turns>,
+    /// Where turns write: a device that resumes reads the turn log through it.
+    pub outlet: Arc<Outlet>,
+    /// Each chat's guess of its next main call (forgotten with the chat).
+    pub predictions: Arc<Predictions>,
+    /// The apps' focus modes.
+    pub focus: Arc<FocusCatalog>,
+    /// App settings/memories: categories and the chat-scoped sealed cache.
+    pub memories: Arc<Memories>,
+    /// The skills (a device cancels a running one).
+    pub skills: Arc<Skills>,
+    /// The apps' routines and their runs.
+    pub routines: Routines,
+    /// What a turn needs, for starting turns ([`crate::turn::spawn`]) only.
     pub turn: Arc<TurnDeps>,
     /// Per-user message rate across all of a user's devices.
     pub user_limiter: DefaultKeyedRateLimiter<UserId>,
@@ -47,13 +74,12 @@ impl AppState {
     /// Each dependency's reachability, for `/readyz` (in cluster mode also the turn
     /// store and the bus subscription).
     pub async fn readiness(&self) -> Vec<(&'static str, Result<(), String>)> {
-        let turn = &self.turn;
         let (llm, cache, keys, store, turns) = tokio::join!(
             self.llm_probe.check(),
-            turn.ai_cache.backend().ping(),
-            turn.ai_cache.keyring().provider().check(),
+            self.ai_cache.backend().ping(),
+            self.ai_cache.keyring().provider().check(),
             self.store.ping(),
-            turn.turns.store().ping(),
+            self.turns.store().ping(),
         );
         let mut out = vec![
             ("llm", llm),
@@ -61,7 +87,7 @@ impl AppState {
             ("keys", keys.map_err(|e| e.to_string())),
             ("store", store.map_err(|e| e.to_string())),
         ];
-        if let Some(bus) = turn.delivery.bus() {
+        if let Some(bus) = self.delivery.bus() {
             out.push(("turns", turns.map_err(|e| e.to_string())));
             out.push(("bus", bus.ping().await.map_err(|e| e.to_string())));
         }

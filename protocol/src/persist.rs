@@ -1,12 +1,18 @@
 //! Payloads of the zero-knowledge persistence and sync flows: the client encrypts, chatd
 //! stores the ciphertexts as opaque strings and hands them back byte-for-byte on sync.
-//! Every `encrypted_*` field is client ciphertext chatd never reads.
+//! Every `encrypted_*` field is client ciphertext chatd never reads. This file owns chats,
+//! messages and their versions; embeds are in `persist/embeds.rs`, the phased sync in
+//! `persist/sync.rs` (all exported at the crate's root).
 
-use std::collections::BTreeMap;
+mod embeds;
+mod sync;
 
 use crate::{ChatId, EmbedId, MessageId, Role};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
+
+pub use embeds::*;
+pub use sync::*;
 
 /// A chat's version counters as the client sends them (all optional).
 #[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, JsonSchema)]
@@ -187,94 +193,6 @@ pub struct DeleteMessage {
     pub embed_ids_to_delete: Vec<EmbedId>,
 }
 
-/// `store_embed`: an embed encrypted with its own key; created or updated by `embed_id`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct StoreEmbed {
-    pub embed_id: EmbedId,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub encrypted_type: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub encrypted_content: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub encrypted_text_preview: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    /// SHA-256 (hex) of the chat id, as the reference client computes it.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hashed_chat_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hashed_message_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hashed_task_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub embed_ids: Vec<EmbedId>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub parent_embed_id: Option<EmbedId>,
-    #[serde(default)]
-    pub version_number: u64,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub content_hash: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub text_length_chars: Option<u64>,
-    #[serde(default)]
-    pub is_private: bool,
-    #[serde(default)]
-    pub is_shared: bool,
-}
-
-/// One wrapped embed key.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EmbedKey {
-    pub hashed_embed_id: String,
-    /// `master` or `chat`.
-    pub key_type: String,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub hashed_chat_id: Option<String>,
-    pub encrypted_embed_key: String,
-    #[serde(default)]
-    pub created_at: i64,
-}
-
-/// `store_embed_keys`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct StoreEmbedKeys {
-    pub keys: Vec<EmbedKey>,
-}
-
-/// `request_embed`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct RequestEmbed {
-    pub embed_id: EmbedId,
-}
-
-/// Which part of a phased sync the client asks for.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, JsonSchema)]
-#[serde(rename_all = "snake_case")]
-pub enum SyncPhase {
-    Phase1,
-    Phase2,
-    Phase3,
-    All,
-}
-
-/// `phased_sync_request`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct PhasedSyncRequest {
-    #[serde(default = "default_phase")]
-    pub phase: SyncPhase,
-    /// What the client has: chat id → its versions.
-    #[serde(default)]
-    pub client_chat_versions: BTreeMap<ChatId, ClientVersions>,
-    #[serde(default)]
-    pub client_chat_ids: Vec<ChatId>,
-    #[serde(default)]
-    pub client_embed_ids: Vec<EmbedId>,
-}
-
-fn default_phase() -> SyncPhase {
-    SyncPhase::All
-}
-
 // ---------------------------------------------------------------------------------------
 // Server → client
 
@@ -308,9 +226,6 @@ pub struct ChatDetails {
     pub rejected_suggestion_hashes: Vec<String>,
     pub versions: ChatVersions,
 }
-
-/// A stored embed as synced (ciphertexts as the client stored them).
-pub type StoredEmbed = StoreEmbed;
 
 /// `chat_message_confirmed` after `encrypted_chat_metadata` is the shared
 /// [`crate::ChatMessageConfirmed`]; this is `encrypted_metadata_stored`.
@@ -377,76 +292,4 @@ pub struct MessageDeleted {
     pub chat_id: ChatId,
     pub message_id: MessageId,
     pub versions: ChatVersions,
-}
-
-/// `embed_stored` (sender) and `embed_update` (other devices).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EmbedUpdate {
-    pub embed_id: EmbedId,
-    /// The hashed chat id the embed was stored with.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub chat_id: Option<String>,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub status: Option<String>,
-    #[serde(default, skip_serializing_if = "Vec::is_empty")]
-    pub child_embed_ids: Vec<EmbedId>,
-    pub version_number: u64,
-}
-
-/// `embed_keys_stored`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct EmbedKeysStored {
-    pub count: u64,
-}
-
-/// One chat's content in a sync frame.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct ChatContent {
-    pub chat_id: ChatId,
-    pub messages: Vec<EncryptedMessage>,
-    pub server_message_count: u64,
-    pub versions: ChatVersions,
-}
-
-/// `phase_1_last_chat_ready`: metadata of the last opened chat (`chat_id` null: none).
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Phase1LastChatReady {
-    pub chat_id: Option<ChatId>,
-    pub chat_details: Option<ChatDetails>,
-    pub phase: String,
-    pub already_synced: bool,
-}
-
-/// `phase_1b_chat_content_ready`: content of up to 10 recent chats.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Phase1bChatContentReady {
-    pub chats: Vec<ChatContent>,
-    pub embeds: Vec<StoredEmbed>,
-    pub embed_keys: Vec<EmbedKey>,
-}
-
-/// `phase_2_last_20_chats_ready` (legacy name): metadata of up to 100 chats.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct Phase2ChatsReady {
-    pub chats: Vec<ChatDetails>,
-    pub chat_count: u64,
-    pub total_chat_count: u64,
-    pub phase: String,
-}
-
-/// `background_message_sync`: the remaining chats' content, 10 chats per batch.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct BackgroundMessageSync {
-    pub chats: Vec<ChatContent>,
-    pub batch_number: u64,
-    pub is_last_batch: bool,
-    pub embeds: Vec<StoredEmbed>,
-    pub embed_keys: Vec<EmbedKey>,
-}
-
-/// `phased_sync_complete`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
-pub struct PhasedSyncComplete {
-    pub phase: SyncPhase,
-    pub timestamp: i64,
 }

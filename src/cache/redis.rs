@@ -3,7 +3,10 @@
 //! crate's cluster client, which follows the slots), our own deadline around every call,
 //! and Lua scripts for the compound operations so each is atomic on the server.
 //! Every key a script or an atomic pipeline touches is a key of one user, tagged
-//! `{u:<hash>}` (see `backend::keys`), so on a Cluster they share a slot.
+//! `{u:<hash>}` (see `backend::keys`), so on a Cluster they share a slot. This file owns
+//! the connection and the deadline; the calls are in [`chats`] (a chat's AI list, embeds,
+//! settings and sync blobs) and [`values`] (key/value entries, claims, counters, pending
+//! answers).
 
 use std::time::Duration;
 
@@ -12,19 +15,22 @@ use futures_util::future::BoxFuture;
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::cluster::ClusterClient;
 use redis::cluster_async::ClusterConnection;
-use redis::{Cmd, Pipeline, Script, ScriptInvocation, Value};
+use redis::{Cmd, Pipeline, Script, ScriptInvocation};
 use tokio::sync::OnceCell;
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
+use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
 use crate::crypto::UserHash;
 use crate::redis::RedisConn as Conn;
 
+mod chats;
 mod scripts;
+mod values;
 use scripts::{
     AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, FIELD_CLAIM, PENDING_PUT,
     SYNC_CLEAR,
 };
 
+/// The cache on Redis: the target, the deadline of every call, and the loaded scripts.
 pub struct RedisBackend {
     target: Target,
     timeout: Duration,
@@ -151,52 +157,9 @@ fn score() -> u64 {
     }
 }
 
+/// A TTL in whole seconds, at least one.
 fn secs(d: Duration) -> u64 {
     d.as_secs().max(1)
-}
-
-fn bytes_list(v: Value) -> Result<Option<Vec<Vec<u8>>>, CacheError> {
-    match v {
-        Value::Nil => Ok(None),
-        Value::Array(items) => items
-            .into_iter()
-            .map(|i| match i {
-                Value::BulkString(b) => Ok(b),
-                other => Err(CacheError::Protocol(format!(
-                    "expected bytes, got {other:?}"
-                ))),
-            })
-            .collect::<Result<Vec<_>, _>>()
-            .map(Some),
-        other => Err(CacheError::Protocol(format!(
-            "expected a list, got {other:?}"
-        ))),
-    }
-}
-
-/// The arguments of the AI write scripts (see [`scripts::AI_WRITE`]).
-fn ai_write_invocation<'s>(
-    script: &'s Script,
-    mode: &str,
-    user: &UserHash,
-    chat: &ChatId,
-    entries: &[Vec<u8>],
-    policy: AiPolicy,
-) -> ScriptInvocation<'s> {
-    let mut inv = script.prepare_invoke();
-    inv.key(keys::ai_messages(user, chat.as_str()))
-        .key(keys::ai_lru(user))
-        .arg(mode)
-        .arg(secs(policy.ttl))
-        .arg(policy.max_messages)
-        .arg(policy.max_chats)
-        .arg(score())
-        .arg(keys::tag(user))
-        .arg(chat.as_str());
-    for e in entries {
-        inv.arg(e.as_slice());
-    }
-    inv
 }
 
 impl CacheBackend for RedisBackend {
@@ -208,18 +171,7 @@ impl CacheBackend for RedisBackend {
         entries: Vec<Vec<u8>>,
         policy: AiPolicy,
     ) -> BoxFuture<'a, Result<Vec<ChatId>, CacheError>> {
-        Box::pin(async move {
-            let mode = match mode {
-                WriteMode::Append => "append",
-                WriteMode::Replace => "replace",
-            };
-            let inv = ai_write_invocation(&self.ai_write, mode, user, chat, &entries, policy);
-            let evicted: Vec<String> = self.invoke(inv).await?;
-            Ok(evicted
-                .into_iter()
-                .filter_map(|c| ChatId::parse(c).ok())
-                .collect())
-        })
+        Box::pin(chats::ai_write(self, user, chat, mode, entries, policy))
     }
 
     fn ai_read_append<'a>(
@@ -230,12 +182,9 @@ impl CacheBackend for RedisBackend {
         policy: AiPolicy,
         create: bool,
     ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
-        Box::pin(async move {
-            let mode = if create { "create" } else { "existing" };
-            let inv = ai_write_invocation(&self.ai_read_append, mode, user, chat, &entries, policy);
-            let v: Value = self.invoke(inv).await?;
-            bytes_list(v)
-        })
+        Box::pin(chats::ai_read_append(
+            self, user, chat, entries, policy, create,
+        ))
     }
 
     fn ai_read<'a>(
@@ -244,16 +193,7 @@ impl CacheBackend for RedisBackend {
         chat: &'a ChatId,
         policy: AiPolicy,
     ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
-        Box::pin(async move {
-            let mut inv = self.ai_read.prepare_invoke();
-            inv.key(keys::ai_messages(user, chat.as_str()))
-                .key(keys::ai_lru(user))
-                .arg(secs(policy.ttl))
-                .arg(score())
-                .arg(chat.as_str());
-            let v: Value = self.invoke(inv).await?;
-            bytes_list(v)
-        })
+        Box::pin(chats::ai_read(self, user, chat, policy))
     }
 
     fn ai_delete<'a>(
@@ -261,14 +201,7 @@ impl CacheBackend for RedisBackend {
         user: &'a UserHash,
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut inv = self.ai_delete.prepare_invoke();
-            inv.key(keys::ai_lru(user))
-                .arg(keys::tag(user))
-                .arg(chat.as_str());
-            let _: i64 = self.invoke(inv).await?;
-            Ok(())
-        })
+        Box::pin(chats::ai_delete(self, user, chat))
     }
 
     fn embed_put<'a>(
@@ -279,26 +212,7 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let index = keys::embed_index(user, chat.as_str());
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .cmd("SET")
-                .arg(keys::embed(user, embed.as_str()))
-                .arg(value)
-                .arg("EX")
-                .arg(secs(ttl))
-                .ignore()
-                .cmd("SADD")
-                .arg(&index)
-                .arg(embed.as_str())
-                .ignore()
-                .cmd("EXPIRE")
-                .arg(&index)
-                .arg(secs(ttl))
-                .ignore();
-            self.query_pipe(pipe).await
-        })
+        Box::pin(chats::embed_put(self, user, chat, embed, value, ttl))
     }
 
     fn embed_get<'a>(
@@ -306,7 +220,7 @@ impl CacheBackend for RedisBackend {
         user: &'a UserHash,
         embed: &'a EmbedId,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(self.kv_get_owned(keys::embed(user, embed.as_str())))
+        Box::pin(values::kv_get(self, keys::embed(user, embed.as_str())))
     }
 
     fn settings_put<'a>(
@@ -317,26 +231,7 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let index = keys::settings_index(user, chat.as_str());
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .cmd("SET")
-                .arg(keys::settings(user, chat.as_str(), app_key))
-                .arg(value)
-                .arg("EX")
-                .arg(secs(ttl))
-                .ignore()
-                .cmd("SADD")
-                .arg(&index)
-                .arg(app_key)
-                .ignore()
-                .cmd("EXPIRE")
-                .arg(&index)
-                .arg(secs(ttl))
-                .ignore();
-            self.query_pipe(pipe).await
-        })
+        Box::pin(chats::settings_put(self, user, chat, app_key, value, ttl))
     }
 
     fn settings_get<'a>(
@@ -345,7 +240,10 @@ impl CacheBackend for RedisBackend {
         chat: &'a ChatId,
         app_key: &'a str,
     ) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(self.kv_get_owned(keys::settings(user, chat.as_str(), app_key)))
+        Box::pin(values::kv_get(
+            self,
+            keys::settings(user, chat.as_str(), app_key),
+        ))
     }
 
     fn sync_put<'a>(
@@ -355,25 +253,7 @@ impl CacheBackend for RedisBackend {
         blobs: Vec<Vec<u8>>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let key = keys::sync(user, chat.as_str());
-            let index = keys::sync_index(user);
-            let mut pipe = redis::pipe();
-            pipe.atomic().cmd("DEL").arg(&key).ignore();
-            if !blobs.is_empty() {
-                pipe.cmd("RPUSH").arg(&key).arg(blobs).ignore();
-                pipe.cmd("EXPIRE").arg(&key).arg(secs(ttl)).ignore();
-            }
-            pipe.cmd("SADD")
-                .arg(&index)
-                .arg(chat.as_str())
-                .ignore()
-                .cmd("EXPIRE")
-                .arg(&index)
-                .arg(secs(ttl))
-                .ignore();
-            self.query_pipe(pipe).await
-        })
+        Box::pin(chats::sync_put(self, user, chat, blobs, ttl))
     }
 
     fn sync_get<'a>(
@@ -381,27 +261,11 @@ impl CacheBackend for RedisBackend {
         user: &'a UserHash,
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>> {
-        Box::pin(async move {
-            let key = keys::sync(user, chat.as_str());
-            let mut pipe = redis::pipe();
-            pipe.cmd("EXISTS")
-                .arg(&key)
-                .cmd("LRANGE")
-                .arg(&key)
-                .arg(0)
-                .arg(-1);
-            let (exists, items): (bool, Vec<Vec<u8>>) = self.query_pipe(pipe).await?;
-            Ok(exists.then_some(items))
-        })
+        Box::pin(chats::sync_get(self, user, chat))
     }
 
     fn sync_clear<'a>(&'a self, user: &'a UserHash) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut inv = self.sync_clear.prepare_invoke();
-            inv.key(keys::sync_index(user)).arg(keys::tag(user));
-            let _: i64 = self.invoke(inv).await?;
-            Ok(())
-        })
+        Box::pin(chats::sync_clear(self, user))
     }
 
     fn kv_put<'a>(
@@ -410,15 +274,11 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key).arg(value).arg("EX").arg(secs(ttl));
-            self.query(cmd).await
-        })
+        Box::pin(values::kv_put(self, key, value, ttl))
     }
 
     fn kv_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<Vec<u8>>, CacheError>> {
-        Box::pin(self.kv_get_owned(key.to_string()))
+        Box::pin(values::kv_get(self, key.to_string()))
     }
 
     fn kv_claim<'a>(
@@ -427,17 +287,7 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("SET");
-            cmd.arg(key)
-                .arg(&value)
-                .arg("NX")
-                .arg("GET")
-                .arg("PX")
-                .arg(ttl.as_millis() as u64);
-            let held: Option<Vec<u8>> = self.query(cmd).await?;
-            Ok(held.unwrap_or(value))
-        })
+        Box::pin(values::kv_claim(self, key, value, ttl))
     }
 
     fn field_claim<'a>(
@@ -448,15 +298,9 @@ impl CacheBackend for RedisBackend {
         ttl: Duration,
         max_fields: usize,
     ) -> BoxFuture<'a, Result<Vec<u8>, CacheError>> {
-        Box::pin(async move {
-            let mut inv = self.field_claim.prepare_invoke();
-            inv.key(key)
-                .arg(field)
-                .arg(value)
-                .arg(ttl.as_millis() as u64)
-                .arg(max_fields);
-            self.invoke(inv).await
-        })
+        Box::pin(values::field_claim(
+            self, key, field, value, ttl, max_fields,
+        ))
     }
 
     fn field_put<'a>(
@@ -466,20 +310,7 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .cmd("HSET")
-                .arg(key)
-                .arg(field)
-                .arg(value)
-                .ignore()
-                .cmd("PEXPIRE")
-                .arg(key)
-                .arg(ttl.as_millis() as u64)
-                .ignore();
-            self.query_pipe::<()>(pipe).await
-        })
+        Box::pin(values::field_put(self, key, field, value, ttl))
     }
 
     fn field_delete<'a>(
@@ -487,11 +318,7 @@ impl CacheBackend for RedisBackend {
         key: &'a str,
         field: &'a str,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("HDEL");
-            cmd.arg(key).arg(field);
-            self.query::<()>(cmd).await
-        })
+        Box::pin(values::field_delete(self, key, field))
     }
 
     fn counter_bump<'a>(
@@ -500,22 +327,11 @@ impl CacheBackend for RedisBackend {
         seed: Option<u64>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
-        Box::pin(async move {
-            let mut call = self.counter_bump.key(key);
-            call.arg(seed.map_or(-1, |s| s as i64))
-                .arg(ttl.as_millis() as u64);
-            let n: Option<u64> = self.invoke(call).await?;
-            Ok(n)
-        })
+        Box::pin(values::counter_bump(self, key, seed, ttl))
     }
 
     fn counter_get<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<Option<u64>, CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("GET");
-            cmd.arg(key);
-            let v: Option<u64> = self.query(cmd).await?;
-            Ok(v)
-        })
+        Box::pin(values::counter_get(self, key))
     }
 
     fn pending_put<'a>(
@@ -525,28 +341,14 @@ impl CacheBackend for RedisBackend {
         value: Vec<u8>,
         ttl: Duration,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut call = self.pending_put.key(keys::pending(user));
-            call.key(keys::pending_order(user))
-                .arg(id)
-                .arg(value)
-                .arg(score())
-                .arg(PENDING_MAX)
-                .arg(ttl.as_millis() as u64);
-            self.invoke::<()>(call).await
-        })
+        Box::pin(values::pending_put(self, user, id, value, ttl))
     }
 
     fn pending_list<'a>(
         &'a self,
         user: &'a UserHash,
     ) -> BoxFuture<'a, Result<Vec<Pending>, CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("HGETALL");
-            cmd.arg(keys::pending(user));
-            let all: Vec<Pending> = self.query(cmd).await?;
-            Ok(all)
-        })
+        Box::pin(values::pending_list(self, user))
     }
 
     fn pending_delete<'a>(
@@ -554,23 +356,11 @@ impl CacheBackend for RedisBackend {
         user: &'a UserHash,
         id: &'a str,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut pipe = redis::pipe();
-            pipe.atomic()
-                .hdel(keys::pending(user), id)
-                .ignore()
-                .zrem(keys::pending_order(user), id)
-                .ignore();
-            self.query_pipe::<()>(pipe).await
-        })
+        Box::pin(values::pending_delete(self, user, id))
     }
 
     fn kv_delete<'a>(&'a self, key: &'a str) -> BoxFuture<'a, Result<(), CacheError>> {
-        Box::pin(async move {
-            let mut cmd = redis::cmd("DEL");
-            cmd.arg(key);
-            self.query(cmd).await
-        })
+        Box::pin(values::kv_delete(self, key))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), CacheError>> {
@@ -578,13 +368,5 @@ impl CacheBackend for RedisBackend {
             let _: String = self.query(redis::cmd("PING")).await?;
             Ok(())
         })
-    }
-}
-
-impl RedisBackend {
-    async fn kv_get_owned(&self, key: String) -> Result<Option<Vec<u8>>, CacheError> {
-        let mut cmd = redis::cmd("GET");
-        cmd.arg(key);
-        self.query(cmd).await
     }
 }

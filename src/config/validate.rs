@@ -4,15 +4,36 @@
 
 use super::*;
 
+/// The error for `key`: `reason`.
+fn invalid(key: &'static str, reason: &str) -> Result<(), ConfigError> {
+    Err(ConfigError::Invalid {
+        key,
+        reason: reason.to_string(),
+    })
+}
+
 impl Config {
     /// Checks the values serde cannot: ranges and cross-field rules.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                reason: reason.to_string(),
-            })
-        };
+        self.validate_server()?;
+        self.validate_llm()?;
+        self.validate_cache()?;
+        self.validate_keys()?;
+        self.auth.validate()?;
+        if self.llm.context_window < 1024 {
+            return invalid("llm.context_window", "must be at least 1024 tokens");
+        }
+        self.validate_models()?;
+        self.skills.validate()?;
+        self.routines.validate()?;
+        self.cluster.validate(self)?;
+        self.validate_store()?;
+        self.validate_pipeline()?;
+        self.validate_links()
+    }
+
+    /// `server.*` and the rate limits.
+    fn validate_server(&self) -> Result<(), ConfigError> {
         let s = &self.server;
         if s.max_frame_bytes < 1024 {
             return invalid("server.max_frame_bytes", "must be at least 1024");
@@ -45,6 +66,11 @@ impl Config {
         if l.connection_burst < 1 || l.user_burst < 1 {
             return invalid("limits", "bursts must be at least 1");
         }
+        Ok(())
+    }
+
+    /// The single-provider `llm.*` settings (its context window is checked after `auth`).
+    fn validate_llm(&self) -> Result<(), ConfigError> {
         if self.llm.provider == LlmProvider::OpenaiCompatible {
             let url = self.llm.base_url.trim();
             if !(url.starts_with("http://") || url.starts_with("https://")) {
@@ -57,6 +83,11 @@ impl Config {
         if let Some(r) = &self.llm.api_key_vault {
             self.check_vault_ref("llm.api_key_vault", r)?;
         }
+        Ok(())
+    }
+
+    /// `cache.*`: the Redis URL (and what a Cluster needs), TTLs and sizes.
+    fn validate_cache(&self) -> Result<(), ConfigError> {
         let c = &self.cache;
         if c.backend == CacheBackendKind::Redis
             && !(c.redis_url.starts_with("redis://")
@@ -89,6 +120,11 @@ impl Config {
         if !(1..=1000).contains(&c.ai_max_chats) {
             return invalid("cache.ai_max_chats", "must be between 1 and 1000");
         }
+        Ok(())
+    }
+
+    /// `keys.*`: what the Vault provider needs.
+    fn validate_keys(&self) -> Result<(), ConfigError> {
         let k = &self.keys;
         if k.provider == KeyProviderKind::Vault {
             let url = k.vault_addr.trim();
@@ -108,14 +144,11 @@ impl Config {
         if k.vault_timeout.is_zero() {
             return invalid("keys.vault_timeout", "must be longer than zero");
         }
-        self.auth.validate()?;
-        if self.llm.context_window < 1024 {
-            return invalid("llm.context_window", "must be at least 1024 tokens");
-        }
-        self.validate_models()?;
-        self.skills.validate()?;
-        self.routines.validate()?;
-        self.cluster.validate(self)?;
+        Ok(())
+    }
+
+    /// `store.url`: empty (SQLite in the data directory), SQLite or Postgres.
+    fn validate_store(&self) -> Result<(), ConfigError> {
         let url = self.store.url.trim();
         if !(url.is_empty()
             || url.starts_with("sqlite://")
@@ -128,6 +161,11 @@ impl Config {
                 "must be empty (SQLite in server.data_dir), sqlite://PATH or postgres://...",
             );
         }
+        Ok(())
+    }
+
+    /// `pipeline.*`: thresholds, budgets and timeouts.
+    fn validate_pipeline(&self) -> Result<(), ConfigError> {
         let p = &self.pipeline;
         if !(1..=10).contains(&p.harm_threshold) || !(1..=10).contains(&p.misuse_threshold) {
             return invalid(
@@ -159,16 +197,11 @@ impl Config {
         if p.stage_timeout.is_zero() {
             return invalid("pipeline.stage_timeout", "must be longer than zero");
         }
-        self.validate_links()
+        Ok(())
     }
 
+    /// `links.*`: timeouts, the search URL, concurrency, cache size, redirects, proxy.
     fn validate_links(&self) -> Result<(), ConfigError> {
-        let invalid = |key, reason: &str| {
-            Err(ConfigError::Invalid {
-                key,
-                reason: reason.to_string(),
-            })
-        };
         let l = &self.links;
         if l.timeout.is_zero() || l.timeout > Duration::from_secs(120) {
             return invalid("links.timeout", "must be between 1ms and 120s");
@@ -218,6 +251,7 @@ impl Config {
         Ok(())
     }
 
+    /// `models.*`: the catalog's entries, and every stage's model in it.
     fn validate_models(&self) -> Result<(), ConfigError> {
         let invalid = |key, reason: String| Err(ConfigError::Invalid { key, reason });
         let m = &self.models;

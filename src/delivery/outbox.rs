@@ -263,6 +263,8 @@ impl Outbox {
             q.bytes = 0;
         }
         self.shared.close.cancel();
+        // The writer waits on `ready` alone (one waiter in every idle connection's task).
+        self.shared.ready.notify_one();
     }
 
     /// Resolves once someone asked for the socket to close.
@@ -290,10 +292,14 @@ impl OutboxReceiver {
     }
 
     /// The next frames to write, oldest first: at least one, at most `max_frames`, and no
-    /// more once `max_bytes` are reached. Waits while the queue is empty.
+    /// more once `max_bytes` are reached. Waits while the queue is empty; none once the
+    /// socket is to be closed (what is queued then is [`Self::drain`]'s).
     pub async fn next_batch(&self, max_frames: usize, max_bytes: usize) -> Vec<EncodedFrame> {
         loop {
             let ready = self.shared.ready.notified();
+            if self.close.is_cancelled() {
+                return Vec::new();
+            }
             let batch = self.take(max_frames, max_bytes);
             if !batch.is_empty() {
                 return batch;

@@ -48,6 +48,7 @@ pub struct Exchange<'a> {
     pub candidates: &'a [String],
 }
 
+/// The suggestions for one exchange (none when a phase fails or the store is down).
 pub async fn run(
     memories: &Memories,
     model: &Model,
@@ -73,17 +74,43 @@ pub async fn run(
             return Vec::new();
         }
     };
-    let conversation = |system: String| {
-        vec![
-            LlmMessage::System(system),
-            LlmMessage::User(exchange.user_message.to_string()),
-            LlmMessage::Assistant {
-                content: exchange.answer.to_string(),
-                tool_calls: Vec::new(),
-            },
-        ]
+    let Some(chosen) = choose(model, timeout, exchange, &candidates, cancel).await else {
+        return Vec::new();
     };
-    // Phase 1: which categories deserve a suggestion.
+    // Phase 2: one entry per chosen category.
+    let calls = chosen.iter().map(|c| {
+        let request = entry_request(model, exchange, c);
+        call_function(model.client.as_ref(), request, timeout, cancel)
+    });
+    let answers = join_all(calls).await;
+    chosen
+        .into_iter()
+        .zip(answers)
+        .filter_map(|(c, answer)| accepted(c, &answer.ok()?.arguments, &rejected))
+        .collect()
+}
+
+/// The exchange as the model sees it, under `system`.
+fn conversation(exchange: &Exchange<'_>, system: String) -> Vec<LlmMessage> {
+    vec![
+        LlmMessage::System(system),
+        LlmMessage::User(exchange.user_message.to_string()),
+        LlmMessage::Assistant {
+            content: exchange.answer.to_string(),
+            tool_calls: Vec::new(),
+        },
+    ]
+}
+
+/// Phase 1: which of `candidates` deserve a suggestion (at most [`MAX_SUGGESTIONS`], in
+/// the candidates' order); `None` when the call failed.
+async fn choose<'c>(
+    model: &Model,
+    timeout: Duration,
+    exchange: &Exchange<'_>,
+    candidates: &[&'c Category],
+    cancel: &CancellationToken,
+) -> Option<Vec<&'c Category>> {
     let keys: Vec<String> = candidates.iter().map(|c| c.key()).collect();
     let listing: Vec<String> = candidates
         .iter()
@@ -91,12 +118,15 @@ pub async fn run(
         .collect();
     let mut request = LlmRequest::chat(
         model.spec.name.clone(),
-        conversation(format!(
-            "Choose at most {MAX_SUGGESTIONS} categories in which the user would want to \
-             save something from this exchange (none if nothing is worth saving). \
-             Categories:\n{}",
-            listing.join("\n")
-        )),
+        conversation(
+            exchange,
+            format!(
+                "Choose at most {MAX_SUGGESTIONS} categories in which the user would want to \
+                 save something from this exchange (none if nothing is worth saving). \
+                 Categories:\n{}",
+                listing.join("\n")
+            ),
+        ),
     );
     request.tools = vec![ToolDef {
         name: CHOOSE.into(),
@@ -106,78 +136,83 @@ pub async fn run(
                            "items": {"type": "string", "enum": keys}}}})
         .into(),
     }];
-    let chosen: Vec<&Category> =
-        match call_function(model.client.as_ref(), request, timeout, cancel).await {
-            Ok(called) => {
-                let named: Vec<String> = called.arguments["categories"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .filter_map(Value::as_str)
-                    .map(super::canonical_key)
-                    .collect();
-                let mut out: Vec<&Category> = Vec::new();
-                for c in &candidates {
-                    if named.contains(&c.key()) && out.len() < MAX_SUGGESTIONS {
-                        out.push(c);
-                    }
+    match call_function(model.client.as_ref(), request, timeout, cancel).await {
+        Ok(called) => {
+            let named: Vec<String> = called.arguments["categories"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .filter_map(Value::as_str)
+                .map(super::canonical_key)
+                .collect();
+            let mut out: Vec<&Category> = Vec::new();
+            for c in candidates {
+                if named.contains(&c.key()) && out.len() < MAX_SUGGESTIONS {
+                    out.push(c);
                 }
-                out
             }
-            Err(e) => {
-                tracing::warn!(error = %e, "settings/memory suggestion phase 1 failed");
-                return Vec::new();
-            }
-        };
-    // Phase 2: one entry per chosen category.
-    let calls = chosen.iter().map(|c| {
-        let mut request = LlmRequest::chat(
-            model.spec.name.clone(),
-            conversation(format!(
+            Some(out)
+        }
+        Err(e) => {
+            tracing::warn!(error = %e, "settings/memory suggestion phase 1 failed");
+            None
+        }
+    }
+}
+
+/// Phase 2's request for one entry of `category`.
+fn entry_request(model: &Model, exchange: &Exchange<'_>, category: &Category) -> LlmRequest {
+    let c = category;
+    let mut request = LlmRequest::chat(
+        model.spec.name.clone(),
+        conversation(
+            exchange,
+            format!(
                 "Suggest one new entry for the user's {} ({}), taken from this exchange, \
                  with a short title.",
                 c.spec.title, c.spec.description
-            )),
-        );
-        request.tools = vec![ToolDef {
-            name: SUGGEST.into(),
-            description: "One suggested settings/memory entry.".into(),
-            parameters: json!({"type": "object", "required": ["suggested_title", "item_value"],
-                "properties": {"suggested_title": {"type": "string", "maxLength": 100},
-                               "item_value": c.spec.schema}})
-            .into(),
-        }];
-        call_function(model.client.as_ref(), request, timeout, cancel)
-    });
-    let answers = join_all(calls).await;
-    let mut out = Vec::new();
-    for (c, answer) in chosen.into_iter().zip(answers) {
-        let Ok(called) = answer else {
-            continue;
-        };
-        let title = called.arguments["suggested_title"]
-            .as_str()
-            .map(str::trim)
-            .unwrap_or_default()
-            .to_string();
-        let value = called.arguments["item_value"].clone();
-        if title.is_empty() || title.chars().count() > 100 {
-            continue;
-        }
-        if crate::schema::validate(&c.spec.schema, &value).is_err() {
-            continue;
-        }
-        if rejected.contains(&suggestion_hash(&c.app_id, &c.spec.id, &title)) {
-            continue;
-        }
-        out.push(SuggestedSettingsMemoryEntry {
-            app_id: c.app_id.clone(),
-            item_type: c.spec.id.clone(),
-            suggested_title: title,
-            item_value: value,
-        });
+            ),
+        ),
+    );
+    request.tools = vec![ToolDef {
+        name: SUGGEST.into(),
+        description: "One suggested settings/memory entry.".into(),
+        parameters: json!({"type": "object", "required": ["suggested_title", "item_value"],
+            "properties": {"suggested_title": {"type": "string", "maxLength": 100},
+                           "item_value": c.spec.schema}})
+        .into(),
+    }];
+    request
+}
+
+/// The entry phase 2 wrote for `c` (its `arguments`), if it is valid against the
+/// category's schema and its hash is not among the `rejected`.
+fn accepted(
+    c: &Category,
+    arguments: &Value,
+    rejected: &[String],
+) -> Option<SuggestedSettingsMemoryEntry> {
+    let title = arguments["suggested_title"]
+        .as_str()
+        .map(str::trim)
+        .unwrap_or_default()
+        .to_string();
+    let value = arguments["item_value"].clone();
+    if title.is_empty() || title.chars().count() > 100 {
+        return None;
     }
-    out
+    if crate::schema::validate(&c.spec.schema, &value).is_err() {
+        return None;
+    }
+    if rejected.contains(&suggestion_hash(&c.app_id, &c.spec.id, &title)) {
+        return None;
+    }
+    Some(SuggestedSettingsMemoryEntry {
+        app_id: c.app_id.clone(),
+        item_type: c.spec.id.clone(),
+        suggested_title: title,
+        item_value: value,
+    })
 }
 
 #[cfg(test)]

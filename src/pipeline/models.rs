@@ -7,7 +7,7 @@ use std::sync::Arc;
 
 use secrecy::SecretString;
 
-use crate::config::{Capability, Config, LlmProvider};
+use crate::config::{Capability, Config, LlmProvider, ModelEntry};
 use crate::llm::{self, LlmClient, LlmError};
 
 #[derive(Debug, Clone)]
@@ -66,6 +66,66 @@ pub struct Models {
     postprocessing: String,
 }
 
+/// Clients of the catalog's entries by endpoint and key source (`vault:…`, `env:…`).
+type Clients = HashMap<(String, Option<String>), Arc<dyn LlmClient>>;
+
+/// The one model of an empty catalog, from the single-provider `llm.*` settings.
+fn single_provider_spec(config: &Config) -> ModelSpec {
+    // The simulated provider answers to any name; clients see it for what it is.
+    let id = match config.llm.provider {
+        LlmProvider::Simulated => "chatd-simulated".to_string(),
+        LlmProvider::OpenaiCompatible => config.llm.model.clone(),
+    };
+    ModelSpec {
+        id: id.clone(),
+        name: id,
+        context_window: config.llm.context_window,
+        capabilities: vec![Capability::Tools],
+        cost_tier: 1,
+    }
+}
+
+/// The client that reaches a catalog entry: the default one unless the entry names an
+/// endpoint or a key of its own; entries with the same endpoint and key share one.
+fn entry_client(
+    config: &Config,
+    entry: &ModelEntry,
+    default_client: &Arc<dyn LlmClient>,
+    clients: &mut Clients,
+) -> Result<Arc<dyn LlmClient>, LlmError> {
+    // Where the entry's key comes from: Vault (read at start-up) wins over the env.
+    let key_source = match (&entry.api_key_vault, &entry.api_key_env) {
+        (Some(r), _) => Some(format!("vault:{r}")),
+        (None, Some(var)) => Some(format!("env:{var}")),
+        (None, None) => None,
+    };
+    if config.llm.provider == LlmProvider::Simulated
+        || (entry.base_url.is_none() && key_source.is_none())
+    {
+        return Ok(default_client.clone());
+    }
+    let key = (
+        entry
+            .base_url
+            .clone()
+            .unwrap_or_else(|| config.llm.base_url.clone()),
+        key_source,
+    );
+    if let Some(c) = clients.get(&key) {
+        return Ok(c.clone());
+    }
+    let mut llm_config = config.llm.clone();
+    llm_config.base_url = key.0.clone();
+    if entry.api_key.is_some() {
+        llm_config.api_key = entry.api_key.clone();
+    } else if let Some(var) = &entry.api_key_env {
+        llm_config.api_key = std::env::var(var).ok().map(SecretString::from);
+    }
+    let c = llm::from_config(&llm_config)?;
+    clients.insert(key, c.clone());
+    Ok(c)
+}
+
 impl Models {
     /// Builds the catalog; `default_client` reaches `llm.base_url` with `llm.api_key`.
     pub fn from_config(
@@ -75,72 +135,7 @@ impl Models {
         let m = &config.models;
         let mut by_id = HashMap::new();
         let mut order = Vec::new();
-        if m.catalog.is_empty() {
-            // The simulated provider answers to any name; clients see it for what it is.
-            let id = match config.llm.provider {
-                LlmProvider::Simulated => "chatd-simulated".to_string(),
-                LlmProvider::OpenaiCompatible => config.llm.model.clone(),
-            };
-            let spec = ModelSpec {
-                id: id.clone(),
-                name: id,
-                context_window: config.llm.context_window,
-                capabilities: vec![Capability::Tools],
-                cost_tier: 1,
-            };
-            order.push(spec.id.clone());
-            by_id.insert(
-                spec.id.clone(),
-                Model {
-                    spec: Arc::new(spec),
-                    client: default_client.clone(),
-                },
-            );
-        }
-        // One client per distinct endpoint and key.
-        let mut clients: HashMap<(String, Option<String>), Arc<dyn LlmClient>> = HashMap::new();
-        for entry in &m.catalog {
-            // Where the entry's key comes from: Vault (read at start-up) wins over the env.
-            let key_source = match (&entry.api_key_vault, &entry.api_key_env) {
-                (Some(r), _) => Some(format!("vault:{r}")),
-                (None, Some(var)) => Some(format!("env:{var}")),
-                (None, None) => None,
-            };
-            let client = if config.llm.provider == LlmProvider::Simulated
-                || (entry.base_url.is_none() && key_source.is_none())
-            {
-                default_client.clone()
-            } else {
-                let key = (
-                    entry
-                        .base_url
-                        .clone()
-                        .unwrap_or_else(|| config.llm.base_url.clone()),
-                    key_source,
-                );
-                match clients.get(&key) {
-                    Some(c) => c.clone(),
-                    None => {
-                        let mut llm_config = config.llm.clone();
-                        llm_config.base_url = key.0.clone();
-                        if entry.api_key.is_some() {
-                            llm_config.api_key = entry.api_key.clone();
-                        } else if let Some(var) = &entry.api_key_env {
-                            llm_config.api_key = std::env::var(var).ok().map(SecretString::from);
-                        }
-                        let c = llm::from_config(&llm_config)?;
-                        clients.insert(key, c.clone());
-                        c
-                    }
-                }
-            };
-            let spec = ModelSpec {
-                id: entry.id.clone(),
-                name: entry.name.clone().unwrap_or_else(|| entry.id.clone()),
-                context_window: entry.context_window,
-                capabilities: entry.capabilities.clone(),
-                cost_tier: entry.cost_tier,
-            };
+        let mut add = |spec: ModelSpec, client: Arc<dyn LlmClient>| {
             order.push(spec.id.clone());
             by_id.insert(
                 spec.id.clone(),
@@ -149,6 +144,22 @@ impl Models {
                     client,
                 },
             );
+        };
+        if m.catalog.is_empty() {
+            add(single_provider_spec(config), default_client.clone());
+        }
+        // One client per distinct endpoint and key.
+        let mut clients = HashMap::new();
+        for entry in &m.catalog {
+            let client = entry_client(config, entry, &default_client, &mut clients)?;
+            let spec = ModelSpec {
+                id: entry.id.clone(),
+                name: entry.name.clone().unwrap_or_else(|| entry.id.clone()),
+                context_window: entry.context_window,
+                capabilities: entry.capabilities.clone(),
+                cost_tier: entry.cost_tier,
+            };
+            add(spec, client);
         }
         let first = order.first().cloned().unwrap_or_default();
         let pick = |s: &String| {

@@ -9,7 +9,8 @@ use std::sync::Arc;
 
 use regex::Regex;
 
-use super::engine;
+use super::emit::EmitKind;
+use super::sandbox::sandbox;
 use crate::skills::manifest::{self, AppManifest};
 use crate::skills::routine_manifest::RoutineManifest;
 
@@ -78,7 +79,7 @@ impl Catalog {
         apps: &[AppManifest],
         read: impl Fn(&str, &str) -> Result<String, String>,
     ) -> Result<Catalog, RoutinesError> {
-        let engine = engine::sandbox(&crate::config::RoutinesConfig::default());
+        let engine = sandbox(&crate::config::RoutinesConfig::default());
         let skills: HashSet<String> = apps
             .iter()
             .flat_map(|a| a.skills.iter().map(move |s| format!("{}-{}", a.id, s.id)))
@@ -147,7 +148,7 @@ impl Catalog {
                 "skill" => {
                     skills.contains(&crate::pipeline::preprocess::normalize_tool_name(target))
                 }
-                _ => super::slice::EmitKind::parse(target).is_some(),
+                _ => EmitKind::parse(target).is_some(),
             };
             if !ok {
                 return Err(format!(

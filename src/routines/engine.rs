@@ -1,58 +1,14 @@
-//! The Rhai engine routines run in: sandboxed (no modules, no `eval`, output discarded,
-//! bounded strings, arrays, maps and nesting) and, for a slice, given the run context's
-//! functions, each a method of the slice ([`super::slice`]): `emit`, `ask_user`, `run`,
-//! `skill`, `model`, `drive_get`, `drive_set`. `state` is the frame's own map.
+//! A slice's Rhai engine: the sandbox (see `sandbox.rs`) given the run context's functions,
+//! each a method of the slice ([`super::slice`]): `emit`, `ask_user`, `run`, `skill`,
+//! `model`, `drive_get`, `drive_set`. `state` is the frame's own map (see `state.rs`).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::Arc;
 
 use rhai::{Dynamic, Engine, ImmutableString, NativeCallContext};
 
+use super::sandbox::sandbox;
 use super::slice::Slice;
-use crate::config::RoutinesConfig;
-
-/// An engine that can compile and run scripts and do nothing else.
-pub fn sandbox(config: &RoutinesConfig) -> Engine {
-    let mut engine = Engine::new();
-    engine
-        .set_module_resolver(rhai::module_resolvers::DummyModuleResolver::new())
-        .set_max_operations(config.max_operations)
-        .set_max_call_levels(64)
-        .set_max_expr_depths(64, 32)
-        .set_max_string_size(1 << 20)
-        .set_max_array_size(10_000)
-        .set_max_map_size(10_000)
-        .set_max_variables(1_000)
-        .set_max_functions(1_000)
-        .disable_symbol("eval");
-    engine.on_print(|_| {});
-    engine.on_debug(|_, _, _| {});
-    engine
-}
-
-/// One frame's `state`: a map the script reads and writes as `state.key` or `state["key"]`.
-#[derive(Clone, Default)]
-pub struct State(pub Arc<Mutex<rhai::Map>>);
-
-impl State {
-    fn get(&mut self, key: ImmutableString) -> Dynamic {
-        let map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        map.get(key.as_str()).cloned().unwrap_or(Dynamic::UNIT)
-    }
-
-    fn set(&mut self, key: ImmutableString, value: Dynamic) {
-        let mut map = self.0.lock().unwrap_or_else(PoisonError::into_inner);
-        map.insert(key.as_str().into(), value);
-    }
-
-    pub fn snapshot(&self) -> serde_json::Value {
-        let map = self
-            .0
-            .lock()
-            .unwrap_or_else(PoisonError::into_inner)
-            .clone();
-        rhai::serde::from_dynamic(&Dynamic::from_map(map)).unwrap_or(serde_json::Value::Null)
-    }
-}
+use super::state::State;
 
 /// The sandbox with the run context's functions bound to `slice`.
 pub fn for_slice(slice: &Arc<Slice>) -> Engine {

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, PoisonError};
 use std::time::Instant;
 
-use chatd_protocol::{MessageId, RoutineErrorCode, RunId};
+use chatd_protocol::{RoutineErrorCode, RunId};
 use rhai::{Dynamic, Engine, EvalAltResult, Position, Scope};
 use serde_json::{Value, json};
 use sha2::{Digest, Sha256};
@@ -19,46 +19,14 @@ mod effects;
 
 use super::Inner;
 use super::catalog::Routine;
-use super::engine::{self, State};
+pub use super::emit::EmitKind;
 use super::journal::{EffectKind, Entry, FrameSnapshot, RunRecord};
+use super::state::State;
 use crate::config::RoutinesConfig;
 use crate::crypto::UserHash;
-use crate::pipeline::{RoutineEventKind, TurnContext, TurnSink};
+use crate::pipeline::{TurnContext, TurnSink};
 
 type Rhai<T> = Result<T, Box<EvalAltResult>>;
-
-/// What `emit` may send.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum EmitKind {
-    Status,
-    Message,
-    Information,
-    Error,
-}
-
-impl EmitKind {
-    pub fn parse(s: &str) -> Option<Self> {
-        Some(match s {
-            "status" => Self::Status,
-            "message" => Self::Message,
-            "information" => Self::Information,
-            "error" => Self::Error,
-            _ => return None,
-        })
-    }
-
-    fn event(self, text: String, message_id: MessageId) -> RoutineEventKind {
-        match self {
-            Self::Status => RoutineEventKind::Status(text),
-            Self::Message => RoutineEventKind::Message { message_id, text },
-            Self::Information => RoutineEventKind::Information(text),
-            Self::Error => RoutineEventKind::Error {
-                message: text,
-                code: None,
-            },
-        }
-    }
-}
 
 /// Why a slice stopped before its script ended.
 #[derive(Debug, Clone)]
@@ -80,6 +48,8 @@ pub enum SliceEnd {
     Stopped(Stop),
 }
 
+/// One slice of a run: what its effects need (the routines, the owner, the turn), its
+/// budget, its journal cursor and its frames. Shared with the engine's functions.
 pub struct Slice {
     pub(super) inner: Arc<Inner>,
     pub(super) owner: UserHash,
@@ -321,7 +291,7 @@ impl Slice {
         Ok(result)
     }
 
-    // The run context's functions (see `engine::for_slice`).
+    // The run context's functions (bound to the script's engine in `engine.rs`).
 
     pub fn emit(&self, kind: &str, text: String) -> Rhai<()> {
         if EmitKind::parse(kind).is_none() {
@@ -391,8 +361,9 @@ impl Slice {
     }
 }
 
-/// Runs the slice's script to its end or its stop (on a blocking thread).
-pub fn execute(slice: Arc<Slice>) -> SliceEnd {
+/// Runs the slice's script to its end or its stop (on a blocking thread), in the engine
+/// `bind` makes for it (the sandbox with the run context's functions bound to the slice).
+pub fn execute(slice: Arc<Slice>, bind: impl FnOnce(&Arc<Slice>) -> Engine) -> SliceEnd {
     let name = lock(&slice.record).routine.clone();
     let Some(routine) = slice.inner.catalog.find(&name).cloned() else {
         return SliceEnd::Stopped(failed(
@@ -401,7 +372,7 @@ pub fn execute(slice: Arc<Slice>) -> SliceEnd {
         ));
     };
     let args = to_dynamic(&lock(&slice.record).args);
-    let engine = engine::for_slice(&slice);
+    let engine = bind(&slice);
     let result = slice.call(&engine, &routine, args);
     drop(engine);
     if let Some(stop) = lock(&slice.stop).take() {

@@ -23,7 +23,6 @@ impl Session {
         prefs.disabled_skills.dedup();
         if let Err(e) = self
             .app
-            .turn
             .ai_cache
             .set_app_preferences(&self.device.user_hash, &prefs)
             .await

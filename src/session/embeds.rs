@@ -53,7 +53,6 @@ impl Session {
         };
         match self
             .app
-            .turn
             .ai_cache
             .get_embed(&self.user_hash(), &m.embed_id)
             .await
@@ -105,7 +104,6 @@ impl Session {
         let user = &self.device.user;
         match self
             .app
-            .turn
             .ai_cache
             .get_embed(&self.user_hash(), &m.embed_id)
             .await

@@ -16,7 +16,7 @@ impl Session {
         if !self.stored_chat_allowed(&m.chat_id, None).await {
             return;
         }
-        let Some(mode) = self.app.turn.focus.get(&m.focus_id).cloned() else {
+        let Some(mode) = self.app.focus.get(&m.focus_id).cloned() else {
             return self.unknown_focus(&m.chat_id, &m.focus_id);
         };
         let record = FocusRecord {
@@ -24,7 +24,6 @@ impl Session {
         };
         if let Err(e) = self
             .app
-            .turn
             .ai_cache
             .set_focus(&self.device.user_hash, &m.chat_id, &record)
             .await
@@ -45,11 +44,11 @@ impl Session {
             return;
         }
         if let Some(id) = &m.focus_id
-            && self.app.turn.focus.get(id).is_none()
+            && self.app.focus.get(id).is_none()
         {
             return self.unknown_focus(&m.chat_id, id);
         }
-        let cache = &self.app.turn.ai_cache;
+        let cache = &self.app.ai_cache;
         let user = &self.device.user_hash;
         let active = match cache.focus(user, &m.chat_id).await {
             Ok(record) => record.and_then(|r| r.active),
@@ -86,7 +85,6 @@ impl Session {
         p.details = Some(format!(
             "`{id}` is not one of: {}",
             self.app
-                .turn
                 .focus
                 .all()
                 .iter()

@@ -10,16 +10,17 @@
 use std::collections::BTreeMap;
 
 use chatd_protocol::{
-    AppSettingsMemoriesConfirmed, AppSettingsMemoriesProposalResult, ChatId,
-    DismissAppSettingsMemoriesDialog, ErrorCode, ErrorPayload, RejectSettingsMemorySuggestion,
-    ServerMessage, SettingsMemorySuggestionRejected,
+    AppSettingsMemoriesConfirmed, AppSettingsMemoriesProposalResult, AppSettingsMemoryEntry,
+    ChatId, DismissAppSettingsMemoriesDialog, ErrorCode, ErrorPayload,
+    RejectSettingsMemorySuggestion, ServerMessage, SettingsMemorySuggestionRejected,
 };
 use serde_json::Value;
 
 use super::Session;
 use crate::cache::ai::CacheFault;
+use crate::crypto::UserHash;
 use crate::delivery::Audience;
-use crate::memories::store::{apply, valid_id};
+use crate::memories::store::{PendingRequest, apply, valid_id};
 use crate::memories::suggest::valid_hash;
 
 impl Session {
@@ -34,7 +35,7 @@ impl Session {
         if !self.stored_chat_allowed(chat, None).await {
             return;
         }
-        let memories = &self.app.turn.memories;
+        let memories = &self.app.memories;
         let user = self.user_hash();
         let request = match memories.store.request(&user, &m.request_id).await {
             Ok(Some(r)) if r.chat_id == *chat => r,
@@ -48,9 +49,40 @@ impl Session {
             }
             Err(e) => return self.memories_fault(&e, chat),
         };
-        // Valid entries by key; every problem is reported, the valid entries are kept.
+        let accepted = self.accepted_entries(m.app_settings_memories, &request, chat);
+        if let Err(e) = self
+            .store_answer(&user, &request, &m.request_id, &accepted)
+            .await
+        {
+            return self.memories_fault(&e, chat);
+        }
+        let reason = if accepted.is_empty() {
+            "declined"
+        } else {
+            "confirmed"
+        };
+        self.broadcast(
+            Audience::All,
+            &ServerMessage::DismissAppSettingsMemoriesDialog(DismissAppSettingsMemoriesDialog {
+                chat_id: chat.clone(),
+                request_id: m.request_id,
+                reason: reason.into(),
+            }),
+        );
+    }
+
+    /// The entries the user allows, valid ones by key: each names a declared category
+    /// the request asked for and matches its schema. Every problem is reported; the valid
+    /// entries are kept.
+    fn accepted_entries(
+        &self,
+        entries: Vec<AppSettingsMemoryEntry>,
+        request: &PendingRequest,
+        chat: &ChatId,
+    ) -> BTreeMap<String, Vec<Value>> {
+        let memories = &self.app.memories;
         let mut accepted: BTreeMap<String, Vec<Value>> = BTreeMap::new();
-        for entry in m.app_settings_memories {
+        for entry in entries {
             let Some(category) = memories.categories.by_parts(&entry.app_id, &entry.item_key)
             else {
                 self.memories_error(
@@ -81,44 +113,39 @@ impl Session {
                 ),
             }
         }
-        for (key, entries) in &accepted {
-            if let Err(e) = memories.store.put_entries(&user, chat, key, entries).await {
-                return self.memories_fault(&e, chat);
-            }
+        accepted
+    }
+
+    /// Seals the accepted entries into the chat's cache, marks each requested key answered
+    /// (or declined when nothing of it was accepted) and forgets the request.
+    async fn store_answer(
+        &self,
+        user: &UserHash,
+        request: &PendingRequest,
+        request_id: &str,
+        accepted: &BTreeMap<String, Vec<Value>>,
+    ) -> Result<(), CacheFault> {
+        let store = &self.app.memories.store;
+        let chat = &request.chat_id;
+        for (key, entries) in accepted {
+            store.put_entries(user, chat, key, entries).await?;
         }
         for key in &request.keys {
-            let marked = if accepted.contains_key(key) {
-                memories.store.answered(&user, chat, key).await
+            if accepted.contains_key(key) {
+                store.answered(user, chat, key).await?;
             } else {
-                memories.store.decline(&user, chat, key).await
-            };
-            if let Err(e) = marked {
-                return self.memories_fault(&CacheFault::Cache(e), chat);
+                store.decline(user, chat, key).await?;
             }
         }
-        if let Err(e) = memories.store.forget_request(&user, &m.request_id).await {
-            return self.memories_fault(&CacheFault::Cache(e), chat);
-        }
-        let reason = if accepted.is_empty() {
-            "declined"
-        } else {
-            "confirmed"
-        };
-        self.broadcast(
-            Audience::All,
-            &ServerMessage::DismissAppSettingsMemoriesDialog(DismissAppSettingsMemoriesDialog {
-                chat_id: chat.clone(),
-                request_id: m.request_id,
-                reason: reason.into(),
-            }),
-        );
+        store.forget_request(user, request_id).await?;
+        Ok(())
     }
 
     pub(super) async fn app_settings_memories_proposal_result(
         &self,
         m: AppSettingsMemoriesProposalResult,
     ) {
-        let memories = &self.app.turn.memories;
+        let memories = &self.app.memories;
         let user = self.user_hash();
         let not_found = || {
             self.error(
@@ -211,16 +238,16 @@ impl Session {
 
     fn memories_fault(&self, fault: &CacheFault, chat: &ChatId) {
         let (code, text) = fault_code(fault);
-        self.memories_error(code, text, None, chat);
+        self.memories_error(code, &text, None, chat);
     }
 
     fn memories_fault_plain(&self, fault: &CacheFault) {
         let (code, text) = fault_code(fault);
-        self.error(code, text);
+        self.error(code, &text);
     }
 }
 
-fn fault_code(fault: &CacheFault) -> (ErrorCode, &'static str) {
+fn fault_code(fault: &CacheFault) -> (ErrorCode, String) {
     tracing::warn!(error = %fault, "settings/memories cache unavailable");
-    super::ownership::fault_code(fault)
+    fault.code()
 }

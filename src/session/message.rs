@@ -4,8 +4,8 @@
 //! turn that answers it (started here, or queued behind the running one on any node).
 
 use chatd_protocol::{
-    AiTaskInitiated, ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload,
-    MessageQueued, NewChatMessage, Role, ServerMessage,
+    AiTaskInitiated, ChatId, ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload,
+    MessageId, MessageQueued, NewChatMessage, Role, ServerMessage, UserMessage,
 };
 
 use super::{MAX_CONTENT_BYTES, Session};
@@ -18,30 +18,52 @@ impl Session {
     /// A user message: claimed in the store (which owns the chat and its `messages_v`),
     /// confirmed to every device, relayed to the others, then answered or queued.
     pub(super) async fn chat_message_added(&self, mut m: ChatMessageAdded) {
-        let user = &self.device.user;
         // Duplicated and incognito chats send their history at the top level.
         m.take_history_into_message();
         let options = MessageOptions::from_message(&m);
         let msg = m.message;
+        if !self.message_acceptable(&m.chat_id, &msg) {
+            return;
+        }
+        let Some(count) = self.count_message(&m.chat_id, &msg).await else {
+            return;
+        };
+        self.device.set_active_chat(Some(m.chat_id.clone()));
+        self.announce(&m.chat_id, &msg, &count, m.encrypted_chat_key.as_deref());
+        let message_id = msg.message_id.clone();
+        let inbound = Inbound {
+            message: msg,
+            embeds: m.embeds,
+            conn: self.device.conn_id,
+            prior_messages: count.messages_v - 1,
+            history_requested: count.asked,
+            options,
+        };
+        self.admit(m.chat_id, message_id, inbound).await;
+    }
+
+    /// The message's shape (a user's, with content in bounds and a history in bounds) and
+    /// a server that is not stopping; false after answering the error.
+    fn message_acceptable(&self, chat: &ChatId, msg: &UserMessage) -> bool {
         if msg.role != Role::User {
             self.error(ErrorCode::InvalidPayload, "message.role must be \"user\"");
-            return;
+            return false;
         }
         if msg.content.trim().is_empty() || msg.content.len() > MAX_CONTENT_BYTES {
             self.error(
                 ErrorCode::InvalidPayload,
                 format!("message.content must be 1 to {MAX_CONTENT_BYTES} bytes"),
             );
-            return;
+            return false;
         }
         if let Some(history) = &msg.message_history
             && let Err(reason) = check_history(history)
         {
             let mut p = ErrorPayload::new(ErrorCode::InvalidChatHistory, reason);
-            p.chat_id = Some(m.chat_id.clone());
+            p.chat_id = Some(chat.clone());
             p.message_id = Some(msg.message_id.clone());
             self.reply(ServerMessage::Error(p));
-            return;
+            return false;
         }
         if self.app.tasks.draining.is_cancelled() {
             // Stopping: nothing of the message is taken here (running answers finish); the
@@ -50,18 +72,27 @@ impl Session {
                 ErrorCode::Overloaded,
                 "this server is stopping; reconnect and send the message again",
             );
-            p.chat_id = Some(m.chat_id.clone());
+            p.chat_id = Some(chat.clone());
             p.message_id = Some(msg.message_id.clone());
-            return self.reply(ServerMessage::Error(p));
+            self.reply(ServerMessage::Error(p));
+            return false;
         }
-        let Some(count) = self.count_message(&m.chat_id, &msg).await else {
-            return;
-        };
+        true
+    }
+
+    /// `chat_message_confirmed` to every device and, unless it is a re-send, the message
+    /// to the others.
+    fn announce(
+        &self,
+        chat: &ChatId,
+        msg: &UserMessage,
+        count: &Counted,
+        encrypted_chat_key: Option<&str>,
+    ) {
         let messages_v = count.messages_v;
         let last_edited = count.last_edited.max(msg.created_at);
-        self.device.set_active_chat(Some(m.chat_id.clone()));
         let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
-            chat_id: m.chat_id.clone(),
+            chat_id: chat.clone(),
             message_id: msg.message_id.clone(),
             temp_id: msg.temp_id.clone(),
             new_messages_v: messages_v,
@@ -72,7 +103,7 @@ impl Session {
         // other devices have the message already.
         if !count.resend {
             let new = ServerMessage::NewChatMessage(NewChatMessage {
-                chat_id: m.chat_id.clone(),
+                chat_id: chat.clone(),
                 message_id: msg.message_id.clone(),
                 role: Role::User,
                 sender_name: msg.sender_name.clone(),
@@ -80,42 +111,40 @@ impl Session {
                 created_at: msg.created_at,
                 messages_v,
                 last_edited_overall_timestamp: last_edited,
-                encrypted_chat_key: m.encrypted_chat_key.clone(),
+                encrypted_chat_key: encrypted_chat_key.map(String::from),
             });
             self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
         }
-        let message_id = msg.message_id.clone();
-        let inbound = Inbound {
-            message: msg,
-            embeds: m.embeds,
-            conn: self.device.conn_id,
-            prior_messages: messages_v - 1,
-            history_requested: count.asked,
-            options,
-        };
-        let turns = &self.app.turn.turns;
+    }
+
+    /// Hands the message to the chat's turns: answered now (a turn starts), queued behind
+    /// the running answer, or refused (when the turns fail or the queue is full, its id is
+    /// released so it may be sent again; a chat that is another user's is `forbidden`).
+    async fn admit(&self, chat: ChatId, message_id: MessageId, inbound: Inbound) {
+        let user = &self.device.user;
+        let turns = &self.app.turns;
         let admission = match turns
-            .admit(user, &m.chat_id, inbound, &self.app.tasks.turns_shutdown)
+            .admit(user, &chat, inbound, &self.app.tasks.turns_shutdown)
             .await
         {
             Ok(a) => a,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot admit the message");
-                self.release(&m.chat_id, &message_id).await;
+                self.release(&chat, &message_id).await;
                 let (code, text) = e.user_error();
                 let mut p = ErrorPayload::new(code, text);
-                p.chat_id = Some(m.chat_id);
+                p.chat_id = Some(chat);
                 p.message_id = Some(message_id);
                 return self.reply(ServerMessage::Error(p));
             }
         };
         match admission {
             Admission::Start(ticket) => {
-                turn::spawn(self.app.turn.clone(), user.clone(), m.chat_id, *ticket)
+                turn::spawn(self.app.turn.clone(), user.clone(), chat, *ticket)
             }
             Admission::Queued { active_task_id } => {
                 self.reply(ServerMessage::MessageQueued(MessageQueued {
-                    chat_id: m.chat_id,
+                    chat_id: chat,
                     user_message_id: message_id,
                     active_task_id,
                     message: "A response is in progress; this message will be answered next."
@@ -126,24 +155,24 @@ impl Session {
             // can resume it); nothing is answered twice.
             Admission::Running { active_task_id } => {
                 self.reply(ServerMessage::AiTaskInitiated(AiTaskInitiated {
-                    chat_id: m.chat_id,
+                    chat_id: chat,
                     user_message_id: message_id,
                     ai_task_id: active_task_id,
                     status: "already_processing".into(),
                 }))
             }
             Admission::QueueFull => {
-                self.release(&m.chat_id, &message_id).await;
+                self.release(&chat, &message_id).await;
                 let mut p = ErrorPayload::new(
                     ErrorCode::Overloaded,
                     "too many messages are waiting in this chat",
                 );
-                p.chat_id = Some(m.chat_id);
+                p.chat_id = Some(chat);
                 p.message_id = Some(message_id);
                 self.reply(ServerMessage::Error(p));
             }
             Admission::Foreign => {
-                self.store_failed(StoreError::Forbidden, Some(&m.chat_id), Some(&message_id))
+                self.store_failed(StoreError::Forbidden, Some(&chat), Some(&message_id))
             }
         }
     }
@@ -160,7 +189,7 @@ impl Session {
         let user = &self.device.user;
         let app = &self.app;
         let mut stored = None;
-        let cache = &app.turn.ai_cache;
+        let cache = &app.ai_cache;
         let owner = &self.device.user_hash;
         if !app.owners.known(user, chat) {
             let versions = match app.store.chat_versions(user, chat).await {
@@ -247,7 +276,7 @@ impl Session {
         msg: &chatd_protocol::UserMessage,
         stored: Option<&chatd_protocol::ChatVersions>,
     ) -> Seen {
-        let cache = &self.app.turn.ai_cache;
+        let cache = &self.app.ai_cache;
         let owner = &self.device.user_hash;
         let seen = match cache.claim_message(owner, chat, &msg.message_id).await {
             Ok(seen) => seen,
@@ -294,12 +323,7 @@ impl Session {
         chat: &chatd_protocol::ChatId,
         msg: &chatd_protocol::UserMessage,
     ) -> bool {
-        let loaded = self
-            .app
-            .turn
-            .ai_cache
-            .load(&self.device.user_hash, chat)
-            .await;
+        let loaded = self.app.ai_cache.load(&self.device.user_hash, chat).await;
         let Ok(crate::cache::ai::Loaded::Present { messages, .. }) = loaded else {
             return false;
         };
@@ -310,7 +334,7 @@ impl Session {
 
     /// The message was not taken (the turn store refused it): it may be sent again.
     async fn release(&self, chat: &chatd_protocol::ChatId, message: &chatd_protocol::MessageId) {
-        let cache = &self.app.turn.ai_cache;
+        let cache = &self.app.ai_cache;
         if let Err(e) = cache
             .release_message(&self.device.user_hash, chat, message)
             .await

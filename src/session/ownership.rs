@@ -16,7 +16,7 @@ impl Session {
 
     /// Answers a cache or key-service failure with its typed error frame.
     pub(super) fn cache_fault(&self, e: &crate::cache::ai::CacheFault, chat: Option<&ChatId>) {
-        let (code, text) = fault_code(e);
+        let (code, text) = e.code();
         let mut p = ErrorPayload::new(code, text);
         p.chat_id = chat.cloned();
         self.reply(ServerMessage::Error(p));
@@ -82,7 +82,6 @@ impl Session {
             // Not stored by anyone: the first writer's claim decides.
             Ok(()) => match self
                 .app
-                .turn
                 .ai_cache
                 .claimed_by_another(&self.device.user_hash, chat)
                 .await
@@ -111,7 +110,6 @@ impl Session {
     pub(super) async fn claimed_by_another(&self, chat: &ChatId) -> bool {
         match self
             .app
-            .turn
             .ai_cache
             .claimed_by_another(&self.device.user_hash, chat)
             .await
@@ -126,20 +124,5 @@ impl Session {
 
     pub(super) fn others(&self) -> Audience {
         Audience::AllExcept(self.device.conn_id)
-    }
-}
-
-/// The client-visible code of a cache or key-service failure.
-pub(super) fn fault_code(fault: &crate::cache::ai::CacheFault) -> (ErrorCode, &'static str) {
-    use crate::cache::ai::CacheFault;
-    match fault {
-        CacheFault::Keys(_) => (
-            ErrorCode::EncryptionUnavailable,
-            "the key service is unavailable; try again shortly",
-        ),
-        CacheFault::Cache(_) => (
-            ErrorCode::CacheUnavailable,
-            "the cache is unavailable; try again shortly",
-        ),
     }
 }

@@ -1,43 +1,25 @@
 //! Paging a large user's chats after the login sync: `load_more_chats` (metadata by
 //! offset), `get_chat_messages` (one chat's messages) and `request_chat_content_batch`
 //! (several chats' messages and embeds). They run on the connection's sync worker like a
-//! phased sync, page sizes are bounded, and every chat is read through its owner: a chat
-//! that is not the user's is `not_found`, never told apart from one that does not exist.
+//! phased sync (see `sync_worker.rs`), page sizes are bounded, and every chat is read
+//! through its owner: a chat that is not the user's is `not_found`, never told apart from
+//! one that does not exist.
 
 use std::collections::HashSet;
 
 use chatd_protocol::{
     ChatContentBatchResponse, ChatDetails, ChatMessagesResponse, GetChatMessages, LoadMoreChats,
-    LoadMoreChatsResponse, MAX_CHAT_PAGE, MAX_CONTENT_BATCH, PhasedSyncRequest,
-    RequestChatContentBatch, ServerMessage,
+    LoadMoreChatsResponse, MAX_CHAT_PAGE, MAX_CONTENT_BATCH, RequestChatContentBatch,
+    ServerMessage,
 };
 
 use super::Session;
 use super::sync::{CacheUse, Delta};
 use crate::store::StoreError;
 
-/// A read the connection's sync worker runs (one after another, off the read loop).
-pub(super) enum SyncJob {
-    Phased(PhasedSyncRequest),
-    LoadMore(LoadMoreChats),
-    Messages(GetChatMessages),
-    Batch(RequestChatContentBatch),
-}
-
 impl Session {
-    pub(super) async fn run_job(&self, job: SyncJob) {
-        let done = match job {
-            SyncJob::Phased(req) => return self.phased_sync(req).await,
-            SyncJob::LoadMore(m) => self.load_more_chats(m).await,
-            SyncJob::Messages(m) => self.get_chat_messages(m).await,
-            SyncJob::Batch(m) => self.request_chat_content_batch(m).await,
-        };
-        if let Err(e) = done {
-            self.store_failed(e, None, None);
-        }
-    }
-
-    async fn load_more_chats(&self, m: LoadMoreChats) -> Result<(), StoreError> {
+    /// `load_more_chats`: a page of chats' metadata by offset, and whether more follow.
+    pub(super) async fn load_more_chats(&self, m: LoadMoreChats) -> Result<(), StoreError> {
         if m.limit == 0 || m.limit > MAX_CHAT_PAGE {
             self.invalid(format!("limit must be 1 to {MAX_CHAT_PAGE}"), None);
             return Ok(());
@@ -59,7 +41,8 @@ impl Session {
         Ok(())
     }
 
-    async fn get_chat_messages(&self, m: GetChatMessages) -> Result<(), StoreError> {
+    /// `get_chat_messages`: one chat's messages (`not_found` unless it is the user's).
+    pub(super) async fn get_chat_messages(&self, m: GetChatMessages) -> Result<(), StoreError> {
         let Some(chat) = self.app.store.chat(&self.device.user, &m.chat_id).await? else {
             self.store_failed(StoreError::NotFound, Some(&m.chat_id), None);
             return Ok(());
@@ -76,7 +59,9 @@ impl Session {
         Ok(())
     }
 
-    async fn request_chat_content_batch(
+    /// `request_chat_content_batch`: the messages and embeds of several chats; the ids
+    /// that are not the user's chats come back as `not_found`.
+    pub(super) async fn request_chat_content_batch(
         &self,
         m: RequestChatContentBatch,
     ) -> Result<(), StoreError> {

@@ -2,14 +2,14 @@
 //! permanent store unread, the sender gets an acknowledgement, the user's other devices
 //! learn of the change. Every id is checked against the owner (in the store's queries, and
 //! for a chat no client stored yet, against its first writer's claim); a foreign id is
-//! `forbidden` with nothing changed (see `ownership.rs`). Embeds are in `embeds.rs`.
+//! `forbidden` with nothing changed (see `ownership.rs`). Embeds are in `embeds.rs`,
+//! deletions in `delete.rs`.
 
 use chatd_protocol::{
-    AiResponseCompleted, AiResponseStorageConfirmed, ChatDeleted, ChatId, ChatMessageConfirmed,
-    ChatMetadataStored, ChatTitleUpdated, DeleteChat, DeleteMessage, EncryptedChatMetadata,
-    EncryptedChatMetadataUpdate, EncryptedMessage, EncryptedMetadataStored, ErrorCode,
-    ErrorPayload, MessageDeleted, NewEncryptedMessage, Role, ServerMessage,
-    UpdatePostProcessingMetadata, UpdateTitle,
+    AiResponseCompleted, AiResponseStorageConfirmed, ChatDetails, ChatId, ChatMessageConfirmed,
+    ChatMetadataStored, ChatTitleUpdated, EncryptedChatMetadata, EncryptedChatMetadataUpdate,
+    EncryptedMessage, EncryptedMetadataStored, ErrorCode, ErrorPayload, NewEncryptedMessage, Role,
+    ServerMessage, UpdatePostProcessingMetadata, UpdateTitle,
 };
 
 use super::Session;
@@ -17,10 +17,11 @@ use crate::clock::unix_now;
 use crate::delivery::Audience;
 use crate::store::{ChatPatch, StoreError};
 
-/// Most embeds one `delete_message` may remove.
-const MAX_EMBEDS_TO_DELETE: usize = 1000;
-
 impl Session {
+    /// `encrypted_chat_metadata`: the chat's metadata stored, then the user message that
+    /// came with it (confirmed to the sender); the sender hears `encrypted_metadata_stored`,
+    /// the other devices the update, and a first title without its icon and category is
+    /// reported (what came is stored all the same).
     pub(super) async fn encrypted_chat_metadata(&self, m: EncryptedChatMetadata) {
         let user = &self.device.user;
         let chat = &m.chat_id;
@@ -33,83 +34,21 @@ impl Session {
         if self.claimed_by_another(chat).await {
             return self.store_failed(StoreError::Forbidden, Some(chat), m.message_id.as_ref());
         }
-        // A chat's first title comes with its icon and category (later titles alone). What
-        // came is stored all the same; only what is missing is reported.
-        let mut missing = Vec::new();
-        if m.encrypted_title.is_some()
-            && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
-        {
-            match self.app.store.chat(user, chat).await {
-                Ok(Some(stored)) if stored.encrypted_title.is_some() => {}
-                Ok(_) => {
-                    if m.encrypted_icon.is_none() {
-                        missing.push("encrypted_icon");
-                    }
-                    if m.encrypted_chat_category.is_none() {
-                        missing.push("encrypted_chat_category");
-                    }
-                }
-                Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
-            }
-        }
-        let created_at = m.created_at.unwrap_or_else(unix_now);
-        let patch = ChatPatch {
-            encrypted_title: m.encrypted_title.clone(),
-            encrypted_icon: m.encrypted_icon.clone(),
-            encrypted_category: m.encrypted_chat_category.clone(),
-            encrypted_chat_key: m.encrypted_chat_key.clone(),
-            encrypted_chat_tags: m.encrypted_chat_tags.clone(),
-            allow_key_rotation: m.allow_chat_key_rotation,
-            title_v: m.versions.title_v,
-            last_edited: Some(
-                m.versions
-                    .last_edited_overall_timestamp
-                    .unwrap_or(created_at),
-            ),
-            ..ChatPatch::default()
+        let missing = match self.missing_first_title_fields(&m).await {
+            Ok(missing) => missing,
+            Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
         };
+        let created_at = m.created_at.unwrap_or_else(unix_now);
         // The metadata first: a key mismatch must leave the message unstored too.
+        let patch = metadata_patch(&m, created_at);
         let mut details = match self.app.store.update_chat(user, chat, &patch).await {
             Ok(d) => d,
             Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
         };
-        let mut stored_message = None;
-        if let (Some(message_id), Some(content)) = (&m.message_id, &m.encrypted_content) {
-            let message = EncryptedMessage {
-                message_id: message_id.clone(),
-                role: Role::User,
-                encrypted_content: content.clone(),
-                created_at,
-                encrypted_sender_name: m.encrypted_sender_name.clone(),
-                encrypted_category: m.encrypted_category.clone(),
-                encrypted_model_name: None,
-                encrypted_thinking_content: None,
-                encrypted_thinking_signature: None,
-                encrypted_pii_mappings: m.encrypted_pii_mappings.clone(),
-                has_thinking: None,
-                thinking_token_count: None,
-                user_message_id: None,
-                status: Some("synced".into()),
-            };
-            match self.app.store.add_message(user, chat, &message).await {
-                Ok(added) => {
-                    details.versions = added.versions;
-                    if added.is_new {
-                        self.refresh_sync_cache(chat, &message, added.versions.messages_v)
-                            .await;
-                        stored_message = Some(message);
-                    }
-                }
-                Err(e) => return self.store_failed(e, Some(chat), Some(message_id)),
-            }
-            self.reply(ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
-                chat_id: chat.clone(),
-                message_id: message_id.clone(),
-                temp_id: None,
-                new_messages_v: details.versions.messages_v,
-                new_last_edited_overall_timestamp: details.versions.last_edited_overall_timestamp,
-            }));
-        }
+        let stored_message = match self.metadata_message(&m, created_at, &mut details).await {
+            Ok(stored) => stored,
+            Err(e) => return self.store_failed(e, Some(chat), m.message_id.as_ref()),
+        };
         self.reply(ServerMessage::EncryptedMetadataStored(
             EncryptedMetadataStored {
                 chat_id: chat.clone(),
@@ -135,6 +74,81 @@ impl Session {
             p.message_id = m.message_id.clone();
             self.reply(ServerMessage::Error(p));
         }
+    }
+
+    /// A chat's first title comes with its icon and category (later titles alone): the
+    /// fields a first title came without.
+    async fn missing_first_title_fields(
+        &self,
+        m: &EncryptedChatMetadata,
+    ) -> Result<Vec<&'static str>, StoreError> {
+        let mut missing = Vec::new();
+        if m.encrypted_title.is_some()
+            && (m.encrypted_icon.is_none() || m.encrypted_chat_category.is_none())
+        {
+            match self.app.store.chat(&self.device.user, &m.chat_id).await? {
+                Some(stored) if stored.encrypted_title.is_some() => {}
+                _ => {
+                    if m.encrypted_icon.is_none() {
+                        missing.push("encrypted_icon");
+                    }
+                    if m.encrypted_chat_category.is_none() {
+                        missing.push("encrypted_chat_category");
+                    }
+                }
+            }
+        }
+        Ok(missing)
+    }
+
+    /// The user message that came with the metadata, if any: stored (the chat's versions
+    /// in `details` follow) and confirmed to the sender. `Some` when it was new.
+    async fn metadata_message(
+        &self,
+        m: &EncryptedChatMetadata,
+        created_at: i64,
+        details: &mut ChatDetails,
+    ) -> Result<Option<EncryptedMessage>, StoreError> {
+        let (Some(message_id), Some(content)) = (&m.message_id, &m.encrypted_content) else {
+            return Ok(None);
+        };
+        let chat = &m.chat_id;
+        let message = EncryptedMessage {
+            message_id: message_id.clone(),
+            role: Role::User,
+            encrypted_content: content.clone(),
+            created_at,
+            encrypted_sender_name: m.encrypted_sender_name.clone(),
+            encrypted_category: m.encrypted_category.clone(),
+            encrypted_model_name: None,
+            encrypted_thinking_content: None,
+            encrypted_thinking_signature: None,
+            encrypted_pii_mappings: m.encrypted_pii_mappings.clone(),
+            has_thinking: None,
+            thinking_token_count: None,
+            user_message_id: None,
+            status: Some("synced".into()),
+        };
+        let added = self
+            .app
+            .store
+            .add_message(&self.device.user, chat, &message)
+            .await?;
+        details.versions = added.versions;
+        let mut stored = None;
+        if added.is_new {
+            self.refresh_sync_cache(chat, &message, added.versions.messages_v)
+                .await;
+            stored = Some(message);
+        }
+        self.reply(ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+            chat_id: chat.clone(),
+            message_id: message_id.clone(),
+            temp_id: None,
+            new_messages_v: details.versions.messages_v,
+            new_last_edited_overall_timestamp: details.versions.last_edited_overall_timestamp,
+        }));
+        Ok(stored)
     }
 
     pub(super) async fn ai_response_completed(&self, m: AiResponseCompleted) {
@@ -184,7 +198,6 @@ impl Session {
         // Stored: no longer pending for the user's next connections.
         if let Err(e) = self
             .app
-            .turn
             .ai_cache
             .drop_pending(&self.device.user_hash, message.message_id.as_str())
             .await
@@ -295,98 +308,24 @@ impl Session {
             Err(e) => self.store_failed(e, Some(chat), None),
         }
     }
+}
 
-    /// Removes the chat from the store, the AI cache (messages, embeds index, exclusive
-    /// embeds, settings/memories) and the sync cache, then tells every device.
-    pub(super) async fn delete_chat(&self, m: DeleteChat) {
-        let user = &self.device.user;
-        let chat = &m.chat_id;
-        if self.claimed_by_another(chat).await {
-            return self.store_failed(StoreError::Forbidden, Some(chat), None);
-        }
-        // A running answer (or one queued behind it) would write the chat back into the AI
-        // cache: stop it, drop the queue, and tell the turn to write nothing.
-        self.app.turn.turns.abandon(user, chat).await;
-        self.app.turn.predictions.forget(chat);
-        self.app.owners.forget(chat);
-        let removed = match self.app.store.delete_chat(user, chat).await {
-            Ok(d) => d.embeds,
-            // Never stored (only cached by a turn): the caches are still cleared.
-            Err(StoreError::NotFound) => Vec::new(),
-            Err(e) => return self.store_failed(e, Some(chat), None),
-        };
-        let hash = self.user_hash();
-        let backend = self.app.turn.ai_cache.backend();
-        let mut failed = self
-            .app
-            .turn
-            .ai_cache
-            .delete(&hash, chat)
-            .await
-            .err()
-            .map(|e| e.to_string());
-        for embed in &removed {
-            if let Err(e) = backend
-                .kv_delete(&crate::cache::backend::keys::embed(&hash, embed.as_str()))
-                .await
-            {
-                failed = Some(e.to_string());
-            }
-        }
-        if let Err(e) = backend.sync_clear(&hash).await {
-            failed = Some(e.to_string());
-        }
-        if let Some(e) = failed {
-            tracing::warn!(error = %e, "chat deleted from the store; cache cleanup failed");
-            let mut p = ErrorPayload::new(
-                ErrorCode::CacheUnavailable,
-                "the chat was deleted from the store but the cache could not be cleared; retry",
-            );
-            p.chat_id = Some(chat.clone());
-            return self.reply(ServerMessage::Error(p));
-        }
-        self.broadcast(
-            Audience::All,
-            &ServerMessage::ChatDeleted(ChatDeleted {
-                chat_id: chat.clone(),
-            }),
-        );
-    }
-
-    pub(super) async fn delete_message(&self, m: DeleteMessage) {
-        let user = &self.device.user;
-        let chat = &m.chat_id;
-        if m.embed_ids_to_delete.len() > MAX_EMBEDS_TO_DELETE {
-            return self.invalid(
-                format!("at most {MAX_EMBEDS_TO_DELETE} embedIdsToDelete"),
-                Some(chat),
-            );
-        }
-        if self.claimed_by_another(chat).await {
-            return self.store_failed(StoreError::Forbidden, Some(chat), Some(&m.message_id));
-        }
-        match self
-            .app
-            .store
-            .delete_message(user, chat, &m.message_id, &m.embed_ids_to_delete)
-            .await
-        {
-            Ok(versions) => {
-                // The AI cache would still hold the message: drop the chat so the next
-                // turn asks the client for the history as it now is.
-                if let Err(e) = self.app.turn.ai_cache.delete(&self.user_hash(), chat).await {
-                    tracing::warn!(error = %e, "cannot drop the chat from the AI cache");
-                }
-                self.broadcast(
-                    Audience::All,
-                    &ServerMessage::MessageDeleted(MessageDeleted {
-                        chat_id: chat.clone(),
-                        message_id: m.message_id,
-                        versions,
-                    }),
-                );
-            }
-            Err(e) => self.store_failed(e, Some(chat), Some(&m.message_id)),
-        }
+/// The chat's fields an `encrypted_chat_metadata` sets (its last edit: the client's, else
+/// `created_at`).
+fn metadata_patch(m: &EncryptedChatMetadata, created_at: i64) -> ChatPatch {
+    ChatPatch {
+        encrypted_title: m.encrypted_title.clone(),
+        encrypted_icon: m.encrypted_icon.clone(),
+        encrypted_category: m.encrypted_chat_category.clone(),
+        encrypted_chat_key: m.encrypted_chat_key.clone(),
+        encrypted_chat_tags: m.encrypted_chat_tags.clone(),
+        allow_key_rotation: m.allow_chat_key_rotation,
+        title_v: m.versions.title_v,
+        last_edited: Some(
+            m.versions
+                .last_edited_overall_timestamp
+                .unwrap_or(created_at),
+        ),
+        ..ChatPatch::default()
     }
 }

@@ -31,7 +31,7 @@ impl Session {
 
     /// Sends the new connection every answer no device has stored yet.
     pub async fn send_pending(&self) {
-        let pending = match self.app.turn.ai_cache.pending(&self.device.user_hash).await {
+        let pending = match self.app.ai_cache.pending(&self.device.user_hash).await {
             Ok(p) => p,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read pending answers");
@@ -51,13 +51,7 @@ impl Session {
     /// The device now shows `chat`: if a turn of it runs on this node, the typing frame
     /// and the answer so far go out at once, then its live frames.
     pub(super) async fn catch_up(&self, chat: &ChatId) {
-        let Some(task) = self
-            .app
-            .turn
-            .turns
-            .active_task(&self.device.user, chat)
-            .await
-        else {
+        let Some(task) = self.app.turns.active_task(&self.device.user, chat).await else {
             return;
         };
         let Some(read) = self.read_log(chat, &task).await else {
@@ -76,17 +70,9 @@ impl Session {
     /// node wrote are in the log, and reads it (`None`: no log, or not this user's).
     async fn read_log(&self, chat: &ChatId, task: &TaskId) -> Option<Logged> {
         self.device.begin_resume(task);
-        let writer = self.app.turn.writers.get(task).and_then(|w| w.upgrade());
-        if let Some(writer) = writer {
-            writer.flushed().await;
-        }
-        match self
-            .app
-            .turn
-            .log
-            .read(&self.device.user_hash, chat, task)
-            .await
-        {
+        let outlet = &self.app.outlet;
+        outlet.flushed(task).await;
+        match outlet.log.read(&self.device.user_hash, chat, task).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a turn log");

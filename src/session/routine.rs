@@ -9,15 +9,9 @@ use crate::routines::Cancelled;
 
 impl Session {
     pub(super) async fn cancel_routine(&self, m: chatd_protocol::CancelRoutine) {
-        match self
-            .app
-            .turn
-            .routines
-            .cancel(&self.device.user, &m.run_id)
-            .await
-        {
+        match self.app.routines.cancel(&self.device.user, &m.run_id).await {
             // A run with no live slice cannot report its end: it is reported here.
-            Cancelled::Ended(chat_id) => self.app.turn.delivery.send(
+            Cancelled::Ended(chat_id) => self.app.delivery.send(
                 &self.device.user_hash,
                 Audience::All,
                 &ServerMessage::RoutineFinished(RoutineFinished {

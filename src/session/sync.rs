@@ -10,9 +10,8 @@
 //! (`sync/cache.rs` owns its life: kept current by stored messages, consumed and cleared by
 //! a finished sync, `all` or `phase3`).
 //!
-//! Syncs run on a worker task of their own per connection (started at the first request,
-//! owned by the connections tracker, stopped when the connection closes), one after another,
-//! so the connection's read loop never waits for one.
+//! Syncs run on the connection's sync worker (see `sync_worker.rs`), one after another, so
+//! the connection's read loop never waits for one.
 
 mod cache;
 
@@ -20,12 +19,11 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 
 use chatd_protocol::{
     BackgroundMessageSync, ChatContent, ChatDetails, ChatId, ClientVersions, EmbedId, EmbedKey,
-    EncryptedMessage, ErrorCode, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
+    EncryptedMessage, Phase1LastChatReady, Phase1bChatContentReady, Phase2ChatsReady,
     PhasedSyncComplete, PhasedSyncRequest, ServerMessage, StoredEmbed, SyncPhase,
 };
 
 use super::Session;
-use super::paging::SyncJob;
 use crate::clock::unix_now as now;
 use crate::store::{ChatCursor, StoreError, hash_id};
 
@@ -35,9 +33,8 @@ pub(super) use cache::CacheUse;
 pub const CONTENT_BATCH: u32 = 10;
 /// Chats whose metadata phase 2 sends.
 pub const METADATA_LIMIT: u32 = 100;
-/// Sync requests a connection may have waiting behind the running one.
-const SYNC_QUEUE: usize = 4;
 
+/// What the client says it has: chats at their versions, and embeds.
 #[derive(Default)]
 pub(super) struct Delta {
     chats: HashMap<ChatId, ClientVersions>,
@@ -45,6 +42,20 @@ pub(super) struct Delta {
 }
 
 impl Delta {
+    /// The client's chats (an id sent alone has no versions) and embeds, as `req` lists them.
+    fn of(req: &PhasedSyncRequest) -> Self {
+        let mut chats: HashMap<ChatId, ClientVersions> = req
+            .client_chat_ids
+            .iter()
+            .map(|c| (c.clone(), ClientVersions::default()))
+            .collect();
+        chats.extend(req.client_chat_versions.clone());
+        Delta {
+            chats,
+            embeds: req.client_embed_ids.iter().cloned().collect(),
+        }
+    }
+
     /// True when the client already has this chat at the same or newer versions.
     fn up_to_date(&self, chat: &ChatDetails) -> bool {
         self.chats.get(&chat.chat_id).is_some_and(|v| {
@@ -55,44 +66,6 @@ impl Delta {
 }
 
 impl Session {
-    /// Hands a sync to the connection's sync worker, so the read loop goes on (a message
-    /// sent during a long sync is answered at once). A connection's syncs run one after
-    /// another in the order asked; closing the connection stops them.
-    pub(super) fn queue_sync(&self, job: SyncJob) {
-        let queue = self.syncs.get_or_init(|| {
-            let (tx, rx) = tokio::sync::mpsc::channel(SYNC_QUEUE);
-            self.app
-                .tasks
-                .connections
-                .spawn(self.clone().sync_worker(rx));
-            tx
-        });
-        if queue.try_send(job).is_err() {
-            self.error(
-                ErrorCode::RateLimited,
-                format!("{SYNC_QUEUE} syncs are already queued on this connection"),
-            );
-        }
-    }
-
-    async fn sync_worker(self, mut queue: tokio::sync::mpsc::Receiver<SyncJob>) {
-        loop {
-            let job = tokio::select! {
-                biased;
-                _ = self.device.outbox.closing() => return,
-                job = queue.recv() => match job {
-                    Some(job) => job,
-                    None => return,
-                },
-            };
-            tokio::select! {
-                biased;
-                _ = self.device.outbox.closing() => return,
-                _ = self.run_job(job) => {}
-            }
-        }
-    }
-
     pub(super) async fn phased_sync(&self, req: PhasedSyncRequest) {
         if let Err(e) = self.run_sync(&req).await {
             self.store_failed(e, None, None);
@@ -105,18 +78,7 @@ impl Session {
     }
 
     async fn run_sync(&self, req: &PhasedSyncRequest) -> Result<(), StoreError> {
-        let user = &self.device.user;
-        let store = &self.app.store;
-        let mut chats: HashMap<ChatId, ClientVersions> = req
-            .client_chat_ids
-            .iter()
-            .map(|c| (c.clone(), ClientVersions::default()))
-            .collect();
-        chats.extend(req.client_chat_versions.clone());
-        let delta = Delta {
-            chats,
-            embeds: req.client_embed_ids.iter().cloned().collect(),
-        };
+        let delta = Delta::of(req);
         let (p1, p2, p3) = match req.phase {
             SyncPhase::Phase1 => (true, false, false),
             SyncPhase::Phase2 => (false, true, false),
@@ -131,51 +93,16 @@ impl Session {
             true => CacheUse::Read,
             false => CacheUse::ReadAndWarm,
         };
-        let recent = store.chats_page(user, None, CONTENT_BATCH).await?;
+        let recent = self
+            .app
+            .store
+            .chats_page(&self.device.user, None, CONTENT_BATCH)
+            .await?;
         if p1 {
-            // The chat last opened on any device, else the last edited.
-            let opened = store.last_opened(user).await?;
-            let last = opened.as_ref().or(recent.first());
-            self.reply(ServerMessage::Phase1LastChatReady(Box::new(
-                Phase1LastChatReady {
-                    chat_id: last.map(|c| c.chat_id.clone()),
-                    chat_details: last.cloned(),
-                    phase: "phase1".into(),
-                    already_synced: last.is_some_and(|c| delta.up_to_date(c)),
-                },
-            )));
-            let opened_first = opened.iter().chain(
-                recent
-                    .iter()
-                    .filter(|c| opened.as_ref().is_none_or(|o| o.chat_id != c.chat_id)),
-            );
-            let wanted: Vec<&ChatDetails> = opened_first
-                .take(CONTENT_BATCH as usize)
-                .filter(|c| !delta.up_to_date(c))
-                .collect();
-            let chats = self.content(&wanted, phase1_cache).await?;
-            let (embeds, embed_keys) = self.embeds_for(&wanted, &delta).await?;
-            self.reply(ServerMessage::Phase1bChatContentReady(Box::new(
-                Phase1bChatContentReady {
-                    chats,
-                    embeds,
-                    embed_keys,
-                },
-            )));
+            self.phase1(&recent, &delta, phase1_cache).await?;
         }
         if p2 {
-            let page = store.chats_page(user, None, METADATA_LIMIT).await?;
-            let total = store.count_chats(user).await?;
-            let chats: Vec<ChatDetails> =
-                page.into_iter().filter(|c| !delta.up_to_date(c)).collect();
-            self.reply(ServerMessage::Phase2ChatsReady(Box::new(
-                Phase2ChatsReady {
-                    chat_count: chats.len() as u64,
-                    chats,
-                    total_chat_count: total,
-                    phase: "phase2".into(),
-                },
-            )));
+            self.phase2(&delta).await?;
         }
         if p3 {
             self.phase3(&recent, &delta).await?;
@@ -183,6 +110,64 @@ impl Session {
         if finishes {
             self.clear_sync_cache().await;
         }
+        Ok(())
+    }
+
+    /// The last opened chat's metadata, then the content of up to 10 chats: that one and
+    /// the most recent (`recent`), those the client has at their versions left out.
+    async fn phase1(
+        &self,
+        recent: &[ChatDetails],
+        delta: &Delta,
+        cache: CacheUse,
+    ) -> Result<(), StoreError> {
+        // The chat last opened on any device, else the last edited.
+        let opened = self.app.store.last_opened(&self.device.user).await?;
+        let last = opened.as_ref().or(recent.first());
+        self.reply(ServerMessage::Phase1LastChatReady(Box::new(
+            Phase1LastChatReady {
+                chat_id: last.map(|c| c.chat_id.clone()),
+                chat_details: last.cloned(),
+                phase: "phase1".into(),
+                already_synced: last.is_some_and(|c| delta.up_to_date(c)),
+            },
+        )));
+        let opened_first = opened.iter().chain(
+            recent
+                .iter()
+                .filter(|c| opened.as_ref().is_none_or(|o| o.chat_id != c.chat_id)),
+        );
+        let wanted: Vec<&ChatDetails> = opened_first
+            .take(CONTENT_BATCH as usize)
+            .filter(|c| !delta.up_to_date(c))
+            .collect();
+        let chats = self.content(&wanted, cache).await?;
+        let (embeds, embed_keys) = self.embeds_for(&wanted, delta).await?;
+        self.reply(ServerMessage::Phase1bChatContentReady(Box::new(
+            Phase1bChatContentReady {
+                chats,
+                embeds,
+                embed_keys,
+            },
+        )));
+        Ok(())
+    }
+
+    /// The metadata of up to 100 chats, those the client has at their versions left out.
+    async fn phase2(&self, delta: &Delta) -> Result<(), StoreError> {
+        let user = &self.device.user;
+        let store = &self.app.store;
+        let page = store.chats_page(user, None, METADATA_LIMIT).await?;
+        let total = store.count_chats(user).await?;
+        let chats: Vec<ChatDetails> = page.into_iter().filter(|c| !delta.up_to_date(c)).collect();
+        self.reply(ServerMessage::Phase2ChatsReady(Box::new(
+            Phase2ChatsReady {
+                chat_count: chats.len() as u64,
+                chats,
+                total_chat_count: total,
+                phase: "phase2".into(),
+            },
+        )));
         Ok(())
     }
 

@@ -1,52 +1,14 @@
 //! Running one request of a skill once: a built-in (`docs-search`, `web-search`, `web-read`)
 //! or a remote HTTP skill (POST the request as JSON; the answer is `{"results": [...]}`).
-//! Retries, rate limits and cancellation are the runner's; this is one attempt.
+//! Retries, rate limits and cancellation are the runner's; this is one attempt. How an
+//! attempt fails is [`super::exec_error`]'s (re-exported here).
 
-use std::time::Duration;
-
-use reqwest::StatusCode;
 use secrecy::ExposeSecret;
 use serde_json::{Value, json};
 
+pub use super::exec_error::{ExecError, checked, transport};
 use super::manifest::Executor;
 use crate::config::SkillsConfig;
-
-#[derive(Debug, Clone, thiserror::Error)]
-pub enum ExecError {
-    #[error("no answer within {0:?}")]
-    Timeout(Duration),
-    #[error("cannot reach the skill: {0}")]
-    Connect(String),
-    #[error("the skill answered HTTP {status}")]
-    Status {
-        status: u16,
-        retry_after: Option<Duration>,
-    },
-    #[error("{0}")]
-    Invalid(String),
-}
-
-impl ExecError {
-    /// Timeouts, connection errors and 5xx get one retry; 4xx and bad input none.
-    pub fn is_retryable(&self) -> bool {
-        match self {
-            ExecError::Timeout(_) | ExecError::Connect(_) => true,
-            ExecError::Status { status, .. } => *status >= 500,
-            ExecError::Invalid(_) => false,
-        }
-    }
-
-    /// A rate limit: how long to wait before trying again.
-    pub fn rate_limited(&self) -> Option<Duration> {
-        match self {
-            ExecError::Status {
-                status: 429,
-                retry_after,
-            } => Some(retry_after.unwrap_or(Duration::from_secs(1))),
-            _ => None,
-        }
-    }
-}
 
 /// What one request produced.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -134,37 +96,6 @@ fn str_field<'a>(request: &'a Value, field: &str) -> Result<&'a str, ExecError> 
         .as_str()
         .filter(|s| !s.trim().is_empty())
         .ok_or_else(|| ExecError::Invalid(format!("`{field}` must be a non-empty string")))
-}
-
-pub fn transport(e: reqwest::Error, deadline: Duration) -> ExecError {
-    if e.is_timeout() {
-        ExecError::Timeout(deadline)
-    } else {
-        ExecError::Connect(e.to_string())
-    }
-}
-
-/// Turns a non-2xx answer into an error (with `Retry-After` for 429).
-pub fn checked(response: reqwest::Response) -> Result<reqwest::Response, ExecError> {
-    let status = response.status();
-    if status.is_success() {
-        return Ok(response);
-    }
-    let retry_after = (status == StatusCode::TOO_MANY_REQUESTS)
-        .then(|| {
-            response
-                .headers()
-                .get(reqwest::header::RETRY_AFTER)
-                .and_then(|v| v.to_str().ok())
-                .and_then(|v| v.trim().parse::<f64>().ok())
-                .filter(|s| s.is_finite() && *s >= 0.0)
-                .map(Duration::from_secs_f64)
-        })
-        .flatten();
-    Err(ExecError::Status {
-        status: status.as_u16(),
-        retry_after,
-    })
 }
 
 /// `{"results": [...], "suggestions_follow_up_requests"?: [...], "added_instructions"?: "..."}`

@@ -5,8 +5,8 @@
 //! cannot answer, or scores the document at or above the block score without naming a
 //! string found in it, every text is withheld.
 
+use super::invocation::Invocation;
 use super::prefilter;
-use super::runner::Invocation;
 use super::sanitize::Cleaned;
 
 /// Why a request's outside text did not reach the model.

@@ -11,6 +11,7 @@
 //! while it keeps failing. Shutdown stops every server.
 
 pub mod conn;
+pub mod listing;
 pub mod tools;
 
 use std::sync::{Arc, Mutex, PoisonError};

@@ -13,16 +13,9 @@ use tokio::sync::Semaphore;
 
 use super::Skill;
 use super::executor::{self, ExecError};
+pub use super::invocation::Request;
+use super::invocation::{Ended, Invocation};
 use super::results::Processed;
-use super::runner::{Ended, Invocation};
-
-/// One request of a call, its id settled.
-#[derive(Debug, Clone)]
-pub struct Request {
-    pub id: Value,
-    /// The parameters, without `id`.
-    pub params: Value,
-}
 
 /// Reads `{"requests": [...]}` (or one bare request object); a single request may omit its
 /// id (it becomes 1); several need unique ids. Every request needs the schema's required

@@ -1,44 +1,20 @@
 //! One tool call of one skill: its placeholder embed and `skill_execution_status` on each
 //! change; a call that outlives `skills.long_wait` (waiting on a rate limit or working)
-//! releases the answer and its results follow as their own message; cancellation. Its
-//! requests are run in `requests.rs`, their results processed in `results.rs`.
+//! releases the answer and its results follow as their own message; cancellation. The
+//! call's state is [`Invocation`] (`invocation.rs`, re-exported here); its requests are run
+//! in `requests.rs`, their results processed in `results.rs`.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::{EmbedId, SkillStatus, SkillTaskId};
+use chatd_protocol::{EmbedId, SkillStatus};
 use serde_json::{Value, json};
 use tokio::sync::oneshot;
-use tokio_util::sync::CancellationToken;
 
-use super::executor;
-use super::requests::Request;
-use super::{Deps, Skill};
+pub use super::invocation::Invocation;
 use crate::crypto::UserHash;
 use crate::pipeline::tools::toon;
-use crate::pipeline::{EmbedEvent, SkillEvent, TurnContext, TurnEvent, TurnSink};
-
-/// How one request ended.
-pub(super) enum Ended {
-    Results(executor::Output),
-    Failed(String),
-    Cancelled,
-}
-
-/// Everything one invocation needs, owned (it runs as a `'static` future).
-pub struct Invocation {
-    pub skill: Arc<Skill>,
-    pub deps: Arc<Deps>,
-    /// The turn's writer: every event of this call goes through it.
-    pub sink: Arc<dyn TurnSink>,
-    pub ctx: TurnContext,
-    pub skill_task_id: SkillTaskId,
-    pub embed_id: EmbedId,
-    pub requests: Vec<Request>,
-    pub cancel: CancellationToken,
-    /// Fired (once) when a rate-limit wait exceeds `skills.long_wait`.
-    pub long_wait: std::sync::Mutex<Option<oneshot::Sender<Duration>>>,
-}
+use crate::pipeline::{EmbedEvent, SkillEvent, TurnEvent};
 
 /// Why a call's results will come after the answer.
 enum Later {
@@ -266,13 +242,5 @@ impl Invocation {
             "app_id": self.skill.app_id,
             "skill_id": self.skill.skill_id,
         }))
-    }
-}
-
-/// However an invocation ends (also dropped unrun when its turn is cancelled), it leaves the
-/// registry of running skills.
-impl Drop for Invocation {
-    fn drop(&mut self) {
-        self.deps.cancels.finish(&self.skill_task_id);
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::{Value, json};
 
-use super::executor::{ExecError, checked, transport};
+use super::exec_error::{ExecError, checked, transport};
 use crate::config::SkillsConfig;
 use crate::net_guard::{Guard, GuardedResolver, is_blocked};
 

@@ -4,15 +4,16 @@
 //! (all messages queued behind a turn are answered together by one next turn, after the
 //! skills' follow-up messages queued with them). The queued work waits in the store, sealed
 //! with the owner's key ([`queued`]); only the cancel tokens of turns running on this node
-//! live here.
+//! live here (each turn's [`TurnTicket`], in [`ticket`]).
 
 mod cancel;
 mod queued;
+mod ticket;
 
 pub use cancel::CancelError;
+pub use ticket::TurnTicket;
 
 use std::collections::HashMap;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -21,66 +22,14 @@ use tokio_util::sync::CancellationToken;
 
 use self::queued::{Queued, Work};
 use super::Inbound;
-use super::follow_up::FollowUp;
 use super::store::{Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError};
 use crate::auth::UserId;
+use crate::cache::ai::CacheFault;
 use crate::crypto::{Keyring, SealError, UserHash};
-use crate::delivery::ConnectionId;
 use crate::ids::NodeId;
-use crate::pipeline::Interruption;
+use crate::inbound::FollowUp;
 
-/// What a started turn needs to run and to be cancelled.
-#[derive(Clone)]
-pub struct TurnTicket {
-    pub task_id: TaskId,
-    /// The newest message this turn answers.
-    pub user_message_id: MessageId,
-    /// The messages this turn answers, oldest first (several when queued ones merged;
-    /// none when the turn only delivers follow-ups).
-    pub inbound: Arc<[Inbound]>,
-    /// Skills' follow-up messages to deliver before answering, oldest first.
-    pub follow_ups: Arc<[FollowUp]>,
-    /// Devices that sent the messages this turn answers (they get `ai_task_initiated`).
-    pub requesters: Vec<ConnectionId>,
-    /// The lease this node holds for the turn.
-    pub lease: Lease,
-    pub cancel: CancellationToken,
-    flags: Arc<Flags>,
-}
-
-/// Why a turn's token fired. Atomics: set by whoever cancels, read by the turn.
-#[derive(Default)]
-struct Flags {
-    revoked: AtomicBool,
-    /// The chat was deleted: the turn must not write anything back.
-    abandoned: AtomicBool,
-}
-
-impl TurnTicket {
-    /// The chat was deleted while this turn ran: cache nothing, postprocess nothing.
-    pub fn abandoned(&self) -> bool {
-        self.flags.abandoned.load(Ordering::Acquire)
-    }
-
-    /// Why `cancel` fired: a user's `cancel_ai_task`, or else server shutdown.
-    pub fn interruption(&self) -> Interruption {
-        if self.flags.revoked.load(Ordering::Acquire) {
-            Interruption::Cancelled
-        } else {
-            Interruption::Shutdown
-        }
-    }
-
-    /// Stops the turn for `reason`.
-    pub fn stop(&self, reason: CancelReason) {
-        if reason == CancelReason::ChatDeleted {
-            self.flags.abandoned.store(true, Ordering::Release);
-        }
-        self.flags.revoked.store(true, Ordering::Release);
-        self.cancel.cancel();
-    }
-}
-
+/// What became of a message or follow-up offered to a chat.
 pub enum Admission {
     Start(Box<TurnTicket>),
     Queued {
@@ -95,6 +44,7 @@ pub enum Admission {
     Foreign,
 }
 
+/// Why a message could not be offered to its chat.
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum TurnsError {
     #[error(transparent)]
@@ -107,7 +57,7 @@ impl TurnsError {
     /// The typed error the sender sees.
     pub fn user_error(&self) -> (chatd_protocol::ErrorCode, String) {
         match self {
-            TurnsError::Seal(e) => super::report::fault_message(&e.clone().into()),
+            TurnsError::Seal(e) => CacheFault::from(e.clone()).code(),
             TurnsError::Store(_) => (
                 chatd_protocol::ErrorCode::CacheUnavailable,
                 "the server cannot take messages right now; try again shortly".into(),
@@ -123,6 +73,7 @@ struct Local {
     ticket: TurnTicket,
 }
 
+/// The turns of every chat as this node sees them: the store, and the turns running here.
 pub struct Turns {
     store: Arc<dyn TurnStore>,
     /// Seals queued messages; `None` for a store inside this process (nothing leaves it).
@@ -260,35 +211,7 @@ impl Turns {
         work: Vec<Work>,
         parent: &CancellationToken,
     ) -> TurnTicket {
-        let mut inbound = Vec::with_capacity(work.len());
-        let mut follow_ups = Vec::new();
-        for w in work {
-            match w {
-                Work::Message(i) => inbound.push(*i),
-                Work::FollowUp(f) => follow_ups.push(f),
-            }
-        }
-        let mut requesters: Vec<ConnectionId> = Vec::with_capacity(inbound.len());
-        for i in &inbound {
-            if !requesters.contains(&i.conn) {
-                requesters.push(i.conn);
-            }
-        }
-        let user_message_id = match (inbound.last(), follow_ups.last()) {
-            (Some(i), _) => i.message_id().clone(),
-            (None, Some(f)) => f.user_message_id.clone(),
-            (None, None) => lease.message.clone(),
-        };
-        let ticket = TurnTicket {
-            task_id: lease.task.clone(),
-            user_message_id,
-            inbound: inbound.into(),
-            follow_ups: follow_ups.into(),
-            requesters,
-            lease,
-            cancel: parent.child_token(),
-            flags: Arc::default(),
-        };
+        let ticket = TurnTicket::new(lease, work, parent);
         self.local().insert(
             ticket.task_id.clone(),
             Local {

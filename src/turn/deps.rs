@@ -1,19 +1,15 @@
 //! What a turn needs, and nothing else: built once by the app, shared by every turn (the
 //! connection layer's state stays out of it).
 
-use std::sync::{Arc, Weak};
+use std::sync::Arc;
 
-use chatd_protocol::TaskId;
-use dashmap::DashMap;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::Turns;
-use super::log::TurnLog;
-use super::writer::TurnWriter;
+use super::writer::Outlet;
 use crate::cache::ai::AiCache;
 use crate::config::PipelineConfig;
-use crate::delivery::Delivery;
 use crate::links::LinkChecker;
 use crate::metrics::Metrics;
 use crate::pipeline::instructions::Instructions;
@@ -34,7 +30,7 @@ pub struct TurnDeps {
     /// The model catalog and each stage's default model.
     pub models: Models,
     /// Each chat's last main-call plan, the guess of its next speculative main call.
-    pub predictions: Predictions,
+    pub predictions: Arc<Predictions>,
     /// The skills the main model may call (the pipeline's tool runner).
     pub skills: Arc<Skills>,
     /// The apps' routines and their runs (a part of the turn's tools).
@@ -42,14 +38,11 @@ pub struct TurnDeps {
     /// Background link validation of answers; `None` when `links.enabled` is off.
     pub links: Option<Arc<LinkChecker>>,
     pub metrics: Arc<Metrics>,
-    /// Frames to the user's devices on this node and the others.
-    pub delivery: Arc<Delivery>,
+    /// Where the turn's writer writes: the user's devices on this node and the others, and
+    /// the turn's log (for devices that resume).
+    pub outlet: Arc<Outlet>,
     /// Which turn runs in each chat, and what waits behind it.
-    pub turns: Turns,
-    /// Every turn's frames, for devices that resume.
-    pub log: TurnLog,
-    /// The writers of turns running on this node (entries leave when a writer is dropped).
-    pub writers: DashMap<TaskId, Weak<TurnWriter>>,
+    pub turns: Arc<Turns>,
     /// Owns every turn task and what it spawns (postprocessing, follow-ups).
     pub tasks: TaskTracker,
     /// Fired at shutdown: running turns end with `interrupted_by_shutdown`.

@@ -1,49 +1,31 @@
 //! The automatic follow-up: a skill's result that arrived after its turn's answer ended
 //! becomes an assistant message of its own. It is not a hidden turn: the turn's writer
-//! hands it to admission ([`super::Turns::admit_follow_up`]) like a user message, so it
+//! hands it to the outlet's hook ([`hook`]), which gives it to admission ([`super::Turns::admit_follow_up`]) like a user message, so it
 //! waits behind a running turn of the chat (on any node), its queue entry is sealed, and
 //! it is delivered by the turn that runs it, under its own task id, through a writer of
 //! its own (typing, the text, the final frame), logged and cached like any answer.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
-use chatd_protocol::{ChatId, MessageId, TaskId};
+use chatd_protocol::ChatId;
 
 use super::deps::TurnDeps;
-use super::writer::{TurnKey, TurnWriter};
+use super::writer::{FollowUps, TurnKey, TurnWriter};
 use super::{Admission, TurnTicket};
 use crate::auth::UserId;
 use crate::crypto::UserHash;
+use crate::inbound::FollowUp;
 use crate::pipeline::{TurnContext, TurnEvent, TurnOutcome, TurnSink, Typing};
 
-/// A follow-up message waiting for its chat.
-#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
-pub struct FollowUp {
-    /// Its own task (its assistant message id is derived from it).
-    pub task_id: TaskId,
-    /// The user message whose turn the skill belonged to.
-    pub user_message_id: MessageId,
-    pub model_name: String,
-    pub category: Option<String>,
-    pub text: String,
-}
-
-impl FollowUp {
-    /// The follow-up of the turn `ctx` describes, carrying `text`.
-    pub fn of(ctx: &TurnContext, text: &str) -> Self {
-        Self {
-            task_id: TaskId::random(),
-            user_message_id: ctx.user_message_id.clone(),
-            model_name: ctx.model_name.clone(),
-            category: ctx.category.clone(),
-            text: text.to_string(),
+/// The outlet's follow-up hook: each late result is admitted on the turn tracker. Weak:
+/// the outlet lives inside the deps it would otherwise keep alive.
+pub fn hook(deps: Weak<TurnDeps>) -> FollowUps {
+    Box::new(move |ctx, text| {
+        if let Some(deps) = deps.upgrade() {
+            let tasks = deps.tasks.clone();
+            tasks.spawn(admit(deps, ctx.clone(), text));
         }
-    }
-
-    /// The id admission and the queue know it by.
-    pub fn message_id(&self) -> MessageId {
-        MessageId::from(self.task_id.clone())
-    }
+    })
 }
 
 /// Admits the follow-up for `ctx`'s chat: runs it now when the chat is free, else it
@@ -86,9 +68,10 @@ pub(super) async fn deliver(
             owner: owner.clone(),
             chat: chat.clone(),
             task: f.task_id.clone(),
+            message: f.user_message_id.clone(),
             generation: ticket.lease.generation,
         };
-        let writer = TurnWriter::new(deps.clone(), key);
+        let writer = TurnWriter::new(deps.outlet.clone(), key);
         let text: Arc<str> = Arc::from(f.text.as_str());
         writer.emit(&ctx, TurnEvent::Typing(Typing::default()));
         writer.emit(&ctx, TurnEvent::Chunk { text: text.clone() });

@@ -23,7 +23,7 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
         match received {
             Received::User { user, payload } => {
                 if let Some(Envelope::CancelSkill { skill_task_id, .. }) =
-                    deps.delivery.receive(&user, &payload).await
+                    deps.outlet.delivery.receive(&user, &payload).await
                 {
                     // Sealed with the user's key: the request is the user's own.
                     deps.skills.cancels().cancel_for(&user, &skill_task_id);

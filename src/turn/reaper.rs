@@ -7,16 +7,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::{
-    AiBackgroundResponseCompleted, AiMessageUpdate, AiTypingEnded, ErrorCode, ErrorPayload,
-    MessageId, ServerMessage,
-};
+use chatd_protocol::ServerMessage;
 
 use super::deps::TurnDeps;
 use super::log::{self, Logged};
 use super::store::Lease;
 use super::writer::{TurnKey, TurnWriter};
-use crate::delivery::Audience;
+use crate::delivery::frames::{Head, LostTurn};
 
 /// Leases taken over in one look.
 const BATCH: usize = 16;
@@ -50,6 +47,7 @@ async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
     tracing::warn!(chat_id = %lease.chat, task_id = %lease.task, node = %lease.node, "taking over a lost turn");
     deps.metrics.lost_turns.inc();
     let logged = deps
+        .outlet
         .log
         .read(&lease.owner, &lease.chat, &lease.task)
         .await
@@ -76,64 +74,23 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
             _ => {}
         }
     }
-    let text = update
-        .as_ref()
-        .map(|u| u.full_content_so_far.clone())
-        .unwrap_or_default();
     let sequence = update.as_ref().map_or(0, |u| u.sequence);
-    let model_name = typing.as_ref().map(|t| t.model_name.clone());
-    let category = typing.as_ref().and_then(|t| t.category.clone());
-    let message_id = MessageId::from(lease.task.clone());
     let key = TurnKey {
         owner: lease.owner.clone(),
         chat: lease.chat.clone(),
         task: lease.task.clone(),
+        message: lease.message.clone(),
         generation: lease.generation,
     };
-    let writer = TurnWriter::continuing(deps.clone(), key, last_index, sequence);
-    let mut error = ErrorPayload::new(
-        ErrorCode::NodeLost,
-        "The server answering this message stopped; the answer ends here.",
-    );
-    error.chat_id = Some(lease.chat.clone());
-    error.message_id = Some(message_id.clone());
-    writer.frame(Audience::All, ServerMessage::Error(error));
-    let mut last = AiMessageUpdate::new(
-        lease.task.clone(),
-        lease.chat.clone(),
-        lease.message.clone(),
-        text.clone(),
-        sequence + 1,
-        true,
-    );
-    last.model_name = model_name.clone();
-    last.category = category.clone();
-    last.error_code = Some(ErrorCode::NodeLost);
-    writer.frame(
-        Audience::Showing(lease.chat.clone()),
-        ServerMessage::AiMessageUpdate(last),
-    );
-    writer.frame(
-        Audience::NotShowing(lease.chat.clone()),
-        ServerMessage::AiBackgroundResponseCompleted(AiBackgroundResponseCompleted {
+    let writer = TurnWriter::continuing(deps.outlet.clone(), key, last_index, sequence);
+    writer.end_lost(LostTurn {
+        head: Head {
             chat_id: lease.chat.clone(),
-            message_id,
+            task_id: lease.task.clone(),
             user_message_id: lease.message.clone(),
-            task_id: lease.task.clone(),
-            full_content: text,
-            model_name,
-            category,
-            interrupted_by_revocation: false,
-            error_code: Some(ErrorCode::NodeLost),
-            rejection_reason: None,
-        }),
-    );
-    writer.frame(
-        Audience::All,
-        ServerMessage::AiTypingEnded(AiTypingEnded {
-            chat_id: lease.chat.clone(),
-            message_id: MessageId::from(lease.task.clone()),
-            task_id: lease.task.clone(),
-        }),
-    );
+            model_name: typing.as_ref().map(|t| t.model_name.clone()),
+            category: typing.and_then(|t| t.category),
+        },
+        text: update.map(|u| u.full_content_so_far).unwrap_or_default(),
+    });
 }

@@ -21,7 +21,7 @@ pub fn spawn(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, ticket: TurnTicket
 async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: TurnTicket) {
     // While a turn of the user runs here, this node hears the user's channel (cancel_skill).
     let owner = UserHash::of(&user);
-    deps.delivery.hold(&owner).await;
+    deps.outlet.delivery.hold(&owner).await;
     loop {
         // The lease is renewed while the turn runs; a cancel requested on another node
         // arrives with a renewal.
@@ -41,7 +41,7 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
             None => break,
         }
     }
-    deps.delivery.release(&owner).await;
+    deps.outlet.delivery.release(&owner).await;
 }
 
 /// The ticket's follow-up messages, then the answer to its messages (or the request for

@@ -10,6 +10,8 @@ mod answer;
 mod finish;
 mod plan;
 mod prepare;
+mod steps;
+mod tools;
 
 use std::sync::Arc;
 use std::time::Instant;
@@ -23,8 +25,8 @@ use crate::auth::UserId;
 use crate::crypto::UserHash;
 use crate::delivery::Audience;
 
-pub(super) use plan::TurnTools;
 pub(super) use prepare::{Ask, Start};
+pub(super) use tools::TurnTools;
 
 /// One turn's context: who, where, which ticket, its writer, when it started.
 pub(super) struct Turn<'a> {
@@ -50,9 +52,10 @@ impl<'a> Turn<'a> {
             owner: owner.clone(),
             chat: chat.clone(),
             task: ticket.task_id.clone(),
+            message: ticket.user_message_id.clone(),
             generation: ticket.lease.generation,
         };
-        let writer = TurnWriter::new(deps.clone(), key);
+        let writer = TurnWriter::new(deps.outlet.clone(), key);
         writer.time_first_chunk(started);
         Self {
             deps,

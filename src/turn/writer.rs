@@ -7,25 +7,73 @@
 //! assigns a sequence. When the last handle on the writer goes (the turn, its
 //! postprocessing and its skills are done), the flusher ends the log.
 //!
-//! A skill result that arrives after the answer (`TurnEvent::FollowUp`) is handed to
-//! admission as a follow-up message ([`super::follow_up`]): it runs as a turn of its own,
-//! behind whatever runs in the chat then.
+//! The writer is a leaf: it writes to its [`Outlet`] (the devices, the other nodes, the log,
+//! the metrics) and starts nothing. A skill result that arrives after the answer
+//! (`TurnEvent::FollowUp`) goes to the outlet's follow-up hook, which the runner gives
+//! (admission as a follow-up message, [`super::follow_up`]).
 
-use std::sync::{Arc, Mutex, PoisonError};
+use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use chatd_protocol::{ChatId, ServerMessage, TaskId};
+use chatd_protocol::{ChatId, MessageId, ServerMessage, TaskId};
 
+use dashmap::DashMap;
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
+use tokio_util::task::TaskTracker;
 
-use super::deps::TurnDeps;
-use super::log::LogEntry;
+use super::log::{LogEntry, TurnLog};
 use super::store::TurnStoreError;
 use crate::crypto::UserHash;
+use crate::delivery::frames::{self, LostTurn, Notice};
 use crate::delivery::outbox::EncodedFrame;
-use crate::delivery::{Audience, frames};
-use crate::metrics::SpeculationLabel;
+use crate::delivery::{Audience, Delivery};
+use crate::metrics::{Metrics, SpeculationLabel};
 use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
+
+/// What a skill's late result becomes: given to the outlet by whoever runs turns (the
+/// writer hands it on and starts nothing).
+pub type FollowUps = Box<dyn Fn(&TurnContext, Arc<str>) + Send + Sync>;
+
+/// Where a node's turn writers write: this node's devices and the other nodes, the turn
+/// logs, the metrics; the flushers run on `tasks`. It also knows the writers running here,
+/// so a device that resumes can wait for what they wrote to reach the log.
+pub struct Outlet {
+    pub delivery: Arc<Delivery>,
+    pub log: TurnLog,
+    metrics: Arc<Metrics>,
+    tasks: TaskTracker,
+    /// The writers of turns running on this node (entries leave when a writer is dropped).
+    writers: DashMap<TaskId, Weak<TurnWriter>>,
+    follow_ups: FollowUps,
+}
+
+impl Outlet {
+    pub fn new(
+        delivery: Arc<Delivery>,
+        log: TurnLog,
+        metrics: Arc<Metrics>,
+        tasks: TaskTracker,
+        follow_ups: FollowUps,
+    ) -> Self {
+        Self {
+            delivery,
+            log,
+            metrics,
+            tasks,
+            writers: DashMap::new(),
+            follow_ups,
+        }
+    }
+
+    /// Waits until every frame this node's writer of `task` has written so far is in the
+    /// log (at once when no writer of it runs here).
+    pub async fn flushed(&self, task: &TaskId) {
+        let writer = self.writers.get(task).and_then(|w| w.upgrade());
+        if let Some(writer) = writer {
+            writer.flushed().await;
+        }
+    }
+}
 
 /// Skill suggestions kept for postprocessing (it shows at most 6).
 const MAX_SKILL_SUGGESTIONS: usize = 12;
@@ -66,12 +114,14 @@ pub struct TurnKey {
     pub owner: UserHash,
     pub chat: ChatId,
     pub task: TaskId,
+    /// The user message the turn answers.
+    pub message: MessageId,
     /// The lease generation the log appends are fenced with.
     pub generation: u64,
 }
 
 pub struct TurnWriter {
-    deps: Arc<TurnDeps>,
+    outlet: Arc<Outlet>,
     key: Arc<TurnKey>,
     written: Mutex<Written>,
     /// To the flusher (a log outside this process); `None` when the log is in process
@@ -84,25 +134,26 @@ pub struct TurnWriter {
 
 impl TurnWriter {
     /// A writer for `key`'s turn; its flusher runs on the turn tracker.
-    pub fn new(deps: Arc<TurnDeps>, key: TurnKey) -> Arc<Self> {
-        Self::continuing(deps, key, 0, 0)
+    pub fn new(outlet: Arc<Outlet>, key: TurnKey) -> Arc<Self> {
+        Self::continuing(outlet, key, 0, 0)
     }
 
     /// A writer that goes on with a turn another node began: its frames follow the log's
     /// newest `index` and `ai_message_update` number `sequence`.
-    pub fn continuing(deps: Arc<TurnDeps>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
+    pub fn continuing(outlet: Arc<Outlet>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
         let (flushed_tx, flushed) = watch::channel(index);
         let key = Arc::new(key);
-        let log = if deps.log.in_process() {
+        let log = if outlet.log.in_process() {
             None
         } else {
             let (tx, rx) = mpsc::unbounded_channel();
-            deps.tasks
-                .spawn(flush(deps.clone(), key.clone(), rx, flushed_tx));
+            outlet
+                .tasks
+                .spawn(flush(outlet.clone(), key.clone(), rx, flushed_tx));
             Some(tx)
         };
         let writer = Arc::new(Self {
-            deps: deps.clone(),
+            outlet: outlet.clone(),
             key,
             written: Mutex::new(Written {
                 index,
@@ -116,16 +167,28 @@ impl TurnWriter {
             log,
             flushed,
         });
-        deps.writers
+        outlet
+            .writers
             .insert(writer.key.task.clone(), Arc::downgrade(&writer));
         writer
     }
 
-    /// A frame of the turn that is not a pipeline event (`ai_task_initiated`,
-    /// `request_chat_history`, a refusal error).
-    pub fn frame(&self, audience: Audience, msg: ServerMessage) {
+    /// A frame of the turn itself (started, asking for the history, refused), to `audience`.
+    pub fn notice(&self, audience: Audience, notice: Notice) {
+        let k = &self.key;
+        let msg = frames::notice(&k.chat, &k.task, &k.message, notice);
         let mut w = self.written();
         self.write(&mut w, audience, msg);
+    }
+
+    /// Ends a lost turn (taken over from a node that stopped): its final frames follow
+    /// what the log holds, the final update numbered after the logged ones.
+    pub fn end_lost(&self, lost: LostTurn) {
+        let mut w = self.written();
+        w.sequence += 1;
+        for (audience, msg) in frames::node_lost(lost, w.sequence) {
+            self.write(&mut w, audience, msg);
+        }
     }
 
     /// Times the first chunk from `started` (a turn's answer; not a follow-up or an ending
@@ -150,7 +213,7 @@ impl TurnWriter {
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
-        let hub = &self.deps.delivery.hub;
+        let hub = &self.outlet.delivery.hub;
         hub.send_turn(
             &self.key.owner,
             &audience,
@@ -166,7 +229,7 @@ impl TurnWriter {
             // An in-process log appends at once (its store never waits).
             let k = &self.key;
             let appended = self
-                .deps
+                .outlet
                 .log
                 .append(&k.owner, &k.chat, &k.task, k.generation, &entry)
                 .now_or_never();
@@ -176,7 +239,7 @@ impl TurnWriter {
             return;
         };
         // Other nodes get the frame after the log (kept only when there are other nodes).
-        let publish = self.deps.delivery.has_peers().then_some((audience, msg));
+        let publish = self.outlet.delivery.has_peers().then_some((audience, msg));
         // The flusher is gone only at shutdown; the frame was delivered here anyway.
         let _ = flusher.send(Logged {
             index: w.index,
@@ -200,21 +263,15 @@ impl TurnWriter {
     pub fn skill_suggestions(&self) -> Vec<String> {
         self.written().suggestions.clone()
     }
-
-    /// The automatic follow-up: admitted like a message (see [`super::follow_up`]).
-    fn follow_up(&self, ctx: &TurnContext, text: Arc<str>) {
-        let admit = super::follow_up::admit(self.deps.clone(), ctx.clone(), text);
-        self.deps.tasks.spawn(admit);
-    }
 }
 
 impl Drop for TurnWriter {
     fn drop(&mut self) {
-        self.deps.writers.remove(&self.key.task);
+        self.outlet.writers.remove(&self.key.task);
         if self.log.is_none() {
             // The flusher ends a log outside this process; an in-process one ends here.
             let _ = self
-                .deps
+                .outlet
                 .log
                 .end(&self.key.chat, &self.key.task, self.key.generation)
                 .now_or_never();
@@ -225,7 +282,7 @@ impl Drop for TurnWriter {
 impl TurnSink for TurnWriter {
     fn emit(&self, ctx: &TurnContext, event: TurnEvent) {
         if let TurnEvent::FollowUp { text } = event {
-            return self.follow_up(ctx, text);
+            return (self.outlet.follow_ups)(ctx, text);
         }
         let mut w = self.written();
         if let TurnEvent::SkillSuggestions(list) = event {
@@ -250,7 +307,7 @@ impl TurnSink for TurnWriter {
         if matches!(event, TurnEvent::Chunk { .. })
             && let Some(started) = w.first_chunk_from.take()
         {
-            let metrics = &self.deps.metrics;
+            let metrics = &self.outlet.metrics;
             let seconds = started.elapsed().as_secs_f64();
             metrics.ttft_seconds.observe(seconds);
             if let Some(speculation) = w.speculation {
@@ -272,19 +329,19 @@ impl TurnSink for TurnWriter {
 /// node's devices; a device resuming later finds the log incomplete and syncs); a fenced
 /// one stops the turn's output to other nodes (the turn belongs to another generation).
 async fn flush(
-    deps: Arc<TurnDeps>,
+    outlet: Arc<Outlet>,
     key: Arc<TurnKey>,
     mut rx: mpsc::UnboundedReceiver<Logged>,
     flushed: watch::Sender<u64>,
 ) {
-    let log = &deps.log;
+    let log = &outlet.log;
     let mut fenced = false;
     let mut batch = Vec::new();
     // Frames queued meanwhile are taken together (one wake-up for a burst).
     while rx.recv_many(&mut batch, 64).await > 0 {
         for l in batch.drain(..) {
             let index = l.index;
-            flush_one(&deps, &key, l, &mut fenced).await;
+            flush_one(&outlet, &key, l, &mut fenced).await;
             flushed.send_replace(index);
         }
     }
@@ -294,11 +351,11 @@ async fn flush(
 }
 
 /// One frame: into the log, then to the other nodes.
-async fn flush_one(deps: &TurnDeps, key: &TurnKey, l: Logged, fenced: &mut bool) {
+async fn flush_one(outlet: &Outlet, key: &TurnKey, l: Logged, fenced: &mut bool) {
     if *fenced {
         return;
     }
-    match deps
+    match outlet
         .log
         .append(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
         .await
@@ -312,7 +369,8 @@ async fn flush_one(deps: &TurnDeps, key: &TurnKey, l: Logged, fenced: &mut bool)
         Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
     }
     if let Some((audience, frame)) = l.publish {
-        deps.delivery
+        outlet
+            .delivery
             .publish_turn(&key.owner, audience, &key.task, l.index, frame)
             .await;
     }

@@ -44,7 +44,7 @@ pub async fn run(
     let (sink, stream) = socket.split();
     let (out, out_rx) = outbox(settings, app.metrics.clone());
     let device = Arc::new(Device::new(session_id, user, out.clone()));
-    let delivery = &app.turn.delivery;
+    let delivery = &app.delivery;
     // The one-off steps are boxed: held inline, the largest of them would set the size of
     // every connection's task for its whole life (see load-tests `idle`, run N).
     Box::pin(delivery.register(device.clone())).await;
@@ -54,17 +54,17 @@ pub async fn run(
     let shutdown = app.tasks.connections_shutdown.clone();
     // Fired once the writer is done: its close frame written, or given up on.
     let writer_done = CancellationToken::new();
-    let reader = read_loop(stream, &session, &out, &shutdown, &writer_done);
     let time_left = || session.token_time_left();
     let ends = writer::Ends {
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    let writer = async {
-        writer::write_loop(sink, out_rx, &out, ends).await;
-        writer_done.cancel();
-    };
-    tokio::join!(reader, writer);
+    // Built inside the join: a future held in a local first and then moved into the join is
+    // stored twice in this task for its whole life (see load-tests `idle`).
+    tokio::join!(
+        read_loop(stream, &session, &out, &shutdown, &writer_done),
+        writer::write_loop(sink, out_rx, &out, ends, writer_done.clone()),
+    );
     Box::pin(delivery.unregister(&device.user_hash, device.conn_id)).await;
     app.metrics.connections_open.dec();
 }

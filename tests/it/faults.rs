@@ -290,7 +290,6 @@ async fn stalled_device(
             let hash = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse(user).unwrap());
             let device = app
                 .state
-                .turn
                 .delivery
                 .hub
                 .devices(&hash)

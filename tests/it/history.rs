@@ -183,7 +183,7 @@ async fn an_incomplete_cache_asks_for_the_history_with_counts() {
         outcome(&mut ws).await.answer();
     }
     // Six messages cached; keep only the newest two, as if the rest were lost.
-    let cache = &app.state.turn.ai_cache;
+    let cache = &app.state.ai_cache;
     let user = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse("carol").unwrap());
     let chat = chatd_protocol::ChatId::parse("chat-i").unwrap();
     let sealed = cache

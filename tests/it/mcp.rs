@@ -88,7 +88,7 @@ mcp:
     })
     .await;
     // Both servers listed their tools.
-    let skills = app.state.turn.skills.clone();
+    let skills = app.state.skills.clone();
     let mut published = skills.published();
     let listed = published.wait_for(|_| {
         use chatd::pipeline::tools::ToolRunner;
@@ -307,7 +307,7 @@ async fn an_mcp_server_over_streamable_http_is_an_app_too() {
         c.skills.apps_dir = dir;
     })
     .await;
-    let skills = app.state.turn.skills.clone();
+    let skills = app.state.skills.clone();
     let mut published = skills.published();
     let listed = published.wait_for(|_| {
         use chatd::pipeline::tools::ToolRunner;
@@ -331,4 +331,50 @@ async fn an_mcp_server_over_streamable_http_is_an_app_too() {
     let noted = note["results"][0]["results"][0]["text"].as_str().unwrap();
     assert!(noted.contains("Noted: over http"), "{noted}");
     assert!(!noted.contains("PWNED"));
+}
+
+/// `chatd lint-skills --start-mcp` starts each MCP app's server, lists its tools and reads
+/// them as chatd would offer them; a tool the manifest declares that the server does not
+/// list (a typo that would leave the declaration unused) is refused.
+#[tokio::test]
+async fn lint_skills_starts_mcp_servers_and_checks_their_tools() {
+    let bin = venv().join("bin/mcp-server-time");
+    let lint = |yaml: String| async move {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::write(dir.path().join("time.yml"), yaml).unwrap();
+        tokio::process::Command::new(env!("CARGO_BIN_EXE_chatd"))
+            .arg("lint-skills")
+            .arg("--start-mcp")
+            .arg(dir.path())
+            .output()
+            .await
+            .unwrap()
+    };
+    let manifest = |tools: &str| {
+        format!(
+            "id: time\nname: Time\nmcp:\n  command: [\"{}\", \"--local-timezone\", \"UTC\"]\n{tools}",
+            bin.display()
+        )
+    };
+    let ok = lint(manifest("")).await;
+    let stdout = String::from_utf8_lossy(&ok.stdout);
+    assert!(
+        ok.status.success(),
+        "{stdout} {}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
+    assert!(
+        stdout.contains("mcp app `time`: 2 tools offered"),
+        "{stdout}"
+    );
+    let typo = lint(manifest(
+        "  tools:\n    get_curent_time: {disabled: true}\n",
+    ))
+    .await;
+    let stderr = String::from_utf8_lossy(&typo.stderr);
+    assert!(!typo.status.success(), "a misnamed tool passed");
+    assert!(
+        stderr.contains("declares tool `get_curent_time`, which the server does not list"),
+        "{stderr}"
+    );
 }

@@ -116,7 +116,6 @@ async fn settle(ws: &mut WsClient) -> Vec<ServerMessage> {
 
 async fn cached(app: &TestApp, user: &str, chat: &str, key: &str) -> Option<Vec<Value>> {
     app.state
-        .turn
         .memories
         .store
         .entries(

@@ -88,7 +88,8 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         (showing, ServerMessage::AiMessageUpdate(chunk), ""),
     ] {
         let entry = LogEntry::encode(&audience, &frame, &frame.to_json(), previous);
-        deps.log
+        deps.outlet
+            .log
             .append(&owner, &chat, &task, ticket.lease.generation, &entry)
             .await
             .unwrap();
@@ -138,7 +139,8 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
     let pong = ServerMessage::Pong(chatd_protocol::Empty {});
     let late = LogEntry::encode(&chatd::delivery::Audience::All, &pong, &pong.to_json(), "");
     assert!(
-        deps.log
+        deps.outlet
+            .log
             .append(&owner, &chat, &task, ticket.lease.generation, &late)
             .await
             .is_err()

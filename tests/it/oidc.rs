@@ -71,7 +71,6 @@ async fn query_refusal(app: &TestApp, token: &str) -> (u16, String) {
 fn devices_of(app: &TestApp, user: &str) -> Vec<String> {
     let hash = UserHash::of(&UserId::parse(user).unwrap());
     app.state
-        .turn
         .delivery
         .hub
         .devices(&hash)

@@ -514,7 +514,7 @@ async fn cancelling_a_run_waiting_on_a_skill_stops_it() {
 async fn cancelling_a_run_orphaned_by_a_stopped_node_ends_it() {
     use chatd::routines::journal::{RunRecord, RunStatus};
     let s = setup().await;
-    let runs = s.app.state.turn.routines.store();
+    let runs = s.app.state.routines.store();
     let owner = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse("alice").unwrap());
     let running = |started: i64| RunRecord {
         run_id: RunId::random(),

@@ -483,7 +483,6 @@ async fn embeds_follow_their_lifecycle_and_the_reference_streams_before_the_answ
     let cached = s
         .app
         .state
-        .turn
         .ai_cache
         .get_embed(&owner, &parent.embed_id)
         .await
@@ -537,7 +536,7 @@ async fn cancelling_a_skill_aborts_it_and_the_answer_goes_on() {
     let result = tool_result(&s.fake.requests()[1], "c1");
     assert_eq!(result["status"], "cancelled");
     assert_eq!(
-        s.app.state.turn.skills.cancels().running(),
+        s.app.state.skills.cancels().running(),
         0,
         "nothing left registered"
     );

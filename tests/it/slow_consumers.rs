@@ -60,7 +60,6 @@ async fn device(app: &TestApp, session: &str, query: &str) -> WsClient {
 fn server_device(app: &TestApp, session: &str) -> std::sync::Arc<Device> {
     let hash = UserHash::of(&UserId::parse("alice").unwrap());
     app.state
-        .turn
         .delivery
         .hub
         .devices(&hash)

@@ -211,7 +211,7 @@ async fn phase_1_warms_the_sync_cache_and_phase_3_clears_it() {
     fill(&app).await;
     let alice = chatd::auth::UserId::parse("alice").unwrap();
     let hash = UserHash::of(&alice);
-    let backend = app.state.turn.ai_cache.backend().clone();
+    let backend = app.state.ai_cache.backend().clone();
     let recent = app.state.store.chats_page(&alice, None, 10).await.unwrap();
     // Storing warmed the chats (see the end of this test); start cold.
     assert!(
@@ -295,7 +295,7 @@ async fn a_finished_sync_leaves_no_sync_cache_behind(app: TestApp) {
     fill(&app).await;
     let alice = chatd::auth::UserId::parse("alice").unwrap();
     let hash = UserHash::of(&alice);
-    let backend = app.state.turn.ai_cache.backend().clone();
+    let backend = app.state.ai_cache.backend().clone();
     let ids: Vec<ChatId> = (0..25).map(|i| chat_id(&format!("chat-{i:02}"))).collect();
     let copies = || async {
         let mut left = Vec::new();

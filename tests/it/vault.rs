@@ -65,7 +65,7 @@ async fn first_use_creates_the_users_key_and_cached_data_keys_skip_vault() {
     assert_eq!(key["data"]["type"], "aes256-gcm96");
     assert_eq!(key["data"]["derived"], true);
 
-    let provider = app.state.turn.ai_cache.keyring().provider().clone();
+    let provider = app.state.ai_cache.keyring().provider().clone();
     let calls = provider.calls();
     for i in 2..5 {
         ws.send(&user_message("chat-v", &format!("m{i}"), "more"))

@@ -1,3 +1,5 @@
+use chatd_protocol::{ClientEmbed, EmbedId};
+
 use super::*;
 use crate::auth::UserId;
 

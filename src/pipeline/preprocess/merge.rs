@@ -10,17 +10,10 @@ use crate::config::Capability;
 use crate::pipeline::models::{Choice, Complexity, Needs};
 
 impl Stage<'_> {
+    /// The answers of every block as one decision.
     pub(super) fn merge(&self, answers: Vec<Raw>, input: &Input<'_>) -> Preprocessed {
-        let score = |f: fn(&Raw) -> Option<f64>| {
-            answers
-                .iter()
-                .filter_map(f)
-                .fold(0.0f64, f64::max)
-                .clamp(0.0, 10.0)
-                .round() as u8
-        };
-        let harm = score(|r| r.harmful_or_illegal_score);
-        let misuse = score(|r| r.misuse_risk_score);
+        let harm = max_score(&answers, |r| r.harmful_or_illegal_score);
+        let misuse = max_score(&answers, |r| r.misuse_risk_score);
         let injection_chance = answers
             .iter()
             .filter_map(|r| r.prompt_injection_chance)
@@ -37,32 +30,13 @@ impl Stage<'_> {
             .and_then(|r| r.category.clone())
             .filter(|c| self.instructions.mate(c).is_some())
             .unwrap_or_else(|| self.instructions.default_category().to_string());
-        let complexity = if answers
-            .iter()
-            .any(|r| r.complexity.as_deref() == Some("complex"))
-        {
-            Complexity::Complex
-        } else {
-            Complexity::Simple
-        };
-        let mut tags = Vec::new();
-        for t in answers.iter().flat_map(|r| r.chat_tags.iter()) {
-            let t = t.trim().to_lowercase();
-            if !t.is_empty() && t.len() <= 40 && !tags.contains(&t) && tags.len() < 10 {
-                tags.push(t);
-            }
-        }
+        let complexity = complexity(&answers);
+        let tags = tags(&answers);
         let skills = self.valid_skills(
             answers.iter().flat_map(|r| r.relevant_app_skills.iter()),
             input.connected_accounts,
         );
-        let mut focus_modes = Vec::new();
-        for f in answers.iter().flat_map(|r| r.relevant_focus_modes.iter()) {
-            let f = normalize_tool_name(f);
-            if self.instructions.focus_mode(&f).is_some() && !focus_modes.contains(&f) {
-                focus_modes.push(f);
-            }
-        }
+        let focus_modes = self.focus_modes(&answers);
         let settings_memories = known_categories(
             answers
                 .iter()
@@ -76,37 +50,13 @@ impl Stage<'_> {
             &input.settings_categories,
         );
         let (title, icon_names) = if input.first_message {
-            let title = answers
-                .iter()
-                .find_map(|r| r.title.as_deref())
-                .and_then(clean_title);
-            let icons = answers
-                .iter()
-                .find(|r| !r.icon_names.is_empty())
-                .map(|r| clean_icons(&r.icon_names))
-                .unwrap_or_default();
-            (title, icons)
+            title_and_icons(&answers)
         } else {
             (None, Vec::new())
         };
-        let mut needs = Needs::default();
-        if !skills.is_empty() {
-            needs.capabilities.push(Capability::Tools);
-        }
-        if answers.iter().any(|r| r.needs_vision) {
-            needs.capabilities.push(Capability::Vision);
-        }
-        if answers.iter().any(|r| r.needs_reasoning) {
-            needs.capabilities.push(Capability::Reasoning);
-        }
+        let needs = needs(&answers, &skills);
         let choice = self.models.choose(complexity, &needs, input.pinned_model);
-        let rejection = if harm >= self.config.harm_threshold {
-            Some(RejectionReason::HarmfulOrIllegalDetected)
-        } else if misuse >= self.config.misuse_threshold {
-            Some(RejectionReason::MisuseDetected)
-        } else {
-            None
-        };
+        let rejection = self.rejection(harm, misuse);
         Preprocessed {
             harm,
             misuse,
@@ -127,6 +77,30 @@ impl Stage<'_> {
             rejection,
             degraded: false,
             blocks: 0,
+        }
+    }
+
+    /// The focus modes named that exist, each once.
+    fn focus_modes(&self, answers: &[Raw]) -> Vec<String> {
+        let mut focus_modes = Vec::new();
+        for f in answers.iter().flat_map(|r| r.relevant_focus_modes.iter()) {
+            let f = normalize_tool_name(f);
+            if self.instructions.focus_mode(&f).is_some() && !focus_modes.contains(&f) {
+                focus_modes.push(f);
+            }
+        }
+        focus_modes
+    }
+
+    /// Why the message is refused: the harm score first, then the misuse score, each at
+    /// its configured threshold.
+    fn rejection(&self, harm: u8, misuse: u8) -> Option<RejectionReason> {
+        if harm >= self.config.harm_threshold {
+            Some(RejectionReason::HarmfulOrIllegalDetected)
+        } else if misuse >= self.config.misuse_threshold {
+            Some(RejectionReason::MisuseDetected)
+        } else {
+            None
         }
     }
 
@@ -193,6 +167,70 @@ impl Stage<'_> {
         }
         out
     }
+}
+
+/// The highest score of the answers, 0 to 10.
+fn max_score(answers: &[Raw], f: fn(&Raw) -> Option<f64>) -> u8 {
+    answers
+        .iter()
+        .filter_map(f)
+        .fold(0.0f64, f64::max)
+        .clamp(0.0, 10.0)
+        .round() as u8
+}
+
+/// Complex when any answer says so.
+fn complexity(answers: &[Raw]) -> Complexity {
+    if answers
+        .iter()
+        .any(|r| r.complexity.as_deref() == Some("complex"))
+    {
+        Complexity::Complex
+    } else {
+        Complexity::Simple
+    }
+}
+
+/// The answers' chat tags: lower-cased, each once, at most 10 of at most 40 bytes.
+fn tags(answers: &[Raw]) -> Vec<String> {
+    let mut tags = Vec::new();
+    for t in answers.iter().flat_map(|r| r.chat_tags.iter()) {
+        let t = t.trim().to_lowercase();
+        if !t.is_empty() && t.len() <= 40 && !tags.contains(&t) && tags.len() < 10 {
+            tags.push(t);
+        }
+    }
+    tags
+}
+
+/// The first answer's title and the first non-empty icon names, cleaned.
+fn title_and_icons(answers: &[Raw]) -> (Option<String>, Vec<String>) {
+    let title = answers
+        .iter()
+        .find_map(|r| r.title.as_deref())
+        .and_then(clean_title);
+    let icons = answers
+        .iter()
+        .find(|r| !r.icon_names.is_empty())
+        .map(|r| clean_icons(&r.icon_names))
+        .unwrap_or_default();
+    (title, icons)
+}
+
+/// What the main model must be able to do: tools when skills were chosen, vision and
+/// reasoning when any answer asks for them.
+fn needs(answers: &[Raw], skills: &[String]) -> Needs {
+    let mut needs = Needs::default();
+    if !skills.is_empty() {
+        needs.capabilities.push(Capability::Tools);
+    }
+    if answers.iter().any(|r| r.needs_vision) {
+        needs.capabilities.push(Capability::Vision);
+    }
+    if answers.iter().any(|r| r.needs_reasoning) {
+        needs.capabilities.push(Capability::Reasoning);
+    }
+    needs
 }
 
 /// Models write `app:skill`, `app.skill` or `app_skill`; the canonical form is `app-skill`.

@@ -43,7 +43,7 @@ impl Session {
         chat: &ChatId,
         messages_v: u64,
     ) -> Option<Vec<EncryptedMessage>> {
-        let backend = self.app.turn.ai_cache.backend();
+        let backend = self.app.ai_cache.backend();
         match backend.sync_get(&self.user_hash(), chat).await {
             Ok(blobs) => decode_blobs(&blobs?, messages_v),
             Err(e) => {
@@ -58,7 +58,7 @@ impl Session {
         let Some(blobs) = encode_blobs(messages, messages_v) else {
             return;
         };
-        let backend = self.app.turn.ai_cache.backend();
+        let backend = self.app.ai_cache.backend();
         let ttl = self.app.config.cache.sync_ttl;
         if let Err(e) = backend.sync_put(&self.user_hash(), chat, blobs, ttl).await {
             tracing::debug!(error = %e, "cannot warm the sync cache");
@@ -67,7 +67,7 @@ impl Session {
 
     /// A device finished its sync: the user's copies are consumed.
     pub(super) async fn clear_sync_cache(&self) {
-        let backend = self.app.turn.ai_cache.backend();
+        let backend = self.app.ai_cache.backend();
         if let Err(e) = backend.sync_clear(&self.user_hash()).await {
             tracing::warn!(error = %e, "cannot clear the sync cache");
         }
@@ -84,7 +84,7 @@ impl Session {
         messages_v: u64,
     ) {
         let hash = self.user_hash();
-        let backend = self.app.turn.ai_cache.backend();
+        let backend = self.app.ai_cache.backend();
         let ttl = self.app.config.cache.sync_ttl;
         let blobs = match backend.sync_get(&hash, chat).await {
             Ok(b) => b,

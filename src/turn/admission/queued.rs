@@ -6,8 +6,8 @@
 use chatd_protocol::ChatId;
 
 use super::super::Inbound;
-use super::super::follow_up::FollowUp;
 use crate::crypto::{Keyring, Purpose, SealError, UserHash};
+use crate::inbound::FollowUp;
 
 #[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 #[serde(tag = "kind", rename_all = "snake_case")]

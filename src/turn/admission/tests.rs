@@ -2,7 +2,9 @@ use chatd_protocol::UserMessage;
 
 use super::*;
 use crate::crypto::LocalKeyProvider;
+use crate::delivery::ConnectionId;
 use crate::inbound::MessageOptions;
+use crate::pipeline::Interruption;
 use crate::turn::store::memory::MemoryTurnStore;
 
 fn inbound(id: &str, conn: ConnectionId) -> Inbound {

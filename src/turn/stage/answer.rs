@@ -7,8 +7,9 @@ use std::sync::Arc;
 use chatd_protocol::RejectionReason;
 
 use super::Turn;
-use super::plan::{Plan, title_step};
+use super::plan::Plan;
 use super::prepare::Ready;
+use super::steps::title_step;
 use crate::pipeline::answer::{AnswerLimits, AnswerStream, ParagraphHook};
 use crate::pipeline::preprocess::Preprocessed;
 use crate::pipeline::tools::ToolRunner;

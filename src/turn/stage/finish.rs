@@ -6,8 +6,11 @@ use super::answer::Answered;
 use super::prepare::Ready;
 use super::{Settled, Turn};
 use crate::metrics::OutcomeLabel;
-use crate::pipeline::{HistoryRole, Interruption, TurnEvent, TurnSink};
-use crate::turn::post::{PostJob, run_postprocessing};
+use std::sync::Arc;
+
+use crate::pipeline::preprocess::Preprocessed;
+use crate::pipeline::{HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink};
+use crate::turn::post::{PostJob, Reprocess, run_postprocessing};
 
 impl Turn<'_> {
     pub(in crate::turn) async fn finish(&self, ready: &Ready, answered: Answered) {
@@ -20,34 +23,14 @@ impl Turn<'_> {
         } = answered;
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
         if answered {
-            let requesters = &self.ticket.requesters;
-            let requester_here = app
-                .delivery
-                .hub
-                .devices(&self.owner)
-                .iter()
-                .any(|d| requesters.contains(&d.conn_id) && !d.outbox.is_closed());
-            crate::history::remember(
-                &app.ai_cache,
-                &self.owner,
-                &ctx,
-                &outcome.text,
-                requester_here,
-            )
-            .await;
+            self.remember(&ctx, &outcome.text).await;
         }
         self.settle(match answered {
             true => Settled::Answered,
             false => Settled::Unanswered,
         })
         .await;
-        let label = match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
-            (Some(Interruption::Cancelled), _, _) => "cancelled",
-            (Some(Interruption::Shutdown), _, _) => "shutdown",
-            (None, Some(_), _) => "error",
-            (None, None, Some(_)) => "rejected",
-            (None, None, None) => "completed",
-        };
+        let label = outcome_label(&outcome);
         if let Some(e) = &outcome.error {
             tracing::warn!(error = %e, "turn ended with an error");
         }
@@ -62,38 +45,74 @@ impl Turn<'_> {
             .turn_seconds
             .observe(self.started.elapsed().as_secs_f64());
         if postprocess {
-            let user_message = ready
-                .history
-                .iter()
-                .rev()
-                .find(|h| h.role == HistoryRole::User)
-                .map(|h| h.content.clone())
-                .unwrap_or_default();
-            let mut tags = ready.opts.chat_tags.clone();
-            for t in &whole.tags {
-                if !tags.contains(t) {
-                    tags.push(t.clone());
-                }
-            }
-            let job = PostJob {
-                ctx,
-                user_message,
-                answer,
-                previous_summary: ready.opts.chat_summary.clone(),
-                tags,
-                follow_ups_enabled: ready.opts.follow_ups_enabled,
-                skill_suggestions: self.writer.skill_suggestions(),
-                reprocess,
-                new_settings_memories: whole.new_settings_memories,
-            };
-            app.tasks.spawn(run_postprocessing(
-                self.deps.clone(),
-                self.writer.clone(),
-                job,
-            ));
+            let job = self.post_job(ready, ctx, answer, whole, reprocess);
+            let run = run_postprocessing(self.deps.clone(), self.writer.clone(), job);
+            app.tasks.spawn(run);
         }
         // The turn's frames are out (logged and published) before the chat's next turn
         // writes its own: devices on other nodes get them in turn order.
         self.writer.flushed().await;
+    }
+
+    /// Seals the answer into the AI cache (before the final frame), noting whether a device
+    /// that asked is still connected here.
+    async fn remember(&self, ctx: &TurnContext, text: &str) {
+        let requesters = &self.ticket.requesters;
+        let requester_here = self
+            .deps
+            .outlet
+            .delivery
+            .hub
+            .devices(&self.owner)
+            .iter()
+            .any(|d| requesters.contains(&d.conn_id) && !d.outbox.is_closed());
+        let cache = &self.deps.ai_cache;
+        crate::history::remember(cache, &self.owner, ctx, text, requester_here).await;
+    }
+
+    /// What postprocessing needs of the finished turn.
+    fn post_job(
+        &self,
+        ready: &Ready,
+        ctx: TurnContext,
+        answer: Arc<str>,
+        whole: Preprocessed,
+        reprocess: Option<Reprocess>,
+    ) -> PostJob {
+        let user_message = ready
+            .history
+            .iter()
+            .rev()
+            .find(|h| h.role == HistoryRole::User)
+            .map(|h| h.content.clone())
+            .unwrap_or_default();
+        let mut tags = ready.opts.chat_tags.clone();
+        for t in &whole.tags {
+            if !tags.contains(t) {
+                tags.push(t.clone());
+            }
+        }
+        PostJob {
+            ctx,
+            user_message,
+            answer,
+            previous_summary: ready.opts.chat_summary.clone(),
+            tags,
+            follow_ups_enabled: ready.opts.follow_ups_enabled,
+            skill_suggestions: self.writer.skill_suggestions(),
+            reprocess,
+            new_settings_memories: whole.new_settings_memories,
+        }
+    }
+}
+
+/// The turn's outcome as its metric labels it.
+fn outcome_label(outcome: &TurnOutcome) -> &'static str {
+    match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
+        (Some(Interruption::Cancelled), _, _) => "cancelled",
+        (Some(Interruption::Shutdown), _, _) => "shutdown",
+        (None, Some(_), _) => "error",
+        (None, None, Some(_)) => "rejected",
+        (None, None, None) => "completed",
     }
 }

@@ -4,77 +4,29 @@
 //! waits only for preprocessing's decision fields ([`crate::pipeline::preprocess`]); the
 //! rest of its reply is handed on to the answer stage.
 
-use chatd_protocol::{ChatId, PreprocessingStepKind};
+use chatd_protocol::ChatId;
 use futures_util::future::BoxFuture;
-use serde_json::json;
 
 use super::Turn;
 use super::prepare::Ready;
+use super::steps::steps;
+use super::tools::TurnTools;
 use crate::clock;
 use crate::config::Speculation;
 use crate::crypto::UserHash;
 use crate::delivery::Audience;
-use crate::focus::FocusTools;
+use crate::delivery::frames::Notice;
+use crate::inbound::MessageOptions;
 use crate::llm::LlmRequest;
-use crate::memories::recall as memories;
-use crate::memories::tools::ProposalTools;
+use crate::memories::recall::{self as memories, Recalled};
 use crate::metrics::StageLabel;
 use crate::pipeline::context::{self, MainPlan};
-use crate::pipeline::preprocess::{self, Decided, Preprocessed, step_data};
+use crate::pipeline::preprocess::{self, Decided, Preprocessed};
 use crate::pipeline::speculation::{self, Early};
-use crate::pipeline::tools::{SwitchedOff, ToolRunner, ToolSet};
-use crate::pipeline::{StepEvent, TurnContext, TurnEvent, TurnSink, Typing};
+use crate::pipeline::tools::ToolRunner;
+use crate::pipeline::{HistoryEntry, TurnContext, TurnEvent, TurnSink, Typing};
+use crate::turn::TurnDeps;
 use crate::turn::report::speculation_outcome;
-
-/// The per-turn tools of other owners than the skills: the chat's focus mode and the
-/// settings/memories proposals (they join the skills in [`TurnTools::set`]).
-pub(in crate::turn) struct TurnTools {
-    focus: FocusTools,
-    proposals: ProposalTools,
-    /// What the user switched off (`set_app_preferences`).
-    off: SwitchedOff,
-}
-
-impl TurnTools {
-    pub(in crate::turn) async fn new(turn: &Turn<'_>, ready: &Ready) -> Self {
-        let app = turn.deps;
-        // The chat's focus mode: the server's record, or the client's seed.
-        let active = crate::focus::active_for_turn(
-            &app.focus,
-            &app.ai_cache,
-            &turn.owner,
-            turn.chat,
-            ready.opts.active_focus_id.as_deref(),
-        )
-        .await;
-        let off = match app.ai_cache.app_preferences(&turn.owner).await {
-            Ok(Some(p)) => SwitchedOff::new(p.disabled_apps, p.disabled_skills),
-            Ok(None) => SwitchedOff::default(),
-            Err(e) => {
-                tracing::warn!(error = %e, "app preferences unavailable; every app is offered");
-                SwitchedOff::default()
-            }
-        };
-        // A focus mode of an app the user switched off is not applied.
-        let active = active.filter(|mode| off.allows(&mode.id));
-        Self {
-            focus: FocusTools::new(app.focus.clone(), active, app.ai_cache.clone()),
-            proposals: ProposalTools::new(app.memories.clone()),
-            off,
-        }
-    }
-
-    /// Every tool the turn may offer: the skills, the routines, focus and proposals.
-    pub(in crate::turn) fn set<'t>(&'t self, turn: &'t Turn<'_>) -> ToolSet<'t> {
-        ToolSet::new(vec![
-            turn.deps.skills.as_ref() as &dyn ToolRunner,
-            &turn.deps.routines,
-            &self.focus,
-            &self.proposals,
-        ])
-        .without(self.off.clone())
-    }
-}
 
 /// What the plan stage decided.
 pub(in crate::turn) struct Plan<'p> {
@@ -91,6 +43,47 @@ pub(in crate::turn) struct Plan<'p> {
     pub(in crate::turn) ctx: TurnContext,
 }
 
+/// The speculative main call's plan and request.
+struct Guess {
+    plan: MainPlan,
+    request: LlmRequest,
+    /// History messages the request left out.
+    dropped: usize,
+}
+
+/// Builds the main request of a plan, the same for the early call and the confirmed one:
+/// at most `max_output_tokens`, with the chat's prompt-cache key.
+struct Requests<'p> {
+    deps: &'p TurnDeps,
+    tools: &'p dyn ToolRunner,
+    history: &'p [HistoryEntry],
+    cache_key: String,
+    datetime: String,
+}
+
+impl Requests<'_> {
+    /// The request and how many history messages it left out; `recalled` settings/memories
+    /// join it as data (only the confirmed call carries them).
+    async fn build(&self, plan: &MainPlan, recalled: Option<&Recalled>) -> (LlmRequest, usize) {
+        let app = self.deps;
+        let (mut request, dropped) = context::main_request(
+            &app.instructions,
+            self.tools,
+            plan,
+            self.history,
+            &self.datetime,
+            app.pipeline.answer_reserve_tokens,
+        )
+        .await;
+        request.max_tokens = Some(app.max_output_tokens);
+        request.cache_key = Some(self.cache_key.clone());
+        if let Some(recalled) = recalled {
+            recalled.decorate(&mut request);
+        }
+        (request, dropped)
+    }
+}
+
 impl Turn<'_> {
     pub(in crate::turn) async fn plan<'p>(
         &'p self,
@@ -98,174 +91,70 @@ impl Turn<'_> {
         turn_tools: &'p TurnTools,
         tools: &'p dyn ToolRunner,
     ) -> Plan<'p> {
-        let (app, ticket, chat) = (self.deps.as_ref(), self.ticket, self.chat);
-        let opts = &ready.opts;
+        let app = self.deps.as_ref();
         let stage = preprocess::Stage {
             instructions: &app.instructions,
             models: &app.models,
             tools,
             config: &app.pipeline,
         };
-        let input = preprocess::Input {
-            history: &ready.history,
-            first_message: ready.first_message,
-            pinned_model: opts.pinned_model.as_deref(),
-            connected_accounts: &opts.connected_accounts,
-            settings_saved: saved_categories(&app.memories.categories, opts),
-            settings_categories: app.memories.categories.keys(),
-        };
+        let input = self.preprocess_input(ready);
         let active_focus = turn_tools.focus.active_id();
         let caution = app.pipeline.injection_caution_threshold;
-        let datetime = clock::now_rfc3339();
-        // The early call and the confirmed one alike ask for at most `max_output_tokens`,
-        // and carry the chat's prompt-cache key.
-        let cache_key = prompt_cache_key(&self.owner, chat);
-        let main_request = |plan: MainPlan| {
-            let (cache_key, datetime) = (cache_key.clone(), &datetime);
-            async move {
-                let (mut request, dropped) = context::main_request(
-                    &app.instructions,
-                    tools,
-                    &plan,
-                    &ready.history,
-                    datetime,
-                    app.pipeline.answer_reserve_tokens,
-                )
-                .await;
-                request.max_tokens = Some(app.max_output_tokens);
-                request.cache_key = Some(cache_key);
-                (request, dropped)
-            }
+        let requests = Requests {
+            deps: app,
+            tools,
+            history: &ready.history,
+            cache_key: prompt_cache_key(&self.owner, self.chat),
+            datetime: clock::now_rfc3339(),
         };
-        // The likely main call goes out while preprocessing runs; `auto` speculates for a
-        // metered model only while the chat's guesses hit often enough. The guess is made
-        // (and scored) even when no call is opened for it.
-        let mode = app.pipeline.speculative_main_call;
-        let guessed = (mode != Speculation::Off).then(|| {
-            let pinned = opts
-                .pinned_model
-                .as_deref()
-                .and_then(|id| app.models.get(id));
-            app.predictions.guess(chat, pinned, active_focus, || {
-                MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
-            })
+        // The guess is made (and scored) even when no call is opened for it.
+        let guessed = self.guess(ready, active_focus, || {
+            MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
         });
-        let speculate = guessed.as_ref().is_some_and(|plan| {
-            mode == Speculation::On
-                || !plan.model.client.is_metered()
-                || app
-                    .predictions
-                    .worth_it(chat, app.pipeline.speculation_budget)
-        });
-        let guess = match &guessed {
-            Some(plan) if speculate => {
-                let (request, dropped) = main_request(plan.clone()).await;
-                speculation_outcome(app, "started");
-                Some((plan.clone(), request, dropped))
-            }
-            _ => None,
-        };
-        let side = guess.as_ref().map(|(plan, request, _)| {
-            let (client, request) = (plan.model.client.clone(), request.clone());
+        let guess = self.speculate(guessed.as_ref(), &requests).await;
+        let side = guess.as_ref().map(|g| {
+            let (client, request) = (g.plan.model.client.clone(), g.request.clone());
             Box::pin(async move { client.stream(request).await }) as BoxFuture<'static, _>
         });
+        let cancel = &self.ticket.cancel;
         let (decided, early) =
-            speculation::alongside(stage.start(input, &ticket.cancel).decide(), side).await;
+            speculation::alongside(stage.start(input, cancel).decide(), side).await;
         let (pre, rest) = match decided {
             Decided::Whole(pre) => (pre, None),
             Decided::Early { decision, rest } => (decision, Some(rest)),
         };
-        if pre.degraded {
-            app.metrics
-                .stage_failures
-                .get_or_create(&StageLabel {
-                    stage: "preprocessing",
-                })
-                .inc();
-        }
+        self.count_degraded(&pre);
         let mut plan = MainPlan::new(&pre, active_focus, caution);
         // Settings/memories: cached entries join the prompt as data, missing ones are asked
         // for without waiting, and the relevant categories' proposal tools are offered.
         let relevant: &[String] = match pre.rejection {
-            None if !ticket.cancel.is_cancelled() => &pre.settings_memories,
+            None if !cancel.is_cancelled() => &pre.settings_memories,
             _ => &[],
         };
-        let recalled = memories::recall(&app.memories, &self.memory_turn(), relevant).await;
-        if let Some(request) = recalled.request.clone() {
-            self.writer.frame(
-                Audience::All,
-                chatd_protocol::ServerMessage::RequestAppSettingsMemories(request),
-            );
-        }
+        let recalled = self.recall(relevant).await;
         plan.skills.extend(turn_tools.proposals.offer(relevant));
-        let proceed = !ticket.cancel.is_cancelled() && pre.rejection.is_none();
+        let proceed = !cancel.is_cancelled() && pre.rejection.is_none();
         // The early call is kept only for the very request preprocessing decided (never when
         // settings/memories shape it: its data block and proposal tools came after the guess).
         let hit = |guessed: &MainPlan| *guessed == plan && relevant.is_empty();
         if proceed && !pre.degraded {
             let scored = guessed.as_ref().map(hit);
+            let speculated = guess.is_some();
             app.predictions
-                .remember(chat, plan.clone(), scored, guess.is_some());
+                .remember(self.chat, plan.clone(), scored, speculated);
         }
-        let (main, early) = match guess {
-            Some((guessed, request, dropped)) if proceed && hit(&guessed) => {
-                speculation_outcome(app, "used");
-                self.writer.speculation("used");
-                (Some((request, dropped)), early)
-            }
-            other => {
-                if let Some((_, wasted, _)) = &other {
-                    speculation_outcome(app, "wasted");
-                    let tokens = wasted.estimated_input_tokens();
-                    app.metrics.speculative_wasted_input_tokens.inc_by(tokens);
-                    app.metrics.main_call_input_tokens.inc_by(tokens);
-                }
-                self.writer
-                    .speculation(if other.is_some() { "wasted" } else { "off" });
-                drop(early);
-                let main = if proceed {
-                    let (mut request, dropped) = main_request(plan.clone()).await;
-                    recalled.decorate(&mut request);
-                    Some((request, dropped))
-                } else {
-                    None
-                };
-                (main, None)
-            }
-        };
-        if let Some((request, _)) = &main {
-            app.metrics
-                .main_call_input_tokens
-                .inc_by(request.estimated_input_tokens());
-            app.metrics
-                .main_call_decision_seconds
-                .observe(self.started.elapsed().as_secs_f64());
-        }
-        let ctx = TurnContext {
-            user: self.user.clone(),
-            chat_id: chat.clone(),
-            task_id: ticket.task_id.clone(),
-            user_message_id: ticket.user_message_id.clone(),
-            model_name: pre.choice.model.spec.id.clone(),
-            category: Some(pre.category.clone()),
-            connected_accounts: opts.connected_accounts.clone(),
-        };
+        let kept = guess.as_ref().is_some_and(|g| proceed && hit(&g.plan));
+        let confirmed = proceed.then_some((&plan, &recalled));
+        let (main, early) = self
+            .main_call(guess, early, kept, confirmed, &requests)
+            .await;
+        self.count_main(main.as_ref());
+        let ctx = self.context(&pre, &ready.opts);
         // The rest of preprocessing is waited for only beside an answer (a refusal or a
         // cancel hangs up on it); the title then follows when it is written.
         let rest = rest.filter(|_| proceed);
-        let title_late = rest.is_some();
-        let sink: &dyn TurnSink = self.writer.as_ref();
-        for step in steps(&pre, ready.first_message, ready.has_title, title_late) {
-            sink.emit(&ctx, TurnEvent::Step(step));
-        }
-        sink.emit(
-            &ctx,
-            TurnEvent::Typing(Typing {
-                title: pre.title.clone().filter(|_| !title_late),
-                icon_names: pre.icon_names.clone(),
-                encrypted_chat_key: opts.encrypted_chat_key.clone(),
-            }),
-        );
+        self.announce(&ctx, &pre, ready, rest.is_some());
         Plan {
             pre,
             rest,
@@ -274,6 +163,173 @@ impl Turn<'_> {
             early,
             ctx,
         }
+    }
+
+    /// The relevant settings/memories entries the chat's cache holds; the missing ones are
+    /// asked for from every device without waiting.
+    async fn recall(&self, relevant: &[String]) -> Recalled {
+        let recalled = memories::recall(&self.deps.memories, &self.memory_turn(), relevant).await;
+        if let Some(request) = recalled.request.clone() {
+            let notice = Notice::NeedSettingsMemories(request);
+            self.writer.notice(Audience::All, notice);
+        }
+        recalled
+    }
+
+    fn count_degraded(&self, pre: &Preprocessed) {
+        if pre.degraded {
+            let stage = "preprocessing";
+            let failures = &self.deps.metrics.stage_failures;
+            failures.get_or_create(&StageLabel { stage }).inc();
+        }
+    }
+
+    /// What preprocessing reads of the turn.
+    fn preprocess_input<'r>(&self, ready: &'r Ready) -> preprocess::Input<'r> {
+        let memories = &self.deps.memories;
+        let opts = &ready.opts;
+        preprocess::Input {
+            history: &ready.history,
+            first_message: ready.first_message,
+            pinned_model: opts.pinned_model.as_deref(),
+            connected_accounts: &opts.connected_accounts,
+            settings_saved: saved_categories(&memories.categories, opts),
+            settings_categories: memories.categories.keys(),
+        }
+    }
+
+    /// The chat's likely main call (its last plan, or what an unremarkable preprocessing
+    /// reply would decide), unless speculation is off.
+    fn guess(
+        &self,
+        ready: &Ready,
+        active_focus: Option<&str>,
+        fresh: impl FnOnce() -> MainPlan,
+    ) -> Option<MainPlan> {
+        let app = self.deps.as_ref();
+        if app.pipeline.speculative_main_call == Speculation::Off {
+            return None;
+        }
+        let pinned = ready.opts.pinned_model.as_deref();
+        let pinned = pinned.and_then(|id| app.models.get(id));
+        Some(
+            app.predictions
+                .guess(self.chat, pinned, active_focus, fresh),
+        )
+    }
+
+    /// Opens the guessed main call beside preprocessing: always when speculation is on or
+    /// the model is free, and for a metered model while the chat's guesses hit often enough.
+    async fn speculate(
+        &self,
+        guessed: Option<&MainPlan>,
+        requests: &Requests<'_>,
+    ) -> Option<Guess> {
+        let app = self.deps.as_ref();
+        let plan = guessed?;
+        let worth_it = app.pipeline.speculative_main_call == Speculation::On
+            || !plan.model.client.is_metered()
+            || app
+                .predictions
+                .worth_it(self.chat, app.pipeline.speculation_budget);
+        if !worth_it {
+            return None;
+        }
+        let (request, dropped) = requests.build(plan, None).await;
+        speculation_outcome(app, "started");
+        Some(Guess {
+            plan: plan.clone(),
+            request,
+            dropped,
+        })
+    }
+
+    /// The main request: the speculative call's when it is `kept`, else one built now for
+    /// the `confirmed` plan (none for a refusal or a cancel); the early stream goes with it.
+    async fn main_call(
+        &self,
+        guess: Option<Guess>,
+        early: Option<Early<'static>>,
+        kept: bool,
+        confirmed: Option<(&MainPlan, &Recalled)>,
+        requests: &Requests<'_>,
+    ) -> (Option<(LlmRequest, usize)>, Option<Early<'static>>) {
+        match guess {
+            Some(g) if kept => {
+                self.speculation("used");
+                (Some((g.request, g.dropped)), early)
+            }
+            wasted => {
+                self.waste(wasted, early);
+                let main = match confirmed {
+                    Some((plan, recalled)) => Some(requests.build(plan, Some(recalled)).await),
+                    None => None,
+                };
+                (main, None)
+            }
+        }
+    }
+
+    /// The speculative call was not kept (or none was made): its input tokens are counted
+    /// as wasted, and the early stream is closed at once.
+    fn waste(&self, wasted: Option<Guess>, early: Option<Early<'static>>) {
+        let metrics = &self.deps.metrics;
+        match wasted {
+            Some(g) => {
+                let tokens = g.request.estimated_input_tokens();
+                metrics.speculative_wasted_input_tokens.inc_by(tokens);
+                metrics.main_call_input_tokens.inc_by(tokens);
+                self.speculation("wasted");
+            }
+            None => self.writer.speculation("off"),
+        }
+        drop(early);
+    }
+
+    /// Labels the turn's first token and counts what became of its speculative call.
+    fn speculation(&self, outcome: &'static str) {
+        speculation_outcome(self.deps, outcome);
+        self.writer.speculation(outcome);
+    }
+
+    /// The main call's input tokens and how long the turn took to decide it.
+    fn count_main(&self, main: Option<&(LlmRequest, usize)>) {
+        let Some((request, _)) = main else { return };
+        let metrics = &self.deps.metrics;
+        metrics
+            .main_call_input_tokens
+            .inc_by(request.estimated_input_tokens());
+        metrics
+            .main_call_decision_seconds
+            .observe(self.started.elapsed().as_secs_f64());
+    }
+
+    /// The answer's context: the model and category preprocessing chose.
+    fn context(&self, pre: &Preprocessed, opts: &MessageOptions) -> TurnContext {
+        TurnContext {
+            user: self.user.clone(),
+            chat_id: self.chat.clone(),
+            task_id: self.ticket.task_id.clone(),
+            user_message_id: self.ticket.user_message_id.clone(),
+            model_name: pre.choice.model.spec.id.clone(),
+            category: Some(pre.category.clone()),
+            connected_accounts: opts.connected_accounts.clone(),
+        }
+    }
+
+    /// The `preprocessing_step` frames and `ai_typing_started` (without the title while it
+    /// is still being written).
+    fn announce(&self, ctx: &TurnContext, pre: &Preprocessed, ready: &Ready, title_late: bool) {
+        let sink: &dyn TurnSink = self.writer.as_ref();
+        for step in steps(pre, ready.first_message, ready.has_title, title_late) {
+            sink.emit(ctx, TurnEvent::Step(step));
+        }
+        let typing = Typing {
+            title: pre.title.clone().filter(|_| !title_late),
+            icon_names: pre.icon_names.clone(),
+            encrypted_chat_key: ready.opts.encrypted_chat_key.clone(),
+        };
+        sink.emit(ctx, TurnEvent::Typing(typing));
     }
 
     /// The turn as settings/memories recall sees it: its owner, chat, message and the text
@@ -297,7 +353,7 @@ impl Turn<'_> {
 /// entries the client lists), or every category when the client does not say.
 fn saved_categories(
     categories: &crate::memories::Categories,
-    opts: &crate::inbound::MessageOptions,
+    opts: &MessageOptions,
 ) -> Vec<String> {
     let Some(saved) = &opts.settings_available else {
         return categories.keys();
@@ -309,63 +365,6 @@ fn saved_categories(
     keys.sort();
     keys.dedup();
     keys
-}
-
-/// The `preprocessing_step` frames of a turn, in order: the title (unless `title_late`: it
-/// is still being written, see [`title_step`]), the mate, the model.
-fn steps(
-    pre: &Preprocessed,
-    first_message: bool,
-    has_title: bool,
-    title_late: bool,
-) -> Vec<StepEvent> {
-    let mate = StepEvent {
-        step: PreprocessingStepKind::MateSelected,
-        skip_reason: None,
-        data: step_data(&[("category", json!(pre.category)), ("mate", json!(pre.mate))]),
-    };
-    let model = StepEvent {
-        step: PreprocessingStepKind::ModelSelected,
-        skip_reason: None,
-        data: step_data(&[
-            ("model_id", json!(pre.choice.model.spec.id)),
-            ("model_name", json!(pre.choice.model.spec.name)),
-            ("selection_reason", json!(pre.choice.reason)),
-        ]),
-    };
-    match title_late {
-        true => vec![mate, model],
-        false => vec![title_step(pre, first_message, has_title), mate, model],
-    }
-}
-
-/// The `title_generated` step: the title, icons and category, or why there is none.
-pub(super) fn title_step(pre: &Preprocessed, first_message: bool, has_title: bool) -> StepEvent {
-    match (&pre.title, first_message) {
-        (Some(title), true) => StepEvent {
-            step: PreprocessingStepKind::TitleGenerated,
-            skip_reason: None,
-            data: step_data(&[
-                ("title", json!(title)),
-                ("icon_names", json!(pre.icon_names)),
-                ("category", json!(pre.category)),
-            ]),
-        },
-        _ => StepEvent {
-            step: PreprocessingStepKind::TitleGenerated,
-            skip_reason: Some(
-                if has_title {
-                    "chat already has a title"
-                } else if first_message {
-                    "no title was generated"
-                } else {
-                    "not the first message"
-                }
-                .into(),
-            ),
-            data: json!({}),
-        },
-    }
 }
 
 /// The chat's key for a provider's prompt cache: a hash of the owner's hash and the chat

@@ -5,15 +5,16 @@
 
 use std::sync::Arc;
 
-use chatd_protocol::{AiTaskInitiated, ErrorCode, ErrorPayload, ServerMessage};
+use chatd_protocol::ErrorCode;
 
 use super::{Settled, Turn};
 use crate::delivery::Audience;
+use crate::delivery::frames::Notice;
 use crate::history::{self, Prepared};
 use crate::inbound::MessageOptions;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::HistoryEntry;
-use crate::turn::report::{fault_message, reason_label};
+use crate::turn::report::reason_label;
 use crate::turn::writer::TurnWriter;
 
 /// How the first stage ends.
@@ -32,12 +33,12 @@ pub(in crate::turn) enum Start {
 pub(in crate::turn) struct Ask {
     writer: Arc<TurnWriter>,
     audience: Audience,
-    frame: ServerMessage,
+    notice: Notice,
 }
 
 impl Ask {
     pub(in crate::turn) async fn send(self) {
-        self.writer.frame(self.audience, self.frame);
+        self.writer.notice(self.audience, self.notice);
         self.writer.flushed().await;
     }
 }
@@ -69,13 +70,13 @@ impl Turn<'_> {
                 self.count_history_request(reason_label(request.reason));
                 // Recorded first: the copy with the history may come back at once.
                 self.settle(Settled::AwaitingHistory).await;
-                return self.ask(ServerMessage::RequestChatHistory(request));
+                return self.ask(Notice::NeedHistory(request));
             }
             Ok(Prepared::NeedEmbeds(request)) => {
                 self.count_history_request("missing_embeds");
                 // Like a history request: the copy with the embeds may come back at once.
                 self.settle(Settled::AwaitingHistory).await;
-                return self.ask(ServerMessage::RequestChatEmbeds(request));
+                return self.ask(Notice::NeedEmbeds(request));
             }
             Ok(Prepared::Invalid(reason)) => {
                 self.settle(Settled::Unanswered).await;
@@ -83,7 +84,7 @@ impl Turn<'_> {
             }
             Err(fault) => {
                 tracing::warn!(error = %fault, "history unavailable; turn not started");
-                let (code, text) = fault_message(&fault);
+                let (code, text) = fault.code();
                 self.settle(Settled::Unanswered).await;
                 return self.refuse(code, text);
             }
@@ -94,13 +95,7 @@ impl Turn<'_> {
             self.writer.flushed().await;
             return Start::Ended;
         }
-        let initiated = ServerMessage::AiTaskInitiated(AiTaskInitiated {
-            chat_id: self.chat.clone(),
-            user_message_id: ticket.user_message_id.clone(),
-            ai_task_id: ticket.task_id.clone(),
-            status: "processing_started".into(),
-        });
-        self.writer.frame(self.requesters(), initiated);
+        self.writer.notice(self.requesters(), Notice::Started);
         let opts = ticket
             .inbound
             .last()
@@ -124,11 +119,11 @@ impl Turn<'_> {
         })
     }
 
-    fn ask(&self, frame: ServerMessage) -> Start {
+    fn ask(&self, notice: Notice) -> Start {
         Start::Ask(Ask {
             writer: self.writer.clone(),
             audience: self.requesters(),
-            frame,
+            notice,
         })
     }
 
@@ -142,14 +137,11 @@ impl Turn<'_> {
 
     /// Ends a turn that could not start: a typed error to the devices that asked.
     fn refuse(&self, code: ErrorCode, message: String) -> Start {
-        let mut payload = ErrorPayload::new(code, message);
-        payload.chat_id = Some(self.chat.clone());
-        payload.message_id = Some(self.ticket.user_message_id.clone());
         self.deps
             .metrics
             .turns
             .get_or_create(&OutcomeLabel { outcome: "refused" })
             .inc();
-        self.ask(ServerMessage::Error(payload))
+        self.ask(Notice::Refused { code, message })
     }
 }

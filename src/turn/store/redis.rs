@@ -4,36 +4,45 @@
 //! keys live elsewhere, each written beside the chat's script: `{t:<task>}` (which chat a
 //! task is in, for `cancel_ai_task`) and `{turns}:leases` (every lease's deadline, for the
 //! nodes that look for lost turns; a take-over re-checks the lease inside its own script,
-//! so a stale entry there is harmless).
+//! so a stale entry there is harmless). This file owns the keys, the connection and a
+//! lease's life (admit, renew, finish, cancel); taking over lost turns is in [`take_over`],
+//! the turns' logs in [`logs`], reading script replies in [`reply`].
 
+mod logs;
+mod reply;
 mod scripts;
+mod take_over;
 
 use std::time::Duration;
 
-use ::redis::{Script, Value};
-use chatd_protocol::{ChatId, MessageId, TaskId};
+use ::redis::Script;
+use chatd_protocol::{ChatId, TaskId};
 use futures_util::future::BoxFuture;
 
+use self::reply::{lease_at, number, strings, text};
 use super::{
     Admit, Admitted, CancelReason, Finished, Lease, LogRead, Renewed, TurnStore, TurnStoreError,
 };
-use crate::crypto::UserHash;
 use crate::ids::NodeId;
 use crate::redis::{Redis, RedisError};
 
 /// How long a chat's turn keys live after their last use (leases, queues, generations).
 const KEEP: Duration = Duration::from_secs(24 * 3600);
+/// Every lease's deadline (a sorted set), for the nodes that look for lost turns.
 const LEASES: &str = "{turns}:leases";
 
+/// A key of the chat's turn state, in the chat's hash slot.
 fn chat_key(chat: &ChatId, what: &str) -> String {
     format!("{{c:{chat}}}:{what}")
 }
+/// The Stream and the meta hash of a turn's log.
 fn log_keys(chat: &ChatId, task: &TaskId) -> (String, String) {
     (
         chat_key(chat, &format!("log:{task}")),
         chat_key(chat, &format!("logmeta:{task}")),
     )
 }
+/// Which chat a task runs in.
 fn task_key(task: &TaskId) -> String {
     format!("{{t:{task}}}:chat")
 }
@@ -47,6 +56,7 @@ impl From<RedisError> for TurnStoreError {
     }
 }
 
+/// The turn store on Redis: the connection and the loaded scripts.
 pub struct RedisTurnStore {
     redis: Redis,
     admit: Script,
@@ -110,51 +120,6 @@ impl RedisTurnStore {
             }
         }
     }
-}
-
-fn protocol(what: &str) -> TurnStoreError {
-    TurnStoreError::Protocol(what.to_string())
-}
-
-/// Strings out of a script's array reply (bulk strings and integers alike).
-fn strings(v: Value) -> Result<Vec<Vec<u8>>, TurnStoreError> {
-    let Value::Array(items) = v else {
-        return Err(protocol("expected an array"));
-    };
-    items
-        .into_iter()
-        .map(|i| match i {
-            Value::BulkString(b) => Ok(b),
-            Value::SimpleString(s) => Ok(s.into_bytes()),
-            Value::Int(n) => Ok(n.to_string().into_bytes()),
-            _ => Err(protocol("unexpected item")),
-        })
-        .collect()
-}
-
-fn text(b: &[u8]) -> Result<&str, TurnStoreError> {
-    std::str::from_utf8(b).map_err(|_| protocol("not UTF-8"))
-}
-
-fn number(b: &[u8]) -> Result<u64, TurnStoreError> {
-    text(b)?.parse().map_err(|_| protocol("not a number"))
-}
-
-/// A lease from a script's reply `[kind, task, message, gen, node, owner, until, ...]`.
-fn lease_at(chat: &ChatId, r: &[Vec<u8>]) -> Result<(Lease, u64), TurnStoreError> {
-    if r.len() < 7 {
-        return Err(protocol("short lease reply"));
-    }
-    let bad = |_| protocol("bad id in a lease");
-    let lease = Lease {
-        chat: chat.clone(),
-        task: TaskId::parse(text(&r[1])?).map_err(bad)?,
-        message: MessageId::parse(text(&r[2])?).map_err(bad)?,
-        generation: number(&r[3])?,
-        node: NodeId::parse(text(&r[4])?).map_err(|_| protocol("bad node id"))?,
-        owner: UserHash::from_hex(text(&r[5])?).ok_or_else(|| protocol("bad owner"))?,
-    };
-    Ok((lease, number(&r[6])?))
 }
 
 type Res<'a, T> = BoxFuture<'a, Result<T, TurnStoreError>>;
@@ -319,56 +284,7 @@ impl TurnStore for RedisTurnStore {
         ttl: Duration,
         limit: usize,
     ) -> Res<'a, Vec<Lease>> {
-        Box::pin(async move {
-            let mut conn = self.redis.conn().await?;
-            // The server's clock, which the lease deadlines were written with.
-            let (secs, micros): (u64, u64) = self
-                .redis
-                .run(::redis::cmd("TIME").query_async(&mut conn))
-                .await?;
-            let now_ms = secs * 1000 + micros / 1000;
-            let mut cmd = ::redis::cmd("ZRANGEBYSCORE");
-            cmd.arg(LEASES)
-                .arg(0)
-                .arg(now_ms)
-                .arg("LIMIT")
-                .arg(0)
-                .arg(limit);
-            let chats: Vec<String> = self.redis.run(cmd.query_async(&mut conn)).await?;
-            let mut taken = Vec::new();
-            for chat in chats {
-                let Ok(chat) = ChatId::parse(chat) else {
-                    continue;
-                };
-                let Some(held) = self.lease_record(&chat).await? else {
-                    self.zrem_lease(&chat).await;
-                    continue;
-                };
-                let (_, meta) = log_keys(&chat, &held);
-                let mut call = self.take_over.key(chat_key(&chat, "lease"));
-                call.key(chat_key(&chat, "gen"))
-                    .key(meta)
-                    .arg(held.as_str())
-                    .arg(node.as_str())
-                    .arg(ttl.as_millis() as u64);
-                let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
-                match r.first().map(Vec::as_slice) {
-                    Some(b"taken") => {
-                        let (lease, until) = lease_at(&chat, &r)?;
-                        self.zadd_lease(&chat, until).await;
-                        taken.push(lease);
-                    }
-                    Some(b"gone") => self.zrem_lease(&chat).await,
-                    // Renewed or moved meanwhile: its deadline is current again.
-                    _ => {
-                        if let Some(until) = r.get(1).and_then(|u| number(u).ok()) {
-                            self.zadd_lease(&chat, until).await;
-                        }
-                    }
-                }
-            }
-            Ok(taken)
-        })
+        Box::pin(take_over::expired(self, node, ttl, limit))
     }
 
     fn log_append<'a>(
@@ -380,18 +296,9 @@ impl TurnStore for RedisTurnStore {
         max_len: usize,
         keep: Duration,
     ) -> Res<'a, u64> {
-        Box::pin(async move {
-            let mut conn = self.redis.conn().await?;
-            let (stream, meta) = log_keys(chat, task);
-            let mut call = self.log_append.key(stream);
-            call.key(meta)
-                .arg(generation)
-                .arg(entry)
-                .arg(max_len.max(1))
-                .arg(keep.as_millis() as u64);
-            let index: i64 = self.redis.run(call.invoke_async(&mut conn)).await?;
-            u64::try_from(index).map_err(|_| TurnStoreError::Fenced)
-        })
+        Box::pin(logs::append(
+            self, chat, task, generation, entry, max_len, keep,
+        ))
     }
 
     fn log_read<'a>(
@@ -400,29 +307,7 @@ impl TurnStore for RedisTurnStore {
         task: &'a TaskId,
         after: u64,
     ) -> Res<'a, Option<LogRead>> {
-        Box::pin(async move {
-            let mut conn = self.redis.conn().await?;
-            let (stream, meta) = log_keys(chat, task);
-            let mut call = self.log_read.key(stream);
-            call.key(meta).arg(after);
-            let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
-            if r.len() < 3 {
-                return Ok(None);
-            }
-            let first = number(&r[2])?;
-            let mut entries = Vec::with_capacity((r.len() - 3) / 2);
-            for pair in r[3..].chunks(2) {
-                if let [index, value] = pair {
-                    entries.push((number(index)?, value.clone()));
-                }
-            }
-            Ok(Some(LogRead {
-                entries,
-                first: (first > 0).then_some(first),
-                last: number(&r[0])?,
-                ended: r[1] == b"1",
-            }))
-        })
+        Box::pin(logs::read(self, chat, task, after))
     }
 
     fn log_end<'a>(
@@ -432,17 +317,7 @@ impl TurnStore for RedisTurnStore {
         generation: u64,
         keep: Duration,
     ) -> Res<'a, ()> {
-        Box::pin(async move {
-            let mut conn = self.redis.conn().await?;
-            let (stream, meta) = log_keys(chat, task);
-            let mut call = self.log_end.key(stream);
-            call.key(meta).arg(keep.as_millis() as u64).arg(generation);
-            let ended: i64 = self.redis.run(call.invoke_async(&mut conn)).await?;
-            if ended < 0 {
-                return Err(TurnStoreError::Fenced);
-            }
-            Ok(())
-        })
+        Box::pin(logs::end(self, chat, task, generation, keep))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>> {
@@ -453,22 +328,5 @@ impl TurnStore for RedisTurnStore {
                 .await?;
             Ok(())
         })
-    }
-}
-
-impl RedisTurnStore {
-    /// The task of the chat's lease record (live or expired).
-    async fn lease_record(&self, chat: &ChatId) -> Result<Option<TaskId>, TurnStoreError> {
-        let mut conn = self.redis.conn().await?;
-        let task: Option<String> = self
-            .redis
-            .run(
-                ::redis::cmd("HGET")
-                    .arg(chat_key(chat, "lease"))
-                    .arg("task")
-                    .query_async(&mut conn),
-            )
-            .await?;
-        Ok(task.and_then(|t| TaskId::parse(t).ok()))
     }
 }

@@ -35,20 +35,34 @@ pub(super) struct Ends<'a> {
     pub time_left: &'a (dyn Fn() -> Duration + Sync),
 }
 
-pub(super) async fn write_loop<S>(mut sink: S, rx: OutboxReceiver, out: &Outbox, ends: Ends<'_>)
-where
+/// Writes until the socket closes; `done` is cancelled when the writer ends (its close frame
+/// written, or given up on).
+pub(super) async fn write_loop<S>(
+    mut sink: S,
+    rx: OutboxReceiver,
+    out: &Outbox,
+    ends: Ends<'_>,
+    done: CancellationToken,
+) where
     S: Sink<Message> + Unpin,
     S::Error: std::fmt::Display,
 {
+    let _done = done.drop_guard();
     let stayed_over = rx.stayed_over();
     tokio::pin!(stayed_over);
     loop {
+        if rx.close.is_cancelled() {
+            break;
+        }
         let batch = tokio::select! {
             biased;
-            _ = rx.close.cancelled() => break,
             () = &mut stayed_over => break slow_consumer(out, &rx, "held over server.outbox_bytes"),
             batch = rx.next_batch(WRITE_BATCH, WRITE_BATCH_BYTES) => batch,
         };
+        // None: the socket is to be closed.
+        if batch.is_empty() {
+            break;
+        }
         // Frames queued meanwhile go out in the same socket write (one flush).
         let write = async {
             for frame in batch {

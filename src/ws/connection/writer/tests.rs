@@ -117,7 +117,7 @@ async fn a_frame_waiting_in_the_socket_library_counts_against_the_bound() {
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    let writer = write_loop(socket.clone(), rx, &out, ends);
+    let writer = write_loop(socket.clone(), rx, &out, ends, CancellationToken::new());
     tokio::pin!(writer);
     // The writer hands the update to the socket library, which cannot write it; only a
     // small frame is queued behind it.
@@ -153,7 +153,7 @@ async fn a_slow_consumers_close_frame_waits_for_the_client_to_read_again() {
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    let writer = write_loop(socket.clone(), rx, &out, ends);
+    let writer = write_loop(socket.clone(), rx, &out, ends, CancellationToken::new());
     tokio::pin!(writer);
     // A minute without reading: closed after the grace (or the blocked write), and the
     // socket is kept for the close frame (dropping it would end the stream without one).
@@ -178,7 +178,7 @@ async fn the_wait_for_a_client_that_never_reads_ends_with_its_token_or_the_serve
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    write_loop(socket.clone(), rx, &out, ends).await;
+    write_loop(socket.clone(), rx, &out, ends, CancellationToken::new()).await;
     assert!(socket.read().is_empty());
 
     // The server shuts down: the writer gives up at once.
@@ -188,7 +188,7 @@ async fn the_wait_for_a_client_that_never_reads_ends_with_its_token_or_the_serve
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    let writer = write_loop(socket.clone(), rx, &out, ends);
+    let writer = write_loop(socket.clone(), rx, &out, ends, CancellationToken::new());
     tokio::pin!(writer);
     tokio::select! {
         () = &mut writer => panic!("the writer gave up before the shutdown"),
