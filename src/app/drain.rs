@@ -42,6 +42,11 @@ pub(super) async fn drain(state: &AppState, shutdown: CancellationToken) {
     }
     tasks.turns_shutdown.cancel();
     tasks.connections_shutdown.cancel();
+    // After the token: a socket registered later sees the token cancelled (`connection::run`).
+    state
+        .delivery
+        .hub
+        .close_everyone(chatd_protocol::CloseCode::ServiceRestart);
     tasks.connections.close();
     if tokio::time::timeout_at(deadline, tasks.connections.wait())
         .await

@@ -239,6 +239,15 @@ impl Hub {
             .count()
     }
 
+    /// Asks every device's writer to close its socket with `code` (shutdown); how many.
+    pub fn close_everyone(&self, code: chatd_protocol::CloseCode) -> usize {
+        let devices: Vec<Arc<Device>> = self.users.iter().flat_map(|e| e.value().clone()).collect();
+        for d in &devices {
+            d.outbox.close_with(code);
+        }
+        devices.len()
+    }
+
     /// Sends to the chosen devices, encoding once; returns how many accepted it.
     pub fn send(&self, user: &UserHash, audience: &Audience, msg: &ServerMessage) -> usize {
         let mut frame: Option<EncodedFrame> = None;

@@ -51,7 +51,12 @@ pub async fn run(
     app.metrics.connections_open.inc();
     let session = Session::new(app.clone(), device.clone(), expires_at);
     Box::pin(session.send_pending()).await;
+    // The drain closes every registered socket with 1012 once this token is cancelled; one
+    // registered after that sees the token (the read loop need not wait on it).
     let shutdown = app.tasks.connections_shutdown.clone();
+    if shutdown.is_cancelled() {
+        out.close_with(CloseCode::ServiceRestart);
+    }
     // Fired once the writer is done: its close frame written, or given up on.
     let writer_done = CancellationToken::new();
     let time_left = || session.token_time_left();
@@ -59,10 +64,10 @@ pub async fn run(
         shutdown: &shutdown,
         time_left: &time_left,
     };
-    // Built inside the join: a future held in a local first and then moved into the join is
-    // stored twice in this task for its whole life (see load-tests `idle`).
+    // Everything here lives in every idle connection's task: the writer ends `writer_done`
+    // itself (no future around it), and each loop waits on as few things as it can.
     tokio::join!(
-        read_loop(stream, &session, &out, &shutdown, &writer_done),
+        read_loop(stream, &session, &out, &writer_done),
         writer::write_loop(sink, out_rx, &out, ends, writer_done.clone()),
     );
     Box::pin(delivery.unregister(&device.user_hash, device.conn_id)).await;
@@ -73,7 +78,6 @@ async fn read_loop(
     mut stream: SplitStream<WebSocket>,
     session: &Session,
     out: &Outbox,
-    shutdown: &CancellationToken,
     writer_done: &CancellationToken,
 ) {
     // One timer for the socket's life: at the token's `exp` (reset when `refresh_token`
@@ -101,10 +105,6 @@ async fn read_loop(
         }
         let next = tokio::select! {
             next = stream.next() => next,
-            _ = shutdown.cancelled() => {
-                out.close_with(CloseCode::ServiceRestart);
-                continue;
-            }
             () = &mut expiry => {
                 let left = session.token_time_left();
                 if left.is_zero() {
