@@ -174,6 +174,7 @@ const AAD = {
   chatKey: (/** @type {string} */ chat) => `chatd/v1/chat-key/${chat}`,
   chat: (/** @type {string} */ chat, /** @type {string} */ field) => `chatd/v1/chat/${chat}/${field}`,
   message: (/** @type {string} */ chat, /** @type {string} */ id) => `chatd/v1/chat/${chat}/message/${id}`,
+  thinking: (/** @type {string} */ chat, /** @type {string} */ id) => `chatd/v1/chat/${chat}/message/${id}/thinking`,
   embed: (/** @type {string} */ id, /** @type {string} */ field) => `chatd/v1/embed/${id}/${field}`,
   embedKey: (/** @type {string} */ id) => `chatd/v1/embed-key/${id}`,
 };
@@ -190,7 +191,7 @@ const AAD = {
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   encrypted_content: string, created_at: number, at?: number, user_message_id?: string,
  *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean,
- *   confirmed?: boolean}} MessageRecord
+ *   confirmed?: boolean, encrypted_thinking_content?: string}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string,
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
@@ -290,9 +291,65 @@ export async function rememberedMasterKey(userId) {
   return r ? r.key : null;
 }
 
+/** A fixed text sealed with the master key: opens only with the same passphrase. */
+const KEY_CHECK = 'chatd key check v1';
+
+/**
+ * Whether `key` is the user's master key on this browser: the first key a user signs in
+ * with leaves an encrypted check value (in the database `chatd-keys`, kept on sign-out);
+ * a later key that cannot open it is another passphrase, refused (`false`) before anything
+ * is written. `true` for the same key, and for the first one (its check is written then).
+ * @param {string} userId @param {CryptoKey} key @returns {Promise<boolean>}
+ */
+export async function checkMasterKey(userId, key) {
+  const req = indexedDB.open('chatd-keys', 1);
+  req.onupgradeneeded = () => req.result.createObjectStore('checks', { keyPath: 'user' });
+  /** @type {IDBDatabase} */
+  const db = await done(req);
+  try {
+    const os = (/** @type {IDBTransactionMode} */ mode) => db.transaction('checks', mode).objectStore('checks');
+    const r = await done(os('readonly').get(userId));
+    if (r) {
+      try {
+        return (await unseal(key, r.check, `chatd/v1/key-check/${userId}`)) === KEY_CHECK;
+      } catch {
+        return false;
+      }
+    }
+    await done(os('readwrite').put({ user: userId, check: await seal(key, KEY_CHECK, `chatd/v1/key-check/${userId}`) }));
+    return true;
+  } finally {
+    db.close();
+  }
+}
+
 /** Forgets the user's key and every local copy of their chats. @param {string} userId */
 export async function forgetUser(userId) {
   await (await LocalStore.open(userId)).destroy();
+}
+
+/**
+ * The app and skill of a skill's embed, from its TOON content (`app_id: web` and
+ * `skill_id: search` lines), so a card keeps its label on every device and after a reload.
+ * @param {string|undefined} content @returns {{app_id?: string, skill_id?: string}}
+ */
+export function skillOf(content) {
+  /** @type {any} */
+  const out = {};
+  for (const line of (content ?? '').split('\n', 20)) {
+    const m = /^(app_id|skill_id): *"?([A-Za-z0-9_.-]+)"?$/.exec(line);
+    if (m && !out[m[1]]) out[m[1]] = m[2];
+  }
+  return out;
+}
+
+/**
+ * The hash `reject_settings_memory_suggestion` names a suggestion by: SHA-256 hex of
+ * `app_id:item_type:` and the lower-cased title.
+ * @param {{app_id: string, item_type: string, suggested_title: string}} s
+ */
+export function suggestionHash(s) {
+  return sha256Hex(`${s.app_id}:${s.item_type}:${s.suggested_title.toLowerCase()}`);
 }
 
 // ---------------------------------------------------------------------------------------
@@ -304,7 +361,11 @@ export async function forgetUser(userId) {
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   content: string, created_at: number, at: number, state: 'streaming'|'done', task_id?: string,
  *   links_repaired?: boolean, error_code?: string, interrupted?: boolean,
- *   model_name?: string, pending?: boolean}} ChatMessage
+ *   interrupted_by_shutdown?: boolean, model_name?: string, pending?: boolean,
+ *   thinking?: string, thinking_done?: boolean}} ChatMessage
+ * @typedef {{run_id: string, chat_id: string, routine: string,
+ *   state: 'running'|'waiting'|'finished', status?: string, question?: string,
+ *   information: string[], errors: string[], outcome?: string}} RoutineView
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, type?: string,
  *   content?: string, status: string, skill_task_id?: string, app_id?: string,
  *   skill_id?: string, parent_embed_id?: string, embed_ids?: string[],
@@ -366,6 +427,16 @@ export class ChatdClient extends EventTarget {
     this.unstored = new Map();
     /** @type {Map<string, EmbedView>} */
     this.embeds = new Map();
+    /** @type {Map<string, RoutineView>} run id -> routine run (shown, not stored) */
+    this.routines = new Map();
+    /** @type {Map<string, string>} chat id -> its active focus mode */
+    this.focus = new Map();
+    /** @type {Map<string, any>} request id -> an unanswered `request_app_settings_memories` */
+    this.settingsRequests = new Map();
+    /** @type {Map<string, any>} proposal id -> an undecided `app_settings_memories_proposal` */
+    this.proposals = new Map();
+    /** @type {Map<string, {content: string, done: boolean}>} task id -> reasoning so far (memory only) */
+    this.thinking = new Map();
     /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages written here the server has not confirmed */
     this.sending = new Map();
     /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages an earlier page wrote and never saw confirmed: into `sending` after the first sync */
@@ -474,6 +545,23 @@ export class ChatdClient extends EventTarget {
       }
       this.sending.set(id, m);
       this.resend(id);
+    }
+  }
+
+  /**
+   * Answers (and routine messages, settings requests) this device finished whose storing the
+   * server never confirmed (the socket or the server went away first): sent again after a
+   * sync; the server stores a message id once.
+   */
+  async resendAnswers() {
+    for (const r of /** @type {MessageRecord[]} */ (await this.store.all('messages'))) {
+      if (r.role === 'user' || r.stored !== false || !this.chatKeys.has(r.chat_id)) continue;
+      /** @type {any} */
+      const message = { message_id: r.message_id, role: r.role, encrypted_content: r.encrypted_content, created_at: r.created_at };
+      if (r.user_message_id) message.user_message_id = r.user_message_id;
+      if (r.encrypted_model_name) message.encrypted_model_name = r.encrypted_model_name;
+      if (r.encrypted_thinking_content) Object.assign(message, { encrypted_thinking_content: r.encrypted_thinking_content, has_thinking: true });
+      this.send({ type: 'ai_response_completed', payload: { chat_id: r.chat_id, message } });
     }
   }
 
@@ -614,13 +702,14 @@ export class ChatdClient extends EventTarget {
           at: r.at ?? order(r.created_at, r.role),
           content: await unseal(key, r.encrypted_content, AAD.message(chatId, r.message_id)),
           ...(r.role === 'user' ? { pending: this.sending.has(r.message_id) || this.earlier.has(r.message_id) } : {}),
+          ...(r.encrypted_thinking_content ? { thinking: await unseal(key, r.encrypted_thinking_content, AAD.thinking(chatId, r.message_id)), thinking_done: true } : {}),
         });
       } catch {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: r.message_id });
       }
     }
     for (const m of [...this.unstored.values(), ...this.answers.values()]) {
-      if (m.chat_id === chatId && !out.has(m.message_id)) out.set(m.message_id, { ...m });
+      if (m.chat_id === chatId && !out.has(m.message_id)) out.set(m.message_id, { ...m, ...this.thoughtOf(m.message_id) });
     }
     for (const a of this.answers.values()) if (a.chat_id === chatId) answers.set(a.message_id, a.user_message_id);
     // Clocks of devices (and whole seconds from the server) do not order a chat: each answer
@@ -658,11 +747,12 @@ export class ChatdClient extends EventTarget {
   async openEmbed(r, chatKey) {
     try {
       const key = await unwrap(chatKey, r.encrypted_embed_key, AAD.embedKey(r.embed_id));
+      const content = await unseal(key, r.encrypted_content, AAD.embed(r.embed_id, 'content'));
       return {
         embed_id: r.embed_id, chat_id: r.chat_id, message_id: r.message_id, status: r.status ?? 'finished',
-        type: await unseal(key, r.encrypted_type, AAD.embed(r.embed_id, 'type')),
-        content: await unseal(key, r.encrypted_content, AAD.embed(r.embed_id, 'content')),
+        type: await unseal(key, r.encrypted_type, AAD.embed(r.embed_id, 'type')), content,
         parent_embed_id: r.parent_embed_id, embed_ids: r.embed_ids, skill_task_id: r.skill_task_id,
+        ...skillOf(content),
       };
     } catch {
       this.fail('decryption_failed', 'an embed does not open', { chat_id: r.chat_id });
@@ -764,6 +854,77 @@ export class ChatdClient extends EventTarget {
     this.send({ type: 'set_app_preferences', payload: { disabled_apps: disabledApps, disabled_skills: disabledSkills } });
   }
 
+  /** @param {any} p a thinking frame @param {{content: string, done: boolean}} t */
+  emitThinking(p, t) {
+    this.emit('thinking', { chat_id: p.chat_id, task_id: p.task_id, message_id: p.message_id ?? p.task_id, content: t.content, done: t.done });
+    const a = this.answers.get(p.task_id);
+    if (a) this.emit('message', { message: { ...a, ...this.thoughtOf(p.task_id) } });
+  }
+
+  /** The reasoning of a running answer, for its `message` events. @param {string} taskId */
+  thoughtOf(taskId) {
+    const t = this.thinking.get(taskId);
+    return t ? { thinking: t.content, thinking_done: t.done } : {};
+  }
+
+  /** The chat's active focus mode (`app_id-focus_id`), if any. @param {string} chatId */
+  focusOf(chatId) {
+    return this.focus.get(chatId) ?? null;
+  }
+
+  /** Stops a routine run (`cancel_routine`); every device hears `routine` finished. @param {string} runId */
+  cancelRoutine(runId) {
+    this.send({ type: 'cancel_routine', payload: { run_id: runId } });
+  }
+
+  /**
+   * Answers a routine's question: the user's next message in the chat is the answer.
+   * @param {string} chatId @param {string} text
+   */
+  answerRoutine(chatId, text) {
+    return this.sendMessage(chatId, text);
+  }
+
+  /**
+   * Answers `request_app_settings_memories`: entries `{app_id, item_key, content}` (the
+   * category id as `item_key`, `content` one entry as JSON); none means "no". Every device
+   * hears `settings_dismissed`.
+   * @param {string} chatId @param {string} requestId @param {{app_id: string, item_key: string, content: any}[]} entries
+   */
+  confirmSettings(chatId, requestId, entries) {
+    this.send({ type: 'app_settings_memories_confirmed', payload: { chat_id: chatId, request_id: requestId, app_settings_memories: entries } });
+  }
+
+  /** Declines a settings/memories request. @param {string} chatId @param {string} requestId */
+  declineSettings(chatId, requestId) {
+    this.confirmSettings(chatId, requestId, []);
+  }
+
+  /** Accepts or declines the model's proposal. @param {string} proposalId @param {boolean} accepted */
+  answerProposal(proposalId, accepted) {
+    this.proposals.delete(proposalId);
+    this.send({ type: 'app_settings_memories_proposal_result', payload: { proposal_id: proposalId, accepted } });
+  }
+
+  /**
+   * Rejects a suggested entry (from `suggestions`): never suggested again in the chat.
+   * @param {string} chatId @param {{app_id: string, item_type: string, suggested_title: string}} suggestion
+   */
+  async rejectSuggestion(chatId, suggestion) {
+    this.send({ type: 'reject_settings_memory_suggestion', payload: { chat_id: chatId, hash: await suggestionHash(suggestion) } });
+  }
+
+  /** @param {any} p a routine frame @param {(r: RoutineView) => void} edit */
+  routine(p, edit) {
+    let r = this.routines.get(p.run_id);
+    if (!r) {
+      r = { run_id: p.run_id, chat_id: p.chat_id, routine: p.routine ?? '', state: 'running', information: [], errors: [] };
+      this.routines.set(p.run_id, r);
+    }
+    edit(r);
+    this.emit('routine', { routine: { ...r, information: [...r.information], errors: [...r.errors] } });
+  }
+
   /** Deletes a chat everywhere. @param {string} chatId */
   deleteChat(chatId) {
     this.send({ type: 'delete_chat', payload: { chat_id: chatId } });
@@ -863,14 +1024,16 @@ export class ChatdClient extends EventTarget {
       at, message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
       encrypted_content: m.encrypted_content, user_message_id: m.user_message_id,
       encrypted_model_name: m.encrypted_model_name, encrypted_category: m.encrypted_category, stored: true,
+      encrypted_thinking_content: m.encrypted_thinking_content,
     }));
     this.unstored.delete(m.message_id);
     const key = this.chatKeys.get(chatId);
     if (key) {
       try {
         const content = await unseal(key, m.encrypted_content, AAD.message(chatId, m.message_id));
+        const thinking = m.encrypted_thinking_content ? await unseal(key, m.encrypted_thinking_content, AAD.thinking(chatId, m.message_id)) : undefined;
         if (!this.answers.has(m.message_id)) {
-          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at, state: 'done' } });
+          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at, state: 'done', ...(thinking ? { thinking, thinking_done: true } : {}) } });
         }
       } catch {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: m.message_id });
@@ -884,11 +1047,26 @@ export class ChatdClient extends EventTarget {
     const k = keys.find((k) => k.hashed_embed_id === hashed && k.key_type === 'chat');
     const chat = await this.chatOfHashed(e.hashed_chat_id ?? k?.hashed_chat_id);
     if (!k || !chat || !e.encrypted_type) return;
-    await this.store.put('embeds', /** @type {EmbedRecord} */ ({
-      embed_id: e.embed_id, chat_id: chat, encrypted_type: e.encrypted_type, encrypted_content: e.encrypted_content,
+    /** @type {EmbedRecord|undefined} */
+    const had = await this.store.get('embeds', e.embed_id);
+    // The answer it belongs to, by its hashed id (a device that did not see it live).
+    let messageId = had?.message_id;
+    if (!messageId && e.hashed_message_id) {
+      for (const m of /** @type {MessageRecord[]} */ (await this.store.byChat('messages', chat))) {
+        if ((await sha256Hex(m.message_id)) === e.hashed_message_id) messageId = m.message_id;
+      }
+    }
+    /** @type {EmbedRecord} */
+    const record = {
+      embed_id: e.embed_id, chat_id: chat, message_id: messageId, encrypted_type: e.encrypted_type, encrypted_content: e.encrypted_content,
       encrypted_embed_key: k.encrypted_embed_key, status: e.status, version_number: e.version_number,
       parent_embed_id: e.parent_embed_id, embed_ids: e.embed_ids,
-    }));
+    };
+    await this.store.put('embeds', record);
+    // Shown at once by a page that already shows the chat (a sync lands after its messages).
+    const key = this.chatKeys.get(chat);
+    const view = key && !this.embeds.has(e.embed_id) && (await this.openEmbed(record, key));
+    if (view) this.emit('embed', { embed: view });
   }
 
   /** @param {string|undefined} hashed */
@@ -935,8 +1113,9 @@ export class ChatdClient extends EventTarget {
   /**
    * An answer's text is final: kept encrypted here and, once per answer, stored on the
    * server (`ai_response_completed`; the server ignores a second copy).
-   * @param {{chat_id: string, message_id: string, user_message_id: string, content: string,
-   *   model_name?: string, error_code?: string, interrupted?: boolean, links_repaired?: boolean}} a
+   * @param {{chat_id: string, message_id: string, user_message_id?: string, content: string,
+   *   model_name?: string, error_code?: string, interrupted?: boolean, links_repaired?: boolean,
+   *   interrupted_by_shutdown?: boolean, role?: 'assistant'|'system', created_at?: number}} a
    */
   async finishAnswer(a) {
     if (this.finished.has(a.message_id)) return;
@@ -945,10 +1124,16 @@ export class ChatdClient extends EventTarget {
     this.answers.delete(a.message_id);
     if (this.running.get(a.chat_id) === a.message_id) this.running.delete(a.chat_id);
     await this.store.delete('streams', a.message_id);
+    const role = a.role ?? 'assistant';
+    // The reasoning is kept only encrypted, with the answer.
+    const thought = this.thinking.get(a.message_id);
+    this.thinking.delete(a.message_id);
     this.emit('message', { message: {
-      ...(prior ?? {}), message_id: a.message_id, task_id: a.message_id, chat_id: a.chat_id, role: 'assistant',
-      content: a.content, created_at: prior?.created_at ?? now(), at: prior?.at ?? Date.now(), state: 'done', error_code: a.error_code,
-      interrupted: a.interrupted, links_repaired: a.links_repaired || prior?.links_repaired, model_name: a.model_name,
+      ...(prior ?? {}), message_id: a.message_id, task_id: a.message_id, chat_id: a.chat_id, role,
+      content: a.content, created_at: prior?.created_at ?? a.created_at ?? now(), at: prior?.at ?? Date.now(), state: 'done', error_code: a.error_code,
+      interrupted: a.interrupted, interrupted_by_shutdown: a.interrupted_by_shutdown,
+      links_repaired: a.links_repaired || prior?.links_repaired, model_name: a.model_name,
+      ...(thought ? { thinking: thought.content, thinking_done: true } : {}),
     } });
     this.emit('task', { chat_id: a.chat_id, task_id: a.message_id, state: 'done' });
     const key = this.chatKeys.get(a.chat_id);
@@ -956,10 +1141,15 @@ export class ChatdClient extends EventTarget {
     const encrypted = await seal(key, a.content, AAD.message(a.chat_id, a.message_id));
     const existing = await this.store.get('messages', a.message_id);
     if (!existing) {
-      const createdAt = now();
+      const createdAt = a.created_at ?? now();
       /** @type {any} */
-      const message = { message_id: a.message_id, role: 'assistant', encrypted_content: encrypted, created_at: createdAt, user_message_id: a.user_message_id };
+      const message = { message_id: a.message_id, role, encrypted_content: encrypted, created_at: createdAt };
+      if (a.user_message_id) message.user_message_id = a.user_message_id;
       if (a.model_name) message.encrypted_model_name = await seal(key, a.model_name, AAD.message(a.chat_id, `${a.message_id}/model`));
+      if (thought?.content) {
+        message.encrypted_thinking_content = await seal(key, thought.content, AAD.thinking(a.chat_id, a.message_id));
+        message.has_thinking = true;
+      }
       await this.store.put('messages', /** @type {MessageRecord} */ ({ ...message, chat_id: a.chat_id, at: prior?.at ?? Date.now(), stored: false }));
       this.send({ type: 'ai_response_completed', payload: { chat_id: a.chat_id, message } });
     }
@@ -1014,6 +1204,13 @@ export class ChatdClient extends EventTarget {
   }
 }
 
+/** How an answer that ended early is explained (`error_code` of its final frame). */
+const ENDINGS = /** @type {Record<string, string>} */ ({
+  node_lost: 'the server running this answer stopped; the chat goes on',
+  answer_too_long: 'the answer reached its length limit',
+  turn_deadline: 'the answer took too long and was ended',
+});
+
 /** @type {Record<string, (this: ChatdClient, p: any) => any>} */
 const HANDLERS = {
   pong() {},
@@ -1067,7 +1264,74 @@ const HANDLERS = {
   },
 
   message_queued(p) {
-    this.emit('task', { chat_id: p.chat_id, task_id: p.active_task_id, state: 'queued' });
+    this.emit('task', { chat_id: p.chat_id, task_id: p.active_task_id, state: 'queued', user_message_id: p.user_message_id, message: p.message });
+  },
+
+  async thinking_chunk(p) {
+    const t = this.thinking.get(p.task_id) ?? { content: '', done: false, sequence: 0 };
+    if (p.sequence <= (t.sequence ?? 0)) return;
+    t.sequence = p.sequence;
+    t.content += p.content;
+    this.thinking.set(p.task_id, t);
+    this.emitThinking(p, t);
+  },
+
+  thinking_complete(p) {
+    const t = this.thinking.get(p.task_id) ?? { content: '', done: true };
+    t.done = true;
+    this.thinking.set(p.task_id, t);
+    this.emitThinking(p, t);
+  },
+
+  routine_started(p) {
+    this.routine(p, (r) => { r.routine = p.routine; r.state = 'running'; });
+  },
+
+  routine_status(p) {
+    this.routine(p, (r) => { r.status = p.text; });
+  },
+
+  async routine_message(p) {
+    this.routine(p, () => {});
+    await this.finishAnswer({ chat_id: p.chat_id, message_id: p.message_id, content: p.text });
+  },
+
+  routine_information(p) {
+    this.routine(p, (r) => { r.information.push(p.text); });
+  },
+
+  routine_error(p) {
+    this.routine(p, (r) => { r.errors.push(p.code ? `${p.message} (${p.code})` : p.message); });
+  },
+
+  awaiting_user_input(p) {
+    this.routine(p, (r) => { r.state = 'waiting'; r.question = p.question; });
+  },
+
+  routine_finished(p) {
+    this.routine(p, (r) => { r.state = 'finished'; r.outcome = p.outcome; r.question = undefined; });
+  },
+
+  async request_app_settings_memories(p) {
+    this.settingsRequests.set(p.request_id, p);
+    this.emit('settings_request', { request: p });
+    // The request is a message of the chat, stored (encrypted) like every message.
+    const m = p.system_message;
+    if (m?.content) await this.finishAnswer({ chat_id: p.chat_id, message_id: m.message_id, content: m.content, role: 'system', created_at: m.created_at });
+  },
+
+  dismiss_app_settings_memories_dialog(p) {
+    this.settingsRequests.delete(p.request_id);
+    this.emit('settings_dismissed', { chat_id: p.chat_id, request_id: p.request_id, reason: p.reason });
+  },
+
+  app_settings_memories_proposal(p) {
+    this.proposals.set(p.proposal_id, p);
+    this.emit('proposal', { proposal: p });
+  },
+
+  settings_memory_suggestion_rejected(p) {
+    this.emit('suggestion_rejected', { chat_id: p.chat_id, hash: p.hash });
   },
 
   ai_task_waiting(p) {
@@ -1095,7 +1359,7 @@ const HANDLERS = {
         at: Date.now(), state: 'streaming', sequence: 0, user_message_id: p.user_message_id, model_name: p.model_name,
       });
       await this.store.put('streams', /** @type {StreamRecord} */ ({ task_id: taskId, chat_id: p.chat_id, user_message_id: p.user_message_id, sequence: 0, at: Date.now() }));
-      this.emit('message', { message: { ...this.answers.get(taskId) } });
+      this.emit('message', { message: { ...this.answers.get(taskId), ...this.thoughtOf(taskId) } });
     }
     const early = this.earlyTitles.get(taskId);
     this.earlyTitles.delete(taskId);
@@ -1123,14 +1387,14 @@ const HANDLERS = {
     a.links_repaired = a.links_repaired || repaired || Boolean(p.replaced_links?.length);
     if (p.model_name) a.model_name = p.model_name;
     if (p.is_final_chunk) {
-      if (p.error_code) this.fail(p.error_code, 'the answer ended early', { chat_id: p.chat_id, message_id: taskId });
+      if (p.error_code) this.fail(p.error_code, ENDINGS[p.error_code] ?? 'the answer ended early', { chat_id: p.chat_id, message_id: taskId });
       return this.finishAnswer({
         chat_id: p.chat_id, message_id: taskId, user_message_id: p.user_message_id, content: p.full_content_so_far,
         model_name: a.model_name, error_code: p.error_code, links_repaired: a.links_repaired,
-        interrupted: Boolean(p.interrupted_by_revocation || p.interrupted_by_shutdown),
+        interrupted: Boolean(p.interrupted_by_revocation), interrupted_by_shutdown: Boolean(p.interrupted_by_shutdown),
       });
     }
-    this.emit('message', { message: { ...a } });
+    this.emit('message', { message: { ...a, ...this.thoughtOf(taskId) } });
     const key = this.chatKeys.get(p.chat_id);
     await this.store.put('streams', /** @type {StreamRecord} */ ({
       task_id: taskId, chat_id: p.chat_id, user_message_id: p.user_message_id, sequence: p.sequence, at: a.at,
@@ -1162,7 +1426,8 @@ const HANDLERS = {
   ai_task_cancel_requested() {},
 
   async post_processing_completed(p) {
-    this.emit('suggestions', { chat_id: p.chat_id, follow_ups: p.follow_up_request_suggestions ?? [], new_chat: p.new_chat_request_suggestions ?? [] });
+    const settings = await Promise.all((p.suggested_settings_memories ?? []).map(async (/** @type {any} */ s) => ({ ...s, hash: await suggestionHash(s) })));
+    this.emit('suggestions', { chat_id: p.chat_id, follow_ups: p.follow_up_request_suggestions ?? [], new_chat: p.new_chat_request_suggestions ?? [], settings_memories: settings });
     const key = this.chatKeys.get(p.chat_id);
     const task = /** @type {MessageRecord|undefined} */ (await this.store.get('messages', p.task_id));
     if (!key || !task) return;
@@ -1244,7 +1509,8 @@ const HANDLERS = {
     /** @type {EmbedView} */
     const e = {
       embed_id: p.embed_id, chat_id: p.chat_id, message_id: p.message_id, type: p.type, content: p.content, status: p.status,
-      skill_task_id: p.skill_task_id ?? this.embeds.get(p.embed_id)?.skill_task_id, app_id: p.app_id, skill_id: p.skill_id,
+      skill_task_id: p.skill_task_id ?? this.embeds.get(p.embed_id)?.skill_task_id,
+      app_id: p.app_id ?? skillOf(p.content).app_id, skill_id: p.skill_id ?? skillOf(p.content).skill_id,
       parent_embed_id: p.parent_embed_id, embed_ids: p.embed_ids, injection_flagged: p.injection_flagged,
     };
     this.embeds.set(e.embed_id, e);
@@ -1271,10 +1537,12 @@ const HANDLERS = {
   skill_cancel_requested() {},
 
   focus_mode_activated(p) {
+    this.focus.set(p.chat_id, p.focus_id);
     this.emit('focus', { chat_id: p.chat_id, focus_id: p.focus_id, active: true });
   },
 
   focus_mode_deactivated(p) {
+    this.focus.delete(p.chat_id);
     this.emit('focus', { chat_id: p.chat_id, focus_id: p.focus_id, active: false });
   },
 
@@ -1310,10 +1578,11 @@ const HANDLERS = {
   async phased_sync_complete(p) {
     this.emit('sync', { phase: 'complete', requested: p.phase });
     await this.resendEarlier();
+    await this.resendAnswers();
   },
 
   server_shutting_down(p) {
-    this.emit('connection', { state: 'restarting', grace_ms: p.grace_ms });
+    this.emit('connection', { state: 'restarting', grace_ms: p.grace_ms, message: p.message });
   },
 
   error(p) {

@@ -143,12 +143,17 @@ try {
   const repaired = a.locator(assistant('done')).filter({ hasText: 'ends after the link' }).locator('a');
   assert.match(await repaired.getAttribute('href'), /^https:\/\/search\.brave\.com\/search\?q=/);
 
-  console.log('flow: cancel an answer while it streams');
+  console.log('flow: a message sent while an answer streams is queued (and said so); cancel the answer, the queued one is answered');
+  const before = await a.locator(assistant()).count();
   await say(a, 'One more, stall and be cancelled');
   await a.locator(assistant('streaming')).filter({ hasText: 'starts with' }).waitFor();
+  await say(a, 'Queue this one behind it');
+  await a.locator('#notices [data-testid=notice]').filter({ hasText: 'answered next' }).waitFor();
   await a.click('[data-testid=cancel]');
   await a.locator(assistant('done')).filter({ hasText: 'Stopped.' }).waitFor();
   await need('forget-stall');
+  await count(a, assistant('done'), before + 2);
+  assert.equal(await a.locator(assistant('done')).filter({ hasText: 'Stopped.' }).locator('[data-testid=notice]').count(), 0);
 
   console.log('flow: a message chatd took but never confirmed to the page is sent again after a reload, and answered once');
   // The page's socket goes through this script from here. First nothing chatd sends after
@@ -210,6 +215,7 @@ try {
   assert.equal(await a.locator('[data-testid=message][data-role=user]').filter({ hasText: again }).count(), 1);
   assert.equal(await a.locator(assistant()).count(), answers + 1);
   const againChat = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
+  const mango = againChat;
 
   console.log('flow: the passphrase never leaves the browser; the token is in no URL but the WebSocket\'s');
   assert.ok(tokens.length >= 2 && sent.length > 20);
@@ -236,6 +242,124 @@ try {
   await c.locator(`[data-testid=chat-list-item][data-chat-id="${againChat}"]`).click();
   await count(c, `[data-testid=message][data-role=user][data-message-id="${againId}"]`, 1);
   assert.equal(await c.locator('[data-testid=message][data-role=user]').filter({ hasText: again }).count(), 1);
+
+  console.log('flow: a skill\'s card keeps its app\'s label after a reload and on a device that synced it');
+  await c.locator(`[data-testid=chat-list-item][data-chat-id="${mango}"]`).click();
+  for (const [name, page] of [['after a reload', a], ['synced', c]]) {
+    // Below the answer it belongs to.
+    const card = page.locator(assistant('done')).filter({ hasText: 'without the slow search' }).locator('[data-testid=embed]');
+    try {
+      await card.waitFor();
+    } catch (e) {
+      const seen = await page.evaluate(() => [...document.querySelectorAll('[data-testid=message]')].map((m) => `${m.dataset.role}: ${m.textContent.slice(0, 60)} [${m.querySelectorAll('[data-testid=embed]').length} embeds]`));
+      throw new Error(`no card ${name}: ${JSON.stringify(seen)}\n${e.message}`);
+    }
+    assert.equal(await card.getAttribute('data-status'), 'cancelled');
+    assert.match(await card.locator('header').innerText(), /^demo · find/);
+    assert.ok(!(await card.innerText()).includes('app_skill_use'));
+  }
+
+  console.log('flow: the model\'s reasoning shows collapsed, also after a reload, and is stored only encrypted');
+  await a.click('[data-testid=new-chat]');
+  await say(a, 'Think about kiwis first');
+  const thought = a.locator(assistant('done')).locator('[data-testid=reasoning]');
+  await thought.waitFor();
+  for (const when of ['live', 'reloaded']) {
+    assert.equal(await thought.evaluate((d) => d.open), false, `open when ${when}`);
+    assert.match(await thought.textContent(), /I weigh the kiwi carefully\. It looks ripe enough\./);
+    assert.equal(await thought.locator('.thought').isVisible(), false);
+    assert.ok(!(await a.locator(assistant('done')).locator('.body').innerText()).includes('weigh'));
+    if (when === 'live') {
+      await a.reload();
+      await a.waitForSelector('#connection[data-state=open]');
+      await thought.waitFor();
+    }
+  }
+  await thought.locator('summary').click();
+  assert.equal(await thought.locator('.thought').isVisible(), true);
+
+  console.log('flow: a routine shows its progress, its question is answered inline; another run is cancelled');
+  await say(a, 'Start the fruit routine');
+  const run = a.locator('[data-testid=routine-progress]');
+  await a.locator('[data-testid=routine-question]').filter({ hasText: 'Which fruit should I buy?' }).waitFor();
+  assert.match(await run.innerText(), /travel\.ask/);
+  typed('a basket of lychees');
+  await a.fill('[data-testid=routine-answer]', 'a basket of lychees');
+  await a.press('[data-testid=routine-answer]', 'Enter');
+  await a.locator('[data-testid=routine-progress][data-state=finished]').filter({ hasText: 'completed' }).waitFor();
+  await a.locator('[data-testid=message]').filter({ hasText: 'Buying a basket of lychees today.' }).waitFor();
+  await a.locator('[data-testid=message][data-role=user]').filter({ hasText: 'a basket of lychees' }).waitFor();
+  await say(a, 'Start the fruit routine once more');
+  await a.locator('[data-testid=routine-progress][data-state=waiting] [data-testid=routine-cancel]').click();
+  await a.locator('[data-testid=routine-progress][data-state=finished]').filter({ hasText: 'cancelled' }).waitFor();
+  assert.equal(await a.locator('[data-testid=routine-progress] [data-testid=routine-cancel]').count(), 0);
+
+  console.log('flow: the user starts and ends a focus mode; every device showing the chat sees it');
+  const focusChat = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
+  await b.locator(`[data-testid=chat-list-item][data-chat-id="${focusChat}"]`).click();
+  await a.fill('[data-testid=focus-id]', 'docs-deep_dive');
+  await a.click('[data-testid=focus-toggle]');
+  for (const page of [a, b]) {
+    await page.locator('[data-testid=focus-indicator]').filter({ hasText: 'docs-deep_dive' }).waitFor();
+  }
+  await a.click('[data-testid=focus-toggle]');
+  for (const page of [a, b]) await page.locator('[data-testid=focus-indicator]').waitFor({ state: 'hidden' });
+
+  console.log('flow: settings/memories: a request answered from one device closes on every device; a proposal and a suggestion');
+  await a.click('[data-testid=new-chat]');
+  await say(a, 'Help me plan my trip');
+  const dialog = a.locator('[data-testid=settings-dialog]');
+  await dialog.waitFor();
+  const tripChat = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
+  await b.locator(`[data-testid=chat-list-item][data-chat-id="${tripChat}"]`).click();
+  await b.locator('[data-testid=settings-dialog]').waitFor();
+  await a.locator(assistant('done')).waitFor();
+  await a.locator('[data-testid=memory-proposal]').filter({ hasText: 'Kyoto' }).waitFor();
+  await a.click('[data-testid=memory-proposal] [data-testid=proposal-accept]');
+  await count(a, '[data-testid=memory-proposal]', 0);
+  await dialog.locator('textarea').fill('{"destination": "Lisbon", "travellers": 2}');
+  await dialog.locator('[data-testid=settings-confirm]').click();
+  for (const page of [a, b]) await count(page, '[data-testid=settings-dialog]', 0);
+  for (const page of [a, b]) await page.locator('[data-testid=memory-suggestion]').filter({ hasText: 'Kyoto in Autumn' }).waitFor();
+  await a.click('[data-testid=memory-suggestion] [data-testid=memory-reject]');
+  for (const page of [a, b]) await count(page, '[data-testid=memory-suggestion]', 0);
+
+  console.log('flow: a wrong passphrase is refused at sign-in before anything is written; a phone-sized screen never scrolls sideways');
+  const phone = await chrome.browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
+  const d = await phone.newPage();
+  d.setDefaultTimeout(30000);
+  problems.push(watch(d, 'phone'));
+  await signIn(d, base, USER, PASSPHRASE);
+  await d.locator('[data-testid=menu-toggle]').click();
+  await d.click('#sign-out');
+  await d.waitForSelector('[data-testid=login-submit]', { state: 'visible' });
+  await d.fill('[data-testid=login-user]', USER);
+  await d.fill('[data-testid=login-passphrase]', 'not the passphrase');
+  await d.click('[data-testid=login-submit]');
+  await d.locator('[data-testid=login-error]').filter({ hasText: 'Wrong passphrase' }).waitFor();
+  assert.ok(await d.locator('#app').isHidden());
+  assert.ok(!(await d.evaluate(async () => (await indexedDB.databases()).map((x) => x.name))).includes(`chatd:${USER}`));
+  assert.equal(await d.evaluate(() => sessionStorage.length), 0);
+  await signIn(d, base, USER, PASSPHRASE);
+  await d.locator('[data-testid=login-error]').waitFor({ state: 'hidden' });
+  await d.locator('[data-testid=menu-toggle]').click();
+  await d.locator(`[data-testid=chat-list-item][data-chat-id="${kiwi}"]`).click();
+  await count(d, assistant('done'), 3);
+  const unbroken = `A-very-long-word-${'kiwi'.repeat(40)}`;
+  await say(d, unbroken);
+  await count(d, assistant('done'), 4);
+  for (const [width, height] of [[390, 844], [320, 640]]) {
+    await d.setViewportSize({ width, height });
+    for (const menu of [false, true]) {
+      if (menu) await d.locator('[data-testid=menu-toggle]').click();
+      const { scroll, inner } = await d.evaluate(() => ({ scroll: document.scrollingElement.scrollWidth, inner: innerWidth }));
+      assert.ok(scroll <= inner, `${scroll} px wide content on a ${inner} px screen (menu ${menu})`);
+      const box = await d.locator('[data-testid=chat-input]').boundingBox();
+      assert.ok(box && box.y >= 0 && box.y + box.height <= height, `the composer is off screen at ${width}x${height}: ${JSON.stringify(box)}`);
+      assert.ok(await d.locator('[data-testid=send]').isVisible());
+      if (menu) await d.locator('[data-testid=menu-toggle]').click();
+    }
+  }
 
   assert.deepEqual(problems.flat(), [], 'script errors or CSP violations on the pages');
 

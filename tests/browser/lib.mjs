@@ -81,6 +81,7 @@ export async function signIn(page, base, user, passphrase) {
   await page.fill('[data-testid=login-user]', user);
   await page.fill('[data-testid=login-passphrase]', passphrase);
   await page.click('[data-testid=login-submit]');
-  await page.waitForSelector('[data-testid=new-chat]', { state: 'visible' });
-  await page.waitForSelector('#connection[data-state=open]');
+  // The chat list is behind a menu on a phone; the composer is always there.
+  await page.waitForSelector('[data-testid=chat-input]', { state: 'visible' });
+  await page.waitForSelector('#connection[data-state=open]', { state: 'attached' });
 }

@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use chatd_test_harness::chatd_proc::ChatdProcess;
-use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply, function_reply};
+use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply, ToolCall, function_reply};
 use chatd_test_harness::fake_skill::{FakeSkill, SkillReply};
 use chatd_test_harness::process::find_binary;
 use chatd_test_harness::redis::RedisServer;
@@ -48,20 +48,48 @@ fn last_user(request: &Value) -> String {
         .unwrap_or_default()
 }
 
+/// The model's reasoning before a "think" answer (never stored or cached in plaintext).
+const REASONING: &str = "I weigh the kiwi carefully. It looks ripe enough.";
+/// The routine the model starts for "routine", and its question.
+const ROUTINE: &str = r#"emit("status", "checking the fruit bowl");
+let fruit = ask_user("Which fruit should I buy?");
+emit("message", `Buying ${fruit} today.`);
+fruit"#;
+
 /// Every answer has two paragraphs (the chunker sends the first on its own); a message
 /// saying "stall" holds the answer after the first until the test releases it; "find
-/// slowly" calls the slow skill first; "link" answers with a link to a page that is gone.
+/// slowly" calls the slow skill first; "link" answers with a link to a page that is gone;
+/// "think" reasons first; "fruit routine" starts the routine `travel-ask`; "my trip" proposes a
+/// travel entry.
 fn scripted(script: &Arc<Script>, request: &Value) -> Reply {
     let user = last_user(request);
     let has_tool = request["messages"]
         .as_array()
         .is_some_and(|m| m.iter().any(|m| m["role"] == "tool"));
+    let after_tool = request["messages"]
+        .as_array()
+        .and_then(|m| m.last())
+        .is_some_and(|m| m["role"] == "tool");
     if user.contains("find slowly") && !has_tool {
         return calls(vec![call(
             "c1",
             "demo-find",
             json!([{"query": "ripest mango"}]),
         )]);
+    }
+    if user.contains("fruit routine") && !after_tool {
+        return calls(vec![ToolCall {
+            id: "r1".into(),
+            name: "travel-ask".into(),
+            arguments: "{}".into(),
+        }]);
+    }
+    if user.contains("my trip") && !after_tool {
+        return calls(vec![ToolCall {
+            id: "p1".into(),
+            name: "travel-settings_memories_add_trips".into(),
+            arguments: json!({"entry": {"destination": "Kyoto"}}).to_string(),
+        }]);
     }
     let n = script.n.fetch_add(1, Ordering::SeqCst);
     let (one, two) = if user.contains("link") {
@@ -84,6 +112,20 @@ fn scripted(script: &Arc<Script>, request: &Value) -> Reply {
         )
     };
     script.answers.lock().unwrap().push(format!("{one}{two}"));
+    if user.to_lowercase().contains("think") {
+        return Reply::Reasoning {
+            field: "reasoning_content",
+            reasoning: vec![
+                "I weigh the kiwi carefully. ".into(),
+                "It looks ripe enough.".into(),
+            ],
+            then: Box::new(Reply::Text {
+                chunks: vec![one, two],
+                delay: Duration::ZERO,
+                usage: None,
+            }),
+        };
+    }
     if user.to_lowercase().contains("stall") {
         let gate = Gate::new();
         script.gates.lock().unwrap().push_back(gate.clone());
@@ -111,12 +153,32 @@ fn stages(fake: &FakeLlm) {
     fake.set_stage_responder(|name, request| {
         let text = request.to_string();
         match name {
-            "preprocess" => Some(function_reply(
-                "preprocess",
-                json!({"harmful_or_illegal_score": 0, "misuse_risk_score": 0, "language": "en",
-                    "category": "general_knowledge", "complexity": "simple", "title": TITLE,
-                    "icon_names": ["apple"],
-                    "relevant_app_skills": if text.contains("find slowly") { json!(["demo-find"]) } else { json!([]) }}),
+            "preprocess" => {
+                let skills = match () {
+                    _ if text.contains("find slowly") => json!(["demo-find"]),
+                    _ if text.contains("fruit routine") => json!(["travel-ask"]),
+                    _ => json!([]),
+                };
+                let trip = match text.contains("my trip") {
+                    true => json!(["travel:trips"]),
+                    false => json!([]),
+                };
+                Some(function_reply(
+                    "preprocess",
+                    json!({"harmful_or_illegal_score": 0, "misuse_risk_score": 0, "language": "en",
+                        "category": "general_knowledge", "complexity": "simple", "title": TITLE,
+                        "icon_names": ["apple"], "relevant_app_skills": skills,
+                        "relevant_app_settings_and_memories": trip,
+                        "relevant_new_app_settings_and_memories": trip}),
+                ))
+            }
+            "choose_settings_memories_categories" => Some(function_reply(
+                name,
+                json!({"categories": ["travel:trips"]}),
+            )),
+            "suggest_settings_memory_entry" => Some(function_reply(
+                name,
+                json!({"suggested_title": "Kyoto in Autumn", "item_value": {"destination": "Kyoto"}}),
             )),
             "postprocess" => Some(function_reply(
                 "postprocess",
@@ -175,6 +237,20 @@ async fn the_demo_page_in_a_real_browser() {
         false => SkillReply::Hang,
     });
     let apps = manifests(&skill);
+    // Beside the demo and web apps: a focus mode (docs), settings and memories and a
+    // routine that asks the user (travel).
+    let travel = format!(
+        "{}routines:\n  - name: ask\n    description: Asks which fruit to buy.\n    arguments: {{type: object, properties: {{}}}}\n",
+        include_str!("../../config/apps/travel.yml")
+    );
+    std::fs::write(
+        apps.path().join("docs.yml"),
+        include_str!("../../config/apps/docs.yml"),
+    )
+    .unwrap();
+    std::fs::write(apps.path().join("travel.yml"), travel).unwrap();
+    std::fs::create_dir(apps.path().join("travel")).unwrap();
+    std::fs::write(apps.path().join("travel/ask.rhai"), ROUTINE).unwrap();
     let script = Arc::new(Script {
         broken_link: format!("{}/page/gone", skill.url()),
         ..Script::default()
@@ -325,9 +401,9 @@ dev_login = true
             stdin.flush().await.unwrap();
         }
     };
-    tokio::time::timeout(Duration::from_secs(240), flows)
+    tokio::time::timeout(Duration::from_secs(420), flows)
         .await
-        .expect("the browser flows did not finish within 240 s");
+        .expect("the browser flows did not finish within 420 s");
     let status = child.wait().await.unwrap();
     assert!(
         status.success(),
@@ -350,6 +426,7 @@ async fn scan(chatd: &ChatdProcess, redis: &RedisServer, typed: &[String], scrip
     secrets.push(TITLE.into());
     secrets.push(format!("{SUGGESTION} 1"));
     secrets.push("The user asked about kiwis.".into());
+    secrets.push(REASONING.split(". ").next().unwrap().into());
     assert!(secrets.len() > 10, "too little to search for: {secrets:?}");
     let mut places = files_under(&chatd.data_dir());
     for (key, value) in redis.dump().await.unwrap() {

@@ -2,18 +2,21 @@
 /**
  * The demo page: development sign-in (the passphrase derives the master key here and goes
  * nowhere), the chat list, a chat's messages with answers streaming as markdown rendered
- * into DOM nodes (never HTML from the model), embeds as cards with a stop button while
- * their skill runs, follow-up suggestions, a cancel button while answering. Everything
+ * into DOM nodes (never HTML from the model), the model's reasoning collapsed above its
+ * answer, embeds as cards with a stop button while their skill runs, follow-up suggestions,
+ * a cancel button while answering, routines (progress, their questions answered inline,
+ * cancel), focus modes, settings/memories requests, proposals and suggestions. Everything
  * talks to chatd through /chatd-client.js.
  */
 
-import { ChatdClient, deriveMasterKey, forgetUser, rememberMasterKey, rememberedMasterKey } from '/chatd-client.js';
+import { ChatdClient, checkMasterKey, deriveMasterKey, forgetUser, rememberMasterKey, rememberedMasterKey } from '/chatd-client.js';
 import { render } from '/demo/markdown.js';
 
 /** @param {string} sel @returns {any} */
 const $ = (sel) => document.querySelector(sel);
 const SESSION = 'chatd-demo-session';
 const CHAT = 'chatd-demo-chat';
+const FOCUS = 'chatd-demo-focus-modes';
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
 
 /** @type {ChatdClient|null} */
@@ -24,6 +27,29 @@ let current = null;
 const nodes = new Map();
 /** @type {Map<string, import('/chatd-client.js').EmbedView>} */
 const embeds = new Map();
+/** @type {Map<string, import('/chatd-client.js').RoutineView>} run id -> run */
+const routines = new Map();
+/** Open settings requests, proposals and suggested entries, by id (each names its chat). @type {Map<string, {kind: string, chat_id: string, data: any}>} */
+const panels = new Map();
+/** @type {Map<string, HTMLElement>} */
+const panelNodes = new Map();
+
+/** A new element with a class, text and a test id. @param {string} tag @param {{cls?: string, text?: string, testid?: string}} [o] */
+function el(tag, o = {}) {
+  const n = document.createElement(tag);
+  if (o.cls) n.className = o.cls;
+  if (o.text !== undefined) n.textContent = o.text;
+  if (o.testid) n.dataset.testid = o.testid;
+  return n;
+}
+
+/** A button. @param {string} text @param {() => void} onClick @param {string} [testid] */
+function button(text, onClick, testid) {
+  const b = /** @type {HTMLButtonElement} */ (el('button', { text, testid }));
+  b.type = 'button';
+  b.addEventListener('click', onClick);
+  return b;
+}
 
 async function start() {
   $('#login-form').addEventListener('submit', signIn);
@@ -40,6 +66,8 @@ async function start() {
     }
   });
   $('[data-testid=cancel]').addEventListener('click', () => current && client?.cancel(current));
+  $('#menu').addEventListener('click', () => $('#app').classList.toggle('menu'));
+  $('#focus-toggle').addEventListener('click', toggleFocus);
   const saved = JSON.parse(sessionStorage.getItem(SESSION) ?? 'null');
   const key = saved && (await rememberedMasterKey(saved.user));
   if (saved && key) return enter(saved.user, saved.token, key);
@@ -52,17 +80,27 @@ async function signIn(e) {
   const user = $('[data-testid=login-user]').value.trim();
   const passphrase = $('[data-testid=login-passphrase]').value;
   const status = $('#login-status');
+  const error = $('[data-testid=login-error]');
+  const refuse = (/** @type {string} */ text) => {
+    status.textContent = '';
+    error.textContent = text;
+    error.hidden = false;
+  };
+  error.hidden = true;
+  status.textContent = 'Deriving your key…';
+  const key = await deriveMasterKey(user, passphrase);
+  // Another passphrase than this browser knows for the user: refused before anything is written.
+  if (!(await checkMasterKey(user, key))) {
+    return refuse('Wrong passphrase: it does not open this user\'s data in this browser.');
+  }
   status.textContent = 'Signing in…';
   const res = await mint(user);
   if (!res.ok) {
-    status.textContent = res.status === 404
+    return refuse(res.status === 404
       ? 'This server has no development sign-in ([web] dev_login).'
-      : `Sign-in refused: ${await res.text()}`;
-    return;
+      : `Sign-in refused: ${await res.text()}`);
   }
   const { token } = await res.json();
-  status.textContent = 'Deriving your key…';
-  const key = await deriveMasterKey(user, passphrase);
   $('[data-testid=login-passphrase]').value = '';
   await rememberMasterKey(user, key);
   sessionStorage.setItem(SESSION, JSON.stringify({ user, token }));
@@ -109,6 +147,7 @@ async function enter(user, token, key) {
     c.textContent = d.state === 'open' ? 'connected' : d.state;
     // How many times the socket opened (tests wait for a reconnection with it).
     if (d.state === 'open') c.dataset.opened = String(Number(c.dataset.opened ?? 0) + 1);
+    if (d.state === 'restarting') notice(d.message || 'The server is restarting; reconnecting…');
   });
   on('chats', (d) => renderChats(d.chats));
   on('chat_key', async (d) => {
@@ -120,9 +159,41 @@ async function enter(user, token, key) {
     embeds.set(d.embed.embed_id, d.embed);
     if (d.embed.chat_id === current) placeEmbed(d.embed);
   });
-  on('suggestions', (d) => d.chat_id === current && renderSuggestions(d.follow_ups));
-  on('task', () => updateCancel());
+  on('suggestions', (d) => {
+    for (const s of d.settings_memories ?? []) panels.set(s.hash, { kind: 'suggestion', chat_id: d.chat_id, data: s });
+    if (d.chat_id === current) renderSuggestions(d.follow_ups);
+    renderPanels();
+  });
+  on('task', (d) => {
+    updateCancel();
+    if (d.state === 'queued' && d.chat_id === current) notice(d.message || 'Queued: answered after the running answer.');
+  });
+  on('routine', (d) => {
+    routines.set(d.routine.run_id, d.routine);
+    renderRoutines();
+  });
+  on('focus', (d) => {
+    if (d.active && d.focus_id) remember(d.focus_id);
+    if (d.chat_id === current) renderFocus();
+  });
+  on('settings_request', (d) => {
+    panels.set(d.request.request_id, { kind: 'request', chat_id: d.request.chat_id, data: d.request });
+    renderPanels();
+  });
+  on('settings_dismissed', (d) => {
+    panels.delete(d.request_id);
+    renderPanels();
+  });
+  on('proposal', (d) => {
+    panels.set(d.proposal.proposal_id, { kind: 'proposal', chat_id: d.proposal.chat_id, data: d.proposal });
+    renderPanels();
+  });
+  on('suggestion_rejected', (d) => {
+    panels.delete(d.hash);
+    renderPanels();
+  });
   on('error', (d) => notice(`${d.code}: ${d.message}`));
+  for (const f of JSON.parse(localStorage.getItem(FOCUS) ?? '[]')) remember(f);
   on('history_resent', (d) => console.info(`re-sent ${d.messages} messages of ${d.chat_id} from this browser`));
   renderChats(await client.listChats());
   const last = sessionStorage.getItem(CHAT);
@@ -142,7 +213,10 @@ function renderChats(chats) {
     li.title = c.title;
     if (c.running) li.classList.add('running');
     li.setAttribute('aria-current', String(c.chat_id === current));
-    li.addEventListener('click', () => openChat(c.chat_id));
+    li.addEventListener('click', () => {
+      $('#app').classList.remove('menu');
+      openChat(c.chat_id);
+    });
     return li;
   }));
   const shown = chats.find((c) => c.chat_id === current);
@@ -152,6 +226,7 @@ function renderChats(chats) {
 
 async function newChat() {
   if (!client) return;
+  $('#app').classList.remove('menu');
   await openChat(await client.newChat());
   $('[data-testid=chat-input]').focus();
 }
@@ -170,6 +245,9 @@ async function openChat(chatId) {
   // In the client's order (each answer after its question), whatever the clocks say.
   for (const m of await client.messages(chatId)) upsertMessage(m, true);
   renderChats(await client.listChats());
+  renderFocus();
+  renderRoutines();
+  renderPanels();
 }
 
 /** @param {string} text */
@@ -198,6 +276,7 @@ function upsertMessage(m, append = false) {
     const cards = document.createElement('div');
     cards.className = 'embeds';
     node.append(body, cards);
+    // Placed by the message's own time; one without (a synced one) goes by order.
     nodes.set(m.message_id, node);
     const list = $('#messages');
     const after = append ? undefined : [...list.children].find((n) => Number(n.dataset.at) > m.at);
@@ -211,9 +290,20 @@ function upsertMessage(m, append = false) {
   // A message of this browser the server has not confirmed yet (sent again on reconnect).
   if (m.role === 'user') node.dataset.pending = String(Boolean(m.pending));
   const body = /** @type {HTMLElement} */ (node.querySelector('.body'));
+  if (m.thinking) {
+    // The model's reasoning: collapsed unless the user opens it (kept open while it grows).
+    let details = /** @type {HTMLDetailsElement|null} */ (node.querySelector('.reasoning'));
+    if (!details) {
+      details = /** @type {HTMLDetailsElement} */ (el('details', { cls: 'reasoning', testid: 'reasoning' }));
+      details.append(el('summary'), el('div', { cls: 'thought' }));
+      node.insertBefore(details, body);
+    }
+    /** @type {HTMLElement} */ (details.firstChild).textContent = m.thinking_done || m.state === 'done' ? 'Reasoning' : 'Thinking…';
+    /** @type {HTMLElement} */ (details.lastChild).textContent = m.thinking;
+  }
   if (m.role === 'user') body.textContent = m.content;
   else body.replaceChildren(render(m.content, { code: embedReference }));
-  node.querySelectorAll('.note, .meta').forEach((n) => n.remove());
+  node.querySelectorAll('.note, .meta, .ending').forEach((n) => n.remove());
   if (m.links_repaired) {
     const note = document.createElement('div');
     note.className = 'note';
@@ -227,11 +317,13 @@ function upsertMessage(m, append = false) {
     meta.textContent = 'Sending…';
     node.append(meta);
   }
-  if (m.state === 'done' && (m.interrupted || m.error_code)) {
-    const meta = document.createElement('div');
-    meta.className = 'meta';
-    meta.textContent = m.interrupted ? 'Stopped.' : `Ended early (${m.error_code}).`;
-    node.append(meta);
+  if (m.state === 'done' && m.interrupted) node.append(el('div', { cls: 'meta', text: 'Stopped.' }));
+  else if (m.state === 'done' && (m.interrupted_by_shutdown || m.error_code)) {
+    // Not the user's doing: said for what it is.
+    const text = m.interrupted_by_shutdown ? 'Interrupted: the server restarted before this answer was complete.'
+      : m.error_code === 'node_lost' ? 'Interrupted: the server running this answer stopped. Ask again to continue.'
+        : `Ended early (${m.error_code}).`;
+    node.append(el('div', { cls: 'ending', text, testid: 'notice' }));
   }
   for (const e of embeds.values()) if (e.message_id === m.message_id) placeEmbed(e);
   if (m.state === 'done') updateCancel();
@@ -272,7 +364,7 @@ function placeEmbed(e) {
   card.dataset.status = e.status;
   const head = document.createElement('header');
   const name = document.createElement('span');
-  name.textContent = [e.app_id, e.skill_id].filter(Boolean).join(' · ') || e.type || 'embed';
+  name.textContent = [e.app_id, e.skill_id].filter(Boolean).join(' · ') || (e.type === 'app_skill_use' ? 'Skill' : e.type) || 'Result';
   const status = document.createElement('span');
   status.className = 'status';
   status.textContent = e.status;
@@ -317,9 +409,166 @@ function updateCancel() {
 
 /** @param {string} text */
 function notice(text) {
-  const p = document.createElement('div');
-  p.textContent = text;
-  $('#notices').replaceChildren(p);
+  $('#notices').replaceChildren(el('div', { text, testid: 'notice' }));
+}
+
+/** A focus mode seen once is offered again in the focus field. @param {string} id */
+function remember(id) {
+  const known = $('#focus-known');
+  if ([...known.children].some((o) => o.value === id)) return;
+  const o = document.createElement('option');
+  o.value = id;
+  known.append(o);
+  localStorage.setItem(FOCUS, JSON.stringify([...known.children].map((o) => o.value)));
+}
+
+function renderFocus() {
+  const active = current && client?.focusOf(current);
+  const shown = $('[data-testid=focus-indicator]');
+  shown.hidden = !active;
+  shown.textContent = active ? `Focus: ${active}` : '';
+  $('#focus-id').hidden = Boolean(active);
+  $('#focus-toggle').textContent = active ? 'End focus' : 'Focus';
+  $('#focus-toggle').dataset.active = String(Boolean(active));
+}
+
+async function toggleFocus() {
+  if (!client) return;
+  if (!current) await openChat(await client.newChat());
+  const chat = /** @type {string} */ (current);
+  if (client.focusOf(chat)) return client.deactivateFocusMode(chat);
+  const id = $('#focus-id').value.trim();
+  if (!id) return $('#focus-id').focus();
+  client.activateFocusMode(chat, id);
+}
+
+/** The current chat's routine runs: progress, the question answered inline, cancel. */
+function renderRoutines() {
+  $('#routines').replaceChildren(...[...routines.values()].filter((r) => r.chat_id === current).map((r) => {
+    const card = el('div', { cls: 'panel routine', testid: 'routine-progress' });
+    card.dataset.runId = r.run_id;
+    card.dataset.state = r.state;
+    const head = el('header');
+    const status = r.state === 'finished' ? `finished (${r.outcome})` : r.status ?? (r.state === 'waiting' ? 'waiting for you' : 'running');
+    head.append(el('b', { text: r.routine || 'Routine' }), el('span', { cls: 'status', text: status }));
+    if (r.state !== 'finished') head.append(button('Cancel', () => client?.cancelRoutine(r.run_id), 'routine-cancel'));
+    card.append(head, ...r.information.map((t) => el('div', { cls: 'meta', text: t })), ...r.errors.map((t) => el('div', { cls: 'note', text: t })));
+    if (r.state === 'waiting' && r.question) {
+      const form = el('form', { cls: 'ask' });
+      const input = /** @type {HTMLInputElement} */ (el('input', { testid: 'routine-answer' }));
+      input.setAttribute('aria-label', r.question);
+      form.append(el('label', { text: r.question, testid: 'routine-question' }), input, el('button', { text: 'Answer' }));
+      form.addEventListener('submit', (e) => {
+        e.preventDefault();
+        if (client && input.value.trim()) {
+          answerRoutine(input.value.trim());
+          input.value = '';
+        }
+      });
+      card.append(form);
+    }
+    return card;
+  }));
+}
+
+/** A routine's answer is the user's next message in the chat. @param {string} text */
+function answerRoutine(text) {
+  if (client && current) client.answerRoutine(current, text);
+}
+
+/** The current chat's settings/memories requests, proposals and suggested entries. */
+function renderPanels() {
+  for (const id of panelNodes.keys()) if (!panels.has(id)) panelNodes.delete(id);
+  $('#dialogs').replaceChildren(...[...panels.entries()].filter(([, p]) => p.chat_id === current).map(([id, p]) => {
+    // Kept while shown, so what the user typed stays.
+    const made = panelNodes.get(id) ?? panelNode(id, p);
+    panelNodes.set(id, made);
+    return made;
+  }));
+}
+
+/** @param {string} id @param {{kind: string, chat_id: string, data: any}} p @returns {HTMLElement} */
+function panelNode(id, p) {
+  {
+    if (p.kind === 'request') return settingsDialog(p.data);
+    const box = el('div', { cls: 'panel', testid: p.kind === 'proposal' ? 'memory-proposal' : 'memory-suggestion' });
+    const drop = () => { panels.delete(id); renderPanels(); };
+    if (p.kind === 'proposal') {
+      const d = p.data;
+      box.append(el('div', { text: `The assistant proposes to ${d.action} in ${d.app_id} · ${d.category}:` }), el('pre', { text: JSON.stringify(d.entry, null, 1) }),
+        button('Accept', () => { client?.answerProposal(d.proposal_id, true); drop(); }, 'proposal-accept'),
+        button('Decline', () => { client?.answerProposal(d.proposal_id, false); drop(); }, 'proposal-decline'));
+    } else {
+      const s = p.data;
+      box.dataset.hash = s.hash;
+      box.append(el('div', { text: `Remember “${s.suggested_title}” (${s.app_id} · ${s.item_type})?` }), el('pre', { text: JSON.stringify(s.item_value, null, 1) }),
+        button('Never suggest this', () => client?.rejectSuggestion(p.chat_id, s), 'memory-reject'), button('Dismiss', drop));
+    }
+    return box;
+  }
+}
+
+/**
+ * A `request_app_settings_memories` dialog: per category a form from its JSON Schema when
+ * the request carries one (`schemas`), else a JSON text area; empty means "not this one".
+ * @param {any} r
+ */
+function settingsDialog(r) {
+  const form = el('form', { cls: 'panel', testid: 'settings-dialog' });
+  form.dataset.requestId = r.request_id;
+  const error = el('div', { cls: 'note' });
+  form.append(el('div', { text: 'The assistant asks for your saved settings and memories (shared with this chat only):' }));
+  /** @type {(() => any)[]} */
+  const readers = r.requested_keys.map((/** @type {string} */ key) => {
+    const [app, category] = key.split(/[:-]/, 2);
+    const field = el('fieldset');
+    field.append(el('legend', { text: `${app} · ${category}` }));
+    form.append(field);
+    const schema = r.schemas?.[key];
+    const read = schema?.properties ? schemaFields(field, schema) : jsonField(field, key);
+    return () => {
+      const v = read();
+      return (Array.isArray(v) ? v : v == null ? [] : [v]).map((content) => ({ app_id: app, item_key: category, content }));
+    };
+  });
+  form.append(button('Share', () => {
+    try {
+      client?.confirmSettings(r.chat_id, r.request_id, readers.flatMap((read) => read()));
+    } catch (e) {
+      error.textContent = String(/** @type {Error} */ (e).message);
+    }
+  }, 'settings-confirm'), button('Decline', () => client?.declineSettings(r.chat_id, r.request_id), 'settings-decline'), error);
+  return form;
+}
+
+/** @param {HTMLElement} field @param {string} key @returns {() => any} */
+function jsonField(field, key) {
+  const area = /** @type {HTMLTextAreaElement} */ (el('textarea'));
+  area.dataset.key = key;
+  area.rows = 3;
+  area.placeholder = 'One entry as JSON, e.g. {"name": "value"} (empty: none)';
+  field.append(area);
+  return () => (area.value.trim() ? JSON.parse(area.value) : null);
+}
+
+/** Inputs for an object schema's properties. @param {HTMLElement} field @param {any} schema @returns {() => any} */
+function schemaFields(field, schema) {
+  const inputs = Object.entries(schema.properties).filter(([name]) => name !== 'id').map(([name, /** @type {any} */ p]) => {
+    const input = /** @type {HTMLInputElement|HTMLSelectElement} */ (el(p.enum ? 'select' : 'input'));
+    if (p.enum) /** @type {HTMLSelectElement} */ (input).append(...['', ...p.enum].map((v) => Object.assign(el('option', { text: v }), { value: v })));
+    else if (p.type === 'integer' || p.type === 'number') /** @type {HTMLInputElement} */ (input).type = 'number';
+    input.name = name;
+    const label = el('label', { text: name });
+    label.append(input);
+    field.append(label);
+    return input;
+  });
+  return () => {
+    /** @type {any} */
+    const out = {};
+    for (const i of inputs) if (i.value !== '') out[i.name] = /** @type {HTMLInputElement} */ (i).type === 'number' ? Number(i.value) : i.value;
+    return Object.keys(out).length ? out : null;
+  };
 }
 
 start();
