@@ -18,6 +18,7 @@ mod client_flows;
 mod cluster;
 mod cluster_harness;
 mod cluster_routines;
+mod code_shape;
 mod defence;
 mod early_decision;
 mod faults;
