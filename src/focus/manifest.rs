@@ -5,7 +5,7 @@
 //!   - id: deep_dive              # the focus mode is `app_id-deep_dive`
 //!     title: Deep dive
 //!     instruction: Answer thoroughly, step by step ...
-//!     tools: [docs-search]       # skills (`app_id-skill_id`) offered while it is active
+//!     tools: [docs-search]       # skills (`app_id-skill_id`) or MCP tools (`app_id-tool`) offered while active
 //! ```
 
 use std::collections::HashSet;
@@ -33,13 +33,31 @@ fn slug_ok(s: &str) -> bool {
             .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_')
 }
 
-/// Checks one app's focus modes against the skills that exist (`app_id-skill_id`). The
-/// tool that starts a focus mode is named like it, so no skill of the app may share its id.
+/// The tools a focus mode may name: every manifest skill (`app_id-skill_id`), and any tool of
+/// an MCP app (`app_id-tool`: its server lists them only when it runs, so the name is taken
+/// on trust and offered once the server lists it).
+pub struct KnownTools<'a> {
+    pub skills: &'a HashSet<String>,
+    pub mcp_apps: &'a HashSet<String>,
+}
+
+impl KnownTools<'_> {
+    fn knows(&self, tool: &str) -> bool {
+        self.skills.contains(tool)
+            || tool
+                .split_once('-')
+                .is_some_and(|(app, t)| self.mcp_apps.contains(app) && slug_ok(t))
+    }
+}
+
+/// Checks one app's focus modes against the tools that exist. The tool that starts a focus
+/// mode is named like it, so no skill of the app may share its id.
 pub fn lint(
     app_id: &str,
     modes: &[FocusModeManifest],
-    skills: &HashSet<String>,
+    known: &KnownTools<'_>,
 ) -> Result<(), String> {
+    let skills = known.skills;
     let mut ids = HashSet::new();
     for m in modes {
         let full = format!("{app_id}-{}", m.id);
@@ -62,9 +80,10 @@ pub fn lint(
             ));
         }
         for t in &m.tools {
-            if !skills.contains(t) {
+            if !known.knows(t) {
                 return Err(format!(
-                    "focus mode `{full}`: tool `{t}` is not a skill (`app_id-skill_id`)"
+                    "focus mode `{full}`: tool `{t}` is not a skill (`app_id-skill_id`) nor a \
+                     tool of an MCP app (`app_id-tool`)"
                 ));
             }
         }
@@ -88,12 +107,23 @@ mod tests {
     #[test]
     fn lint_errors_name_the_focus_mode() {
         let skills: HashSet<String> = ["docs-search".to_string()].into();
-        lint("docs", &[mode("deep_dive", &["docs-search"])], &skills).unwrap();
+        let mcp_apps: HashSet<String> = ["time".to_string()].into();
+        let known = KnownTools {
+            skills: &skills,
+            mcp_apps: &mcp_apps,
+        };
+        lint("docs", &[mode("deep_dive", &["docs-search"])], &known).unwrap();
+        // Any tool of an MCP app, by a valid name.
+        lint("docs", &[mode("clock", &["time-get_current_time"])], &known).unwrap();
         let cases = [
             (vec![mode("Deep-Dive", &[])], "1-40 of [a-z0-9_]"),
             (vec![mode("a", &[]), mode("a", &[])], "defined twice"),
             (vec![mode("search", &[])], "has the id of a skill"),
             (vec![mode("deep", &["web-search"])], "tool `web-search`"),
+            (
+                vec![mode("clock", &["time-Get-Time"])],
+                "tool `time-Get-Time`",
+            ),
             (
                 vec![FocusModeManifest {
                     instruction: " ".into(),
@@ -103,7 +133,7 @@ mod tests {
             ),
         ];
         for (modes, want) in cases {
-            let err = lint("docs", &modes, &skills).unwrap_err();
+            let err = lint("docs", &modes, &known).unwrap_err();
             assert!(err.contains(want) && err.contains("docs-"), "{err}");
         }
     }

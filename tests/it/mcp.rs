@@ -61,6 +61,11 @@ mcp:
           temperature_c: {{type: number}}
         external_text: [city, summary]
         user_content: [text]
+focus_modes:
+  - id: forecast
+    title: Forecast
+    instruction: Answer with the weather tool.
+    tools: [fixture-weather]
 "#,
         python = python.display(),
         fixture = fixture.display(),
@@ -376,5 +381,59 @@ async fn lint_skills_starts_mcp_servers_and_checks_their_tools() {
     assert!(
         stderr.contains("declares tool `get_curent_time`, which the server does not list"),
         "{stderr}"
+    );
+}
+
+/// A focus mode may offer an MCP app's tools: while it is active the tool is offered to the
+/// model without preprocessing choosing it (the lint takes MCP tool names on trust; the
+/// server lists them when it runs).
+#[tokio::test]
+async fn a_focus_mode_offers_an_mcp_tool() {
+    let m = start().await;
+    let chat = "chat-mcp-focus";
+    let mut ws = m.app.connect_showing("alice", chat).await;
+    // The tools of the main call that answered `text` (not preprocessing's or
+    // postprocessing's: those force their own function).
+    let offered = |m: &Mcp, text: &str| -> Vec<String> {
+        let requests = m.fake.requests();
+        let main = requests
+            .iter()
+            .rev()
+            .find(|r| {
+                r.get("tool_choice").is_none_or(|c| c == "auto")
+                    && serde_json::to_string(&r["messages"])
+                        .unwrap()
+                        .contains(text)
+            })
+            .expect("a main call");
+        let tools = main["tools"].as_array().cloned().unwrap_or_default();
+        tools
+            .into_iter()
+            .filter_map(|t| t["function"]["name"].as_str().map(String::from))
+            .collect()
+    };
+    m.fake.push(text("One."));
+    ws.send(&user_message(chat, "m1", "weather?")).await;
+    collect_answer(&mut ws).await;
+    let first = offered(&m, "weather?");
+    assert!(!first.contains(&"fixture-weather".to_string()), "{first:?}");
+
+    ws.send_json(json!({"type": "chat_focus_mode_activate",
+        "payload": {"chat_id": chat, "focus_id": "fixture-forecast"}}))
+        .await;
+    let on = ws
+        .recv_until(|f| match f {
+            ServerMessage::FocusModeActivated(a) => Some(a.focus_id.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(on, "fixture-forecast");
+    m.fake.push(text("Two."));
+    ws.send(&user_message(chat, "m2", "and now?")).await;
+    collect_answer(&mut ws).await;
+    let second = offered(&m, "and now?");
+    assert!(
+        second.contains(&"fixture-weather".to_string()),
+        "{second:?}"
     );
 }

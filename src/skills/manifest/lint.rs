@@ -99,14 +99,24 @@ fn declared_tool(app_id: &str, tool: &str, output: &OutputContract) -> SkillMani
     }
 }
 
-/// Each app's focus modes, against every app's skills (a focus mode may offer any).
+/// Each app's focus modes, against every app's skills and MCP apps (a focus mode may offer
+/// any of their tools).
 fn lint_focus_modes(apps: &[(String, AppManifest)]) -> Result<(), ManifestError> {
     let skills: HashSet<String> = apps
         .iter()
         .flat_map(|(_, a)| a.skills.iter().map(|s| format!("{}-{}", a.id, s.id)))
         .collect();
+    let mcp_apps: HashSet<String> = apps
+        .iter()
+        .filter(|(_, a)| a.mcp.is_some())
+        .map(|(_, a)| a.id.clone())
+        .collect();
+    let known = crate::focus::manifest::KnownTools {
+        skills: &skills,
+        mcp_apps: &mcp_apps,
+    };
     for (file, app) in apps {
-        crate::focus::manifest::lint(&app.id, &app.focus_modes, &skills).map_err(|reason| {
+        crate::focus::manifest::lint(&app.id, &app.focus_modes, &known).map_err(|reason| {
             ManifestError::Invalid {
                 file: file.clone(),
                 reason,
