@@ -193,7 +193,7 @@ const AAD = {
  *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean,
  *   confirmed?: boolean, encrypted_thinking_content?: string}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
- *   encrypted_content: string, encrypted_embed_key: string, status?: string,
+ *   encrypted_content: string, encrypted_embed_key: string, status?: string, hashed_message_id?: string,
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
  *   skill_task_id?: string}} EmbedRecord
  * @typedef {{task_id: string, chat_id: string, user_message_id: string, sequence: number,
@@ -736,6 +736,13 @@ export class ChatdClient extends EventTarget {
     const out = new Map();
     const key = this.chatKeys.get(chatId);
     for (const r of /** @type {EmbedRecord[]} */ (await this.store.byChat('embeds', chatId))) {
+      // An embed synced before its answer: placed once the answer is here.
+      if (!r.message_id && r.hashed_message_id) {
+        for (const m of /** @type {MessageRecord[]} */ (await this.store.byChat('messages', chatId))) {
+          if ((await sha256Hex(m.message_id)) === r.hashed_message_id) r.message_id = m.message_id;
+        }
+        if (r.message_id) await this.store.put('embeds', r);
+      }
       const view = key && (await this.openEmbed(r, key));
       if (view) out.set(r.embed_id, view);
     }
@@ -1058,7 +1065,7 @@ export class ChatdClient extends EventTarget {
     }
     /** @type {EmbedRecord} */
     const record = {
-      embed_id: e.embed_id, chat_id: chat, message_id: messageId, encrypted_type: e.encrypted_type, encrypted_content: e.encrypted_content,
+      embed_id: e.embed_id, chat_id: chat, message_id: messageId, hashed_message_id: e.hashed_message_id, encrypted_type: e.encrypted_type, encrypted_content: e.encrypted_content,
       encrypted_embed_key: k.encrypted_embed_key, status: e.status, version_number: e.version_number,
       parent_embed_id: e.parent_embed_id, embed_ids: e.embed_ids,
     };
