@@ -194,6 +194,7 @@ const AAD = {
  *   confirmed?: boolean, encrypted_thinking_content?: string}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string, hashed_message_id?: string,
+ *   unstored?: {embed: any, keys: any},
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
  *   skill_task_id?: string}} EmbedRecord
  * @typedef {{task_id: string, chat_id: string, user_message_id: string, sequence: number,
@@ -554,6 +555,11 @@ export class ChatdClient extends EventTarget {
    * sync; the server stores a message id once.
    */
   async resendAnswers() {
+    for (const r of /** @type {any[]} */ (await this.store.all('embeds'))) {
+      if (!r.unstored) continue;
+      this.send({ type: 'store_embed', payload: r.unstored.embed });
+      this.send({ type: 'store_embed_keys', payload: r.unstored.keys });
+    }
     for (const r of /** @type {MessageRecord[]} */ (await this.store.all('messages'))) {
       if (r.role === 'user' || r.stored !== false || !this.chatKeys.has(r.chat_id)) continue;
       /** @type {any} */
@@ -1203,11 +1209,16 @@ export class ChatdClient extends EventTarget {
     if (e.embed_ids?.length) payload.embed_ids = e.embed_ids;
     if (e.parent_embed_id) payload.parent_embed_id = e.parent_embed_id;
     if (e.message_id) payload.hashed_message_id = await sha256Hex(e.message_id);
-    this.send({ type: 'store_embed', payload });
-    this.send({ type: 'store_embed_keys', payload: { keys: [
+    const keys = { keys: [
       { hashed_embed_id: await sha256Hex(e.embed_id), key_type: 'chat', hashed_chat_id: hashedChat, encrypted_embed_key: record.encrypted_embed_key, created_at: now() },
       { hashed_embed_id: await sha256Hex(e.embed_id), key_type: 'master', encrypted_embed_key: await wrap(this.options.masterKey, key, AAD.embedKey(e.embed_id)), created_at: now() },
-    ] } });
+    ] };
+    // Kept (ciphertext and hashed ids only) until the server says it stored the embed: a
+    // socket that was not open drops the frames, and `resendAnswers` sends them again.
+    record.unstored = { embed: payload, keys };
+    await this.store.put('embeds', record);
+    this.send({ type: 'store_embed', payload });
+    this.send({ type: 'store_embed_keys', payload: keys });
   }
 }
 
@@ -1556,7 +1567,14 @@ const HANDLERS = {
   app_preferences_set(p) {
     this.emit('app_preferences', { disabled_apps: p.disabled_apps, disabled_skills: p.disabled_skills });
   },
-  embed_stored() {},
+  /** The server stored an embed this device sent: nothing left to send again. @param {any} p */
+  async embed_stored(p) {
+    const r = await this.store.get('embeds', p.embed_id);
+    if (r?.unstored) {
+      delete r.unstored;
+      await this.store.put('embeds', r);
+    }
+  },
   embed_update() {},
   embed_keys_stored() {},
 
