@@ -36,14 +36,7 @@ fn owner(src: &Path, file: &Path) -> String {
 
 /// Top-level modules named by `crate::x` and `crate::{x, y::z}` in code (not comments).
 fn references(text: &str) -> BTreeSet<String> {
-    let code: String = text
-        .lines()
-        .map(|l| match l.find("//") {
-            Some(i) => &l[..i],
-            None => l,
-        })
-        .collect::<Vec<_>>()
-        .join("\n");
+    let code = code_of(text);
     let mut out = BTreeSet::new();
     let single = regex::Regex::new(r"crate::([a-z_][a-z0-9_]*)").unwrap();
     for c in single.captures_iter(&code) {

@@ -133,24 +133,9 @@ pub(super) async fn embed_put(
     value: Vec<u8>,
     ttl: Duration,
 ) -> Result<(), CacheError> {
+    let key = keys::embed(user, embed.as_str());
     let index = keys::embed_index(user, chat.as_str());
-    let mut pipe = redis::pipe();
-    pipe.atomic()
-        .cmd("SET")
-        .arg(keys::embed(user, embed.as_str()))
-        .arg(value)
-        .arg("EX")
-        .arg(secs(ttl))
-        .ignore()
-        .cmd("SADD")
-        .arg(&index)
-        .arg(embed.as_str())
-        .ignore()
-        .cmd("EXPIRE")
-        .arg(&index)
-        .arg(secs(ttl))
-        .ignore();
-    be.query_pipe(pipe).await
+    put_indexed(be, &key, value, &index, embed.as_str(), ttl).await
 }
 
 /// Stores a settings/memories entry and adds it to the chat's settings index.
@@ -162,21 +147,34 @@ pub(super) async fn settings_put(
     value: Vec<u8>,
     ttl: Duration,
 ) -> Result<(), CacheError> {
+    let key = keys::settings(user, chat.as_str(), app_key);
     let index = keys::settings_index(user, chat.as_str());
+    put_indexed(be, &key, value, &index, app_key, ttl).await
+}
+
+/// One transaction: `key` set to `value` and `member` added to the set `index`, both for `ttl`.
+async fn put_indexed(
+    be: &RedisBackend,
+    key: &str,
+    value: Vec<u8>,
+    index: &str,
+    member: &str,
+    ttl: Duration,
+) -> Result<(), CacheError> {
     let mut pipe = redis::pipe();
     pipe.atomic()
         .cmd("SET")
-        .arg(keys::settings(user, chat.as_str(), app_key))
+        .arg(key)
         .arg(value)
         .arg("EX")
         .arg(secs(ttl))
         .ignore()
         .cmd("SADD")
-        .arg(&index)
-        .arg(app_key)
+        .arg(index)
+        .arg(member)
         .ignore()
         .cmd("EXPIRE")
-        .arg(&index)
+        .arg(index)
         .arg(secs(ttl))
         .ignore();
     be.query_pipe(pipe).await
