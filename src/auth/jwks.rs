@@ -58,6 +58,9 @@ impl KeySet {
     }
 }
 
+/// How often a sign-in may fetch the key set again while there are no keys at all.
+const RETRY_WITHOUT_KEYS: Duration = Duration::from_secs(1);
+
 /// Settings of [`Jwks`] (from `[auth]`).
 #[derive(Debug, Clone)]
 pub struct JwksSettings {
@@ -120,7 +123,7 @@ impl Jwks {
         if !found.is_empty() {
             return Lookup::Found(found);
         }
-        let recent = last.is_some_and(|t| t.elapsed() < self.settings.min_refetch);
+        let recent = last.is_some_and(|t| t.elapsed() < self.refetch_limit());
         if !recent {
             *last = Some(Instant::now());
             self.fetch_and_store().await;
@@ -136,8 +139,19 @@ impl Jwks {
         }
     }
 
+    /// How soon a lookup may fetch again: `min_refetch`, but while chatd has no keys at all
+    /// (the provider was down when it started) at most [`RETRY_WITHOUT_KEYS`], so sign-ins
+    /// work again soon after the provider is back.
+    fn refetch_limit(&self) -> Duration {
+        match self.current().fetched_at {
+            Some(_) => self.settings.min_refetch,
+            None => self.settings.min_refetch.min(RETRY_WITHOUT_KEYS),
+        }
+    }
+
     /// Fetches now unless a fetch succeeded less than `max_age` ago; returns when the
-    /// keys are `max_age` old (or, after a failed fetch, `max_age` from now).
+    /// keys are `max_age` old (or, after a failed fetch, when to try again: after
+    /// `min_refetch` while there are no keys at all, else `max_age` from now).
     async fn refresh_if_older_than(&self, max_age: Duration) -> Instant {
         let mut last = self.fetching.lock().await;
         if let Some(at) = self.current().fetched_at
@@ -147,11 +161,12 @@ impl Jwks {
         }
         *last = Some(Instant::now());
         self.fetch_and_store().await;
-        self.current()
-            .fetched_at
-            .filter(|at| at.elapsed() < max_age)
-            .unwrap_or_else(Instant::now)
-            + max_age
+        let set = self.current();
+        match set.fetched_at {
+            Some(at) if at.elapsed() < max_age => at + max_age,
+            Some(_) => Instant::now() + max_age,
+            None => Instant::now() + max_age.min(self.settings.min_refetch.max(RETRY_WITHOUT_KEYS)),
+        }
     }
 
     async fn fetch_and_store(&self) {

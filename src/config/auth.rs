@@ -38,6 +38,12 @@ pub struct AuthConfig {
     /// Deadline of one key-set fetch.
     #[serde(with = "humantime_serde")]
     pub jwks_timeout: Duration,
+    /// The client id the demo page signs in with at the provider (authorization code with
+    /// PKCE, a public client: no secret). Its ID token is then the session token, so it
+    /// must equal `audience`. Empty: the page offers no provider sign-in.
+    pub page_client_id: String,
+    /// The scopes the page asks the provider for.
+    pub page_scopes: String,
 }
 
 impl AuthConfig {
@@ -62,10 +68,13 @@ impl AuthConfig {
         }
         let url = self.jwks_url.trim();
         if url.is_empty() {
-            if !self.issuer.is_empty() || !self.audience.is_empty() {
+            if !self.issuer.is_empty()
+                || !self.audience.is_empty()
+                || !self.page_client_id.is_empty()
+            {
                 return invalid(
                     "auth.jwks_url",
-                    "auth.issuer and auth.audience take effect only with auth.jwks_url: set it, or leave them empty",
+                    "auth.issuer, auth.audience and auth.page_client_id take effect only with auth.jwks_url: set it, or leave them empty",
                 );
             }
             return Ok(());
@@ -87,6 +96,15 @@ impl AuthConfig {
                 "auth.audience",
                 "required with auth.jwks_url: chatd's client id at the provider, so tokens issued to other applications are refused",
             );
+        }
+        if !self.page_client_id.is_empty() && self.page_client_id != self.audience {
+            return invalid(
+                "auth.page_client_id",
+                "must equal auth.audience: the page's ID token (its `aud` is the page's client id) is its session token",
+            );
+        }
+        if !self.page_scopes.split_whitespace().any(|s| s == "openid") {
+            return invalid("auth.page_scopes", "must include `openid`");
         }
         if self.jwks_refresh < Duration::from_secs(1) {
             return invalid("auth.jwks_refresh", "must be at least 1s");

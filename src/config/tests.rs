@@ -158,6 +158,38 @@ fn oidc_sign_in_needs_issuer_and_audience() {
         key_of(&|c| c.auth.issuer = "https://idp.example".into()),
         Some("auth.jwks_url")
     );
+    // The page's client: its ID token is the session token, so it is the audience.
+    let provider = |c: &mut Config| {
+        url(c);
+        c.auth.issuer = "https://idp.example".into();
+        c.auth.audience = "chatd".into();
+    };
+    assert_eq!(c.auth.page_scopes, "openid");
+    assert_eq!(
+        key_of(&|c| {
+            provider(c);
+            c.auth.page_client_id = "chatd".into();
+        }),
+        None
+    );
+    assert_eq!(
+        key_of(&|c| {
+            provider(c);
+            c.auth.page_client_id = "another-app".into();
+        }),
+        Some("auth.page_client_id")
+    );
+    assert_eq!(
+        key_of(&|c| {
+            provider(c);
+            c.auth.page_scopes = "profile".into();
+        }),
+        Some("auth.page_scopes")
+    );
+    assert_eq!(
+        key_of(&|c| c.auth.page_client_id = "chatd".into()),
+        Some("auth.jwks_url")
+    );
     assert_eq!(
         key_of(&|c| c.auth.jwks_url = "ftp://idp.example".into()),
         Some("auth.jwks_url")

@@ -1,6 +1,8 @@
 //! The browser side served by chatd: the demo page at `/` and its assets, the reference
 //! client at `/chatd-client.js` (all compiled in from `protocol/js/`), each with a
-//! Content-Security-Policy that allows no inline script; and the development sign-in
+//! Content-Security-Policy that allows no inline script; the ways in the page may offer,
+//! `GET /v1/auth/config` (public: the development sign-in's switch and the identity
+//! provider's issuer, the page's client id and scopes); and the development sign-in
 //! `POST /v1/dev/token` (`web.dev_login`), which mints a session token for a user name.
 
 use std::sync::Arc;
@@ -31,7 +33,7 @@ const CLIENT: Asset = Asset {
 };
 
 /// The demo page and its assets (`protocol/js/demo/`).
-const DEMO: [Asset; 4] = [
+const DEMO: [Asset; 5] = [
     Asset {
         path: "/",
         content_type: "text/html; charset=utf-8",
@@ -48,6 +50,11 @@ const DEMO: [Asset; 4] = [
         body: include_str!("../../protocol/js/demo/markdown.js"),
     },
     Asset {
+        path: "/demo/sign-in.js",
+        content_type: "text/javascript; charset=utf-8",
+        body: include_str!("../../protocol/js/demo/sign-in.js"),
+    },
+    Asset {
         path: "/demo/demo.css",
         content_type: "text/css; charset=utf-8",
         body: include_str!("../../protocol/js/demo/demo.css"),
@@ -55,10 +62,29 @@ const DEMO: [Asset; 4] = [
 ];
 
 /// Scripts and styles from this origin only (no inline script, no `eval`), WebSocket and
-/// fetch to this origin only, never framed.
-pub const CSP: &str = "default-src 'none'; script-src 'self'; style-src 'self'; \
-    img-src 'self' data:; connect-src 'self'; base-uri 'none'; form-action 'self'; \
-    frame-ancestors 'none'";
+/// fetch to this origin only (and to the identity provider the page signs in with), never
+/// framed.
+pub fn csp(provider: Option<&str>) -> String {
+    let connect = match provider {
+        Some(origin) => format!("'self' {origin}"),
+        None => "'self'".to_string(),
+    };
+    format!(
+        "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; \
+         connect-src {connect}; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+    )
+}
+
+/// The origin (`scheme://host[:port]`) of the provider the page signs in with, when it
+/// offers one: the page fetches its discovery document and token endpoint.
+fn provider_origin(app: &AppState) -> Option<String> {
+    let auth = &app.config.auth;
+    if auth.page_client_id.is_empty() {
+        return None;
+    }
+    let url = url::Url::parse(auth.issuer.trim()).ok()?;
+    Some(url.origin().ascii_serialization())
+}
 
 /// Bytes of every asset the demo page loads (the page, its scripts and styles, the client).
 pub fn demo_asset_bytes() -> usize {
@@ -67,10 +93,19 @@ pub fn demo_asset_bytes() -> usize {
 
 /// The routes `[web]` turns on.
 pub fn routes(app: &AppState) -> Router<Arc<AppState>> {
-    let mut router = Router::new().route(CLIENT.path, get(|| async { serve(&CLIENT) }));
+    let policy = HeaderValue::from_str(&csp(provider_origin(app).as_deref()))
+        .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'"));
+    let client_policy = policy.clone();
+    let mut router = Router::new()
+        .route(
+            CLIENT.path,
+            get(move || async move { serve(&CLIENT, client_policy) }),
+        )
+        .route("/v1/auth/config", get(auth_config));
     if app.config.demo_enabled() {
         for asset in &DEMO {
-            router = router.route(asset.path, get(move || async move { serve(asset) }));
+            let policy = policy.clone();
+            router = router.route(asset.path, get(move || async move { serve(asset, policy) }));
         }
     }
     if app.config.dev_login_enabled() {
@@ -79,17 +114,14 @@ pub fn routes(app: &AppState) -> Router<Arc<AppState>> {
     router
 }
 
-fn serve(asset: &'static Asset) -> Response {
+fn serve(asset: &'static Asset, policy: HeaderValue) -> Response {
     (
         [
             (
                 header::CONTENT_TYPE,
                 HeaderValue::from_static(asset.content_type),
             ),
-            (
-                header::CONTENT_SECURITY_POLICY,
-                HeaderValue::from_static(CSP),
-            ),
+            (header::CONTENT_SECURITY_POLICY, policy),
             (
                 header::X_CONTENT_TYPE_OPTIONS,
                 HeaderValue::from_static("nosniff"),
@@ -101,6 +133,29 @@ fn serve(asset: &'static Asset) -> Response {
             (header::CACHE_CONTROL, HeaderValue::from_static("no-cache")),
         ],
         asset.body,
+    )
+        .into_response()
+}
+
+/// What the page may offer to sign in with: the development sign-in, the identity provider
+/// (its issuer, the page's public client id and scopes, the claim that names the user), and
+/// always pasting a token from `chatd token`. Nothing here is secret.
+async fn auth_config(State(app): State<Arc<AppState>>) -> Response {
+    let auth = &app.config.auth;
+    let provider = (!auth.page_client_id.is_empty()).then(|| {
+        json!({
+            "issuer": auth.issuer.trim(),
+            "client_id": auth.page_client_id,
+            "scopes": auth.page_scopes,
+            "user_claim": auth.user_claim,
+        })
+    });
+    (
+        [(header::CACHE_CONTROL, "no-cache")],
+        axum::Json(json!({
+            "dev_login": app.config.dev_login_enabled(),
+            "oidc": provider,
+        })),
     )
         .into_response()
 }

@@ -470,6 +470,7 @@ async fn the_page_is_served_with_its_security_headers() {
         ("/chatd-client.js", "text/javascript"),
         ("/demo/demo.js", "text/javascript"),
         ("/demo/markdown.js", "text/javascript"),
+        ("/demo/sign-in.js", "text/javascript"),
         ("/demo/demo.css", "text/css"),
     ] {
         let res = http.get(app.http_url(path)).send().await.unwrap();

@@ -11,6 +11,7 @@ mod support;
 
 mod app_prefs;
 mod browser;
+mod browser_sign_in;
 mod bus_contract;
 mod cache_contract;
 mod cli;

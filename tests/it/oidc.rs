@@ -429,3 +429,29 @@ async fn an_unreachable_provider_answers_503_and_own_tokens_still_work() {
     let mut own = app.connect("kim").await;
     expect_pong(&mut own).await;
 }
+
+/// A provider that was down when chatd started (no keys at all) is asked again at the next
+/// sign-in a second later, not only after `jwks_min_refetch`: sign-ins work again as soon as
+/// it is back.
+#[tokio::test]
+async fn a_provider_back_after_chatd_started_signs_in_again_within_seconds() {
+    let rsa = key(Fixture::Rsa1, "rsa-1");
+    let idp = FakeIdp::start(&[]).await.unwrap();
+    let token = rsa.sign(&idp.claims("kim", TEN_MINUTES));
+    let app = spawn_app(|c| {
+        use_idp(c, &idp);
+        c.auth.jwks_min_refetch = Duration::from_secs(3600);
+        c.auth.jwks_refresh = Duration::from_secs(3600);
+    })
+    .await;
+    let (status, reason) = query_refusal(&app, &token).await;
+    assert_eq!(status, 503, "no usable keys yet: {reason}");
+    idp.publish(&[&rsa]).unwrap();
+    chatd_test_harness::process::wait_until("a sign-in once the provider is back", || async {
+        WsClient::connect(&app.ws_url(&format!("token={token}")))
+            .await
+            .is_ok()
+    })
+    .await
+    .unwrap();
+}

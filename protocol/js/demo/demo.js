@@ -1,7 +1,7 @@
 // @ts-check
 /**
- * The demo page: development sign-in (the passphrase derives the master key here and goes
- * nowhere), the chat list, a chat's messages with answers streaming as markdown rendered
+ * The demo page: sign-in (the ways in are sign-in.js; the passphrase derives the master key
+ * here and goes nowhere), the chat list, a chat's messages with answers streaming as markdown rendered
  * into DOM nodes (never HTML from the model), the model's reasoning collapsed above its
  * answer, embeds as cards with a stop button while their skill runs, follow-up suggestions,
  * a cancel button while answering, routines (progress, their questions answered inline,
@@ -9,12 +9,12 @@
  * talks to chatd through /chatd-client.js.
  */
 
-import { ChatdClient, checkMasterKey, deriveMasterKey, forgetUser, rememberMasterKey, rememberedMasterKey } from '/chatd-client.js';
+import { ChatdClient, forgetUser, rememberedMasterKey } from '/chatd-client.js';
 import { render } from '/demo/markdown.js';
+import { SESSION, fresh, showSignIn } from '/demo/sign-in.js';
 
 /** @param {string} sel @returns {any} */
 const $ = (sel) => document.querySelector(sel);
-const SESSION = 'chatd-demo-session';
 const CHAT = 'chatd-demo-chat';
 const FOCUS = 'chatd-demo-focus-modes';
 const wsUrl = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
@@ -52,7 +52,6 @@ function button(text, onClick, testid) {
 }
 
 async function start() {
-  $('#login-form').addEventListener('submit', signIn);
   $('#sign-out').addEventListener('click', signOut);
   $('[data-testid=new-chat]').addEventListener('click', () => newChat());
   $('#composer').addEventListener('submit', (/** @type {Event} */ e) => {
@@ -70,51 +69,7 @@ async function start() {
   $('#focus-toggle').addEventListener('click', toggleFocus);
   const saved = JSON.parse(sessionStorage.getItem(SESSION) ?? 'null');
   const key = saved && (await rememberedMasterKey(saved.user));
-  if (saved && key) return enter(saved.user, saved.token, key);
-  $('#login').hidden = false;
-}
-
-/** @param {Event} e */
-async function signIn(e) {
-  e.preventDefault();
-  const user = $('[data-testid=login-user]').value.trim();
-  const passphrase = $('[data-testid=login-passphrase]').value;
-  const status = $('#login-status');
-  const error = $('[data-testid=login-error]');
-  const refuse = (/** @type {string} */ text) => {
-    status.textContent = '';
-    error.textContent = text;
-    error.hidden = false;
-  };
-  error.hidden = true;
-  status.textContent = 'Deriving your key…';
-  const key = await deriveMasterKey(user, passphrase);
-  // Another passphrase than this browser knows for the user: refused before anything is written.
-  if (!(await checkMasterKey(user, key))) {
-    return refuse('Wrong passphrase: it does not open this user\'s data in this browser.');
-  }
-  status.textContent = 'Signing in…';
-  const res = await mint(user);
-  if (!res.ok) {
-    return refuse(res.status === 404
-      ? 'This server has no development sign-in ([web] dev_login).'
-      : `Sign-in refused: ${await res.text()}`);
-  }
-  const { token } = await res.json();
-  $('[data-testid=login-passphrase]').value = '';
-  await rememberMasterKey(user, key);
-  sessionStorage.setItem(SESSION, JSON.stringify({ user, token }));
-  status.textContent = '';
-  await enter(user, token, key);
-}
-
-/** A development token for `user`: only the user name leaves the page; the token comes back in the body. @param {string} user */
-function mint(user) {
-  return fetch('/v1/dev/token', {
-    method: 'POST',
-    headers: { 'content-type': 'application/json' },
-    body: JSON.stringify({ user }),
-  });
+  await showSignIn(saved && key ? { who: saved, key } : null, enter);
 }
 
 async function signOut() {
@@ -125,20 +80,14 @@ async function signOut() {
   location.reload();
 }
 
-/** @param {string} user @param {string} token @param {CryptoKey} key */
-async function enter(user, token, key) {
+/** @param {import("/demo/sign-in.js").Session} who @param {CryptoKey} key */
+async function enter(who, key) {
+  const { user, token } = who;
   $('#login').hidden = true;
   $('#app').hidden = false;
   $('#whoami').textContent = `Signed in as ${user}`;
-  // An expired token is replaced by a new development sign-in (without one: sign in again).
-  const refreshToken = async () => {
-    const res = await mint(user);
-    if (!res.ok) throw new Error(`sign-in refused: ${res.status}`);
-    const fresh = (await res.json()).token;
-    sessionStorage.setItem(SESSION, JSON.stringify({ user, token: fresh }));
-    return fresh;
-  };
-  client = await ChatdClient.open({ url: wsUrl, token, userId: user, masterKey: key, refreshToken });
+  // An expired token is replaced without asking when the way in allows (see `fresh`).
+  client = await ChatdClient.open({ url: wsUrl, token, userId: user, masterKey: key, refreshToken: () => fresh(who) });
   const on = (/** @type {string} */ type, /** @type {(d: any) => void} */ f) =>
     client?.addEventListener(type, (e) => f(/** @type {CustomEvent} */ (e).detail));
   on('connection', (d) => {

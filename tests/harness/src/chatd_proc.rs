@@ -23,8 +23,18 @@ impl ChatdProcess {
     /// Starts `bin serve --config FILE`; `config` is TOML without `[server] listen` and
     /// `data_dir` (the harness sets them). `env` is added to the process environment.
     pub async fn start(bin: &Path, config: &str, env: &[(&str, String)]) -> anyhow::Result<Self> {
+        Self::start_at(bin, crate::free_port(), config, env).await
+    }
+
+    /// [`ChatdProcess::start`] on a port the test picked (for a peer that must know chatd's
+    /// address before chatd starts, e.g. an identity provider's redirect URI).
+    pub async fn start_at(
+        bin: &Path,
+        port: u16,
+        config: &str,
+        env: &[(&str, String)],
+    ) -> anyhow::Result<Self> {
         let dir = tempfile::tempdir()?;
-        let port = crate::free_port();
         let file = dir.path().join("chatd.toml");
         let data = dir.path().join("data");
         let server = format!(
