@@ -194,7 +194,7 @@ const AAD = {
  *   confirmed?: boolean, encrypted_thinking_content?: string}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string, hashed_message_id?: string,
- *   unstored?: {embed: any, keys: any},
+ *   unstored?: {embed: any, keys?: any},
  *   version_number?: number, parent_embed_id?: string, embed_ids?: string[],
  *   skill_task_id?: string}} EmbedRecord
  * @typedef {{task_id: string, chat_id: string, user_message_id: string, sequence: number,
@@ -428,6 +428,8 @@ export class ChatdClient extends EventTarget {
     this.unstored = new Map();
     /** @type {Map<string, EmbedView>} */
     this.embeds = new Map();
+    /** @type {Map<string, string[]>} hashed message id -> embeds synced before that message (their ids) */
+    this.waitingEmbeds = new Map();
     /** @type {Map<string, RoutineView>} run id -> routine run (shown, not stored) */
     this.routines = new Map();
     /** @type {Map<string, string>} chat id -> its active focus mode */
@@ -557,8 +559,8 @@ export class ChatdClient extends EventTarget {
   async resendAnswers() {
     for (const r of /** @type {any[]} */ (await this.store.all('embeds'))) {
       if (!r.unstored) continue;
-      this.send({ type: 'store_embed', payload: r.unstored.embed });
-      this.send({ type: 'store_embed_keys', payload: r.unstored.keys });
+      const keys = r.unstored.keys?.keys;
+      this.send({ type: 'store_embed', payload: keys ? { ...r.unstored.embed, embed_keys: keys } : r.unstored.embed });
     }
     for (const r of /** @type {MessageRecord[]} */ (await this.store.all('messages'))) {
       if (r.role === 'user' || r.stored !== false || !this.chatKeys.has(r.chat_id)) continue;
@@ -1052,6 +1054,29 @@ export class ChatdClient extends EventTarget {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: m.message_id });
       }
     }
+    await this.placeWaitingEmbeds(chatId, m.message_id);
+  }
+
+  /**
+   * Embeds synced before the answer they belong to: given its id now that it is here, and
+   * shown (a page places an embed by its message).
+   * @param {string} chatId @param {string} messageId
+   */
+  async placeWaitingEmbeds(chatId, messageId) {
+    if (!this.waitingEmbeds.size) return;
+    const hashed = await sha256Hex(messageId);
+    const waiting = this.waitingEmbeds.get(hashed);
+    if (!waiting) return;
+    this.waitingEmbeds.delete(hashed);
+    const key = this.chatKeys.get(chatId);
+    for (const id of waiting) {
+      const r = /** @type {EmbedRecord|undefined} */ (await this.store.get('embeds', id));
+      if (!r || r.message_id) continue;
+      r.message_id = messageId;
+      await this.store.put('embeds', r);
+      const view = key && !this.embeds.has(id) && (await this.openEmbed(r, key));
+      if (view) this.emit('embed', { embed: view });
+    }
   }
 
   /** A stored embed with its keys (sync, request_embed). @param {any} e @param {any[]} keys */
@@ -1068,6 +1093,8 @@ export class ChatdClient extends EventTarget {
       for (const m of /** @type {MessageRecord[]} */ (await this.store.byChat('messages', chat))) {
         if ((await sha256Hex(m.message_id)) === e.hashed_message_id) messageId = m.message_id;
       }
+      // Not here yet: placed when the answer comes (mergeMessage).
+      if (!messageId) this.waitingEmbeds.set(e.hashed_message_id, [...(this.waitingEmbeds.get(e.hashed_message_id) ?? []), e.embed_id]);
     }
     /** @type {EmbedRecord} */
     const record = {
@@ -1209,16 +1236,17 @@ export class ChatdClient extends EventTarget {
     if (e.embed_ids?.length) payload.embed_ids = e.embed_ids;
     if (e.parent_embed_id) payload.parent_embed_id = e.parent_embed_id;
     if (e.message_id) payload.hashed_message_id = await sha256Hex(e.message_id);
-    const keys = { keys: [
+    // With its keys in one frame: every device that saw the result stores its own copy, and
+    // the server keeps the first copy whole (a body with another copy's keys would not open).
+    payload.embed_keys = [
       { hashed_embed_id: await sha256Hex(e.embed_id), key_type: 'chat', hashed_chat_id: hashedChat, encrypted_embed_key: record.encrypted_embed_key, created_at: now() },
       { hashed_embed_id: await sha256Hex(e.embed_id), key_type: 'master', encrypted_embed_key: await wrap(this.options.masterKey, key, AAD.embedKey(e.embed_id)), created_at: now() },
-    ] };
+    ];
     // Kept (ciphertext and hashed ids only) until the server says it stored the embed: a
-    // socket that was not open drops the frames, and `resendAnswers` sends them again.
-    record.unstored = { embed: payload, keys };
+    // socket that was not open drops the frame, and `resendAnswers` sends it again.
+    record.unstored = { embed: payload };
     await this.store.put('embeds', record);
     this.send({ type: 'store_embed', payload });
-    this.send({ type: 'store_embed_keys', payload: keys });
   }
 }
 

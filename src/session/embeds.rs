@@ -4,7 +4,7 @@
 //! `content_hash` that is not the one of the content chatd made is refused.
 
 use chatd_protocol::{
-    EmbedKeysStored, EmbedUpdate, ErrorCode, ErrorPayload, RequestEmbed, SendEmbedData,
+    EmbedKey, EmbedKeysStored, EmbedUpdate, ErrorCode, ErrorPayload, RequestEmbed, SendEmbedData,
     ServerMessage, StoreEmbed, StoreEmbedKeys,
 };
 
@@ -19,6 +19,13 @@ impl Session {
         let user = &self.device.user;
         if m.encrypted_content.as_deref().is_none_or(str::is_empty) {
             return self.invalid("encrypted_content is required", None);
+        }
+        if let Err(reason) = check_keys(&m.embed_keys) {
+            return self.invalid(reason, None);
+        }
+        let hashed = hash_id(m.embed_id.as_str());
+        if m.embed_keys.iter().any(|k| k.hashed_embed_id != hashed) {
+            return self.invalid("embed_keys must be this embed's keys", None);
         }
         if !self.content_hash_matches(&m).await {
             let mut p = ErrorPayload::new(
@@ -69,22 +76,14 @@ impl Session {
     }
 
     pub(super) async fn store_embed_keys(&self, m: StoreEmbedKeys) {
-        if m.keys.is_empty() || m.keys.len() > MAX_EMBED_KEYS {
+        if m.keys.is_empty() {
             return self.invalid(
                 format!("keys must hold 1 to {MAX_EMBED_KEYS} entries"),
                 None,
             );
         }
-        for k in &m.keys {
-            if !matches!(k.key_type.as_str(), "master" | "chat") {
-                return self.invalid("key_type must be \"master\" or \"chat\"", None);
-            }
-            if k.hashed_embed_id.is_empty() || k.hashed_embed_id.len() > 128 {
-                return self.invalid("hashed_embed_id must be 1 to 128 characters", None);
-            }
-            if k.encrypted_embed_key.is_empty() {
-                return self.invalid("encrypted_embed_key must not be empty", None);
-            }
+        if let Err(reason) = check_keys(&m.keys) {
+            return self.invalid(reason, None);
         }
         match self
             .app
@@ -143,4 +142,24 @@ impl Session {
             ..SendEmbedData::new(m.embed_id)
         })));
     }
+}
+
+/// Wrapped keys as the client sends them (alone or with their embed): at most
+/// [`MAX_EMBED_KEYS`], each `master` or `chat`, with a hashed embed id and a key.
+fn check_keys(keys: &[EmbedKey]) -> Result<(), String> {
+    if keys.len() > MAX_EMBED_KEYS {
+        return Err(format!("keys must hold 1 to {MAX_EMBED_KEYS} entries"));
+    }
+    for k in keys {
+        if !matches!(k.key_type.as_str(), "master" | "chat") {
+            return Err("key_type must be \"master\" or \"chat\"".into());
+        }
+        if k.hashed_embed_id.is_empty() || k.hashed_embed_id.len() > 128 {
+            return Err("hashed_embed_id must be 1 to 128 characters".into());
+        }
+        if k.encrypted_embed_key.is_empty() {
+            return Err("encrypted_embed_key must not be empty".into());
+        }
+    }
+    Ok(())
 }

@@ -79,6 +79,7 @@ pub fn store_embed(id: &str, chat: &str, version: u64) -> ClientMessage {
         text_length_chars: None,
         is_private: false,
         is_shared: false,
+        embed_keys: Vec::new(),
     }))
 }
 
@@ -382,6 +383,41 @@ async fn embeds_are_versioned_relayed_and_served_back_encrypted() {
     // Bad input: no content.
     a.send_json(serde_json::json!({"type": "store_embed", "payload": {"embed_id": "emb-2"}}))
         .await;
+    assert_eq!(expect_error(&mut a).await, ErrorCode::InvalidPayload);
+
+    // An embed with its keys in the frame: each device stores its own copy of the same
+    // version (its own key), the first copy is kept whole and the second acknowledged.
+    let keyed = |device: &str, keys_of: &str| {
+        let mut m = serde_json::to_value(store_embed("emb-3", "chat-e", 1)).unwrap();
+        m["payload"]["encrypted_content"] = format!("{device}-body").into();
+        m["payload"]["embed_keys"] = serde_json::json!([{"hashed_embed_id": hash_id(keys_of),
+            "key_type": "chat", "hashed_chat_id": hash_id("chat-e"),
+            "encrypted_embed_key": format!("{device}-key"), "created_at": 1}]);
+        m
+    };
+    a.send_json(keyed("phone", "emb-3")).await;
+    expect(&mut a, "embed_stored").await;
+    b.send_json(keyed("laptop", "emb-3")).await;
+    expect(&mut b, "embed_stored").await;
+    a.send(&ClientMessage::RequestEmbed(RequestEmbed {
+        embed_id: EmbedId::parse("emb-3").unwrap(),
+    }))
+    .await;
+    match expect(&mut a, "send_embed_data").await {
+        ServerMessage::SendEmbedData(d) => {
+            let embed = d.embed.unwrap();
+            assert_eq!(embed.encrypted_content.as_deref(), Some("phone-body"));
+            let keys: Vec<_> = d
+                .embed_keys
+                .iter()
+                .map(|k| &k.encrypted_embed_key)
+                .collect();
+            assert_eq!(keys, ["phone-key"]);
+        }
+        other => panic!("{other:?}"),
+    }
+    // Keys of another embed in the frame: refused, nothing stored.
+    a.send_json(keyed("phone", "emb-9")).await;
     assert_eq!(expect_error(&mut a).await, ErrorCode::InvalidPayload);
 }
 

@@ -53,6 +53,7 @@ pub fn embed(id: &str, chat: &str, version: u64) -> StoreEmbed {
         text_length_chars: None,
         is_private: false,
         is_shared: false,
+        embed_keys: Vec::new(),
     }
 }
 
@@ -75,7 +76,66 @@ async fn owned_by(store: &dyn Store, owner: &str, other: &str, chat: &ChatId) {
     ));
 }
 
+/// The stored body and keys are `device`'s copy of `version`.
+async fn stored_copy(store: &dyn Store, a: &UserId, id: &EmbedId, device: &str, version: u64) {
+    let got = store.embed(a, id).await.unwrap().unwrap();
+    assert_eq!(
+        got.encrypted_content,
+        Some(format!("{device}-body-v{version}"))
+    );
+    assert!(got.embed_keys.is_empty(), "keys are not kept in the body");
+    let mut keys: Vec<String> = store
+        .embed_keys(a, &[hash_id(id.as_str())])
+        .await
+        .unwrap()
+        .into_iter()
+        .map(|k| k.encrypted_embed_key)
+        .collect();
+    keys.sort();
+    assert_eq!(
+        keys,
+        [
+            format!("{device}-chat-key-v{version}"),
+            format!("{device}-master-key-v{version}")
+        ]
+    );
+}
+
+/// Two devices store the same embed version, each under its own key, with the keys in the
+/// frame: the first copy is kept whole (its body with its keys), the second is dropped
+/// without an error; a newer version replaces both.
+async fn embeds_with_their_keys(store: &dyn Store) {
+    let a = UserId::parse("keyed-alice").unwrap();
+    let id = EmbedId::parse("keyed-1").unwrap();
+    let copy = |device: &str, version: u64| {
+        let mut e = embed("keyed-1", "chat-k", version);
+        e.encrypted_content = Some(format!("{device}-body-v{version}"));
+        e.embed_keys = ["chat", "master"]
+            .map(|kind| EmbedKey {
+                hashed_embed_id: hash_id("keyed-1"),
+                key_type: kind.into(),
+                hashed_chat_id: (kind == "chat").then(|| hash_id("chat-k")),
+                encrypted_embed_key: format!("{device}-{kind}-key-v{version}"),
+                created_at: 1,
+            })
+            .to_vec();
+        e
+    };
+    store.put_embed(&a, &copy("phone", 1)).await.unwrap();
+    store.put_embed(&a, &copy("laptop", 1)).await.unwrap();
+    stored_copy(store, &a, &id, "phone", 1).await;
+    store.put_embed(&a, &copy("laptop", 2)).await.unwrap();
+    stored_copy(store, &a, &id, "laptop", 2).await;
+    let err = store.put_embed(&a, &copy("phone", 1)).await.unwrap_err();
+    assert!(
+        matches!(err, StoreError::StaleVersion { sent: 1, stored: 2 }),
+        "{err:?}"
+    );
+    stored_copy(store, &a, &id, "laptop", 2).await;
+}
+
 async fn contract(store: Arc<dyn Store>) {
+    embeds_with_their_keys(store.as_ref()).await;
     let (a, b) = (user("alice"), user("bob"));
     let c1 = chat("chat-1");
     store.ping().await.unwrap();

@@ -101,6 +101,8 @@ async function enter(who, key) {
   on('chats', (d) => renderChats(d.chats));
   on('chat_key', async (d) => {
     if (d.chat_id !== current || !client) return;
+    // Its messages and embeds arrived before the key (a sync): shown now.
+    for (const e of await client.chatEmbeds(d.chat_id)) embeds.set(e.embed_id, e);
     for (const m of await client.messages(d.chat_id)) upsertMessage(m, true);
   });
   on('message', (d) => d.message.chat_id === current && upsertMessage(d.message));

@@ -39,6 +39,13 @@ pub struct StoreEmbed {
     pub is_private: bool,
     #[serde(default)]
     pub is_shared: bool,
+    /// The embed's wrapped keys, stored with it in one write. Then the first copy of a
+    /// version wins: another device that encrypted the same result under its own key gets
+    /// `embed_stored` and its copy is dropped, so a stored body always opens with the
+    /// stored keys. Each key's `hashed_embed_id` must be this embed's. Never served back
+    /// inside the embed (its keys come as `embed_keys`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub embed_keys: Vec<EmbedKey>,
 }
 
 /// One wrapped embed key.
