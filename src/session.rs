@@ -6,6 +6,7 @@ mod apps;
 mod delete;
 mod embeds;
 mod focus;
+mod key_check;
 mod memories;
 mod message;
 mod ownership;
@@ -203,6 +204,7 @@ impl Session {
             ClientMessage::StoreEmbed(m) => self.store_embed(*m).await,
             ClientMessage::StoreEmbedKeys(m) => self.store_embed_keys(m).await,
             ClientMessage::RequestEmbed(m) => self.request_embed(m).await,
+            ClientMessage::KeyCheck(m) => self.key_check(m).await,
             ClientMessage::PhasedSyncRequest(m) => self.queue_sync(SyncJob::Phased(*m)),
             ClientMessage::LoadMoreChats(m) => self.queue_sync(SyncJob::LoadMore(m)),
             ClientMessage::GetChatMessages(m) => self.queue_sync(SyncJob::Messages(m)),

@@ -295,33 +295,76 @@ export async function rememberedMasterKey(userId) {
 /** A fixed text sealed with the master key: opens only with the same passphrase. */
 const KEY_CHECK = 'chatd key check v1';
 
-/**
- * Whether `key` is the user's master key on this browser: the first key a user signs in
- * with leaves an encrypted check value (in the database `chatd-keys`, kept on sign-out);
- * a later key that cannot open it is another passphrase, refused (`false`) before anything
- * is written. `true` for the same key, and for the first one (its check is written then).
- * @param {string} userId @param {CryptoKey} key @returns {Promise<boolean>}
- */
-export async function checkMasterKey(userId, key) {
+/** The additional data a user's check value is sealed with. @param {string} userId */
+const checkAad = (userId) => `chatd/v1/key-check/${userId}`;
+
+/** Whether `sealed` is the check value of `key`. @param {CryptoKey} key @param {string} sealed @param {string} userId */
+async function opensCheck(key, sealed, userId) {
+  try {
+    return (await unseal(key, sealed, checkAad(userId))) === KEY_CHECK;
+  } catch {
+    return false;
+  }
+}
+
+/** This browser's copy of the user's check value (database `chatd-keys`, kept on sign-out). @param {(os: IDBObjectStore) => IDBRequest} op @param {IDBTransactionMode} mode */
+async function localCheck(op, mode) {
   const req = indexedDB.open('chatd-keys', 1);
   req.onupgradeneeded = () => req.result.createObjectStore('checks', { keyPath: 'user' });
   /** @type {IDBDatabase} */
   const db = await done(req);
   try {
-    const os = (/** @type {IDBTransactionMode} */ mode) => db.transaction('checks', mode).objectStore('checks');
-    const r = await done(os('readonly').get(userId));
-    if (r) {
-      try {
-        return (await unseal(key, r.check, `chatd/v1/key-check/${userId}`)) === KEY_CHECK;
-      } catch {
-        return false;
-      }
-    }
-    await done(os('readwrite').put({ user: userId, check: await seal(key, KEY_CHECK, `chatd/v1/key-check/${userId}`) }));
-    return true;
+    return await done(op(db.transaction('checks', mode).objectStore('checks')));
   } finally {
     db.close();
   }
+}
+
+/**
+ * Whether `key` may be the user's master key, from this browser alone: `false` when the
+ * check value this browser keeps for the user does not open with it (another passphrase,
+ * refused at once), else `true` (the same key, or a browser that has not seen the user:
+ * {@link verifyMasterKey} asks the server). Writes nothing.
+ * @param {string} userId @param {CryptoKey} key @returns {Promise<boolean>}
+ */
+export async function checkMasterKey(userId, key) {
+  const r = await localCheck((os) => os.get(userId), 'readonly');
+  return !r || opensCheck(key, r.check, userId);
+}
+
+/**
+ * Whether `key` is the user's master key, asked of the server before anything is written:
+ * sends this key's check value (`key_check`, kept when the user has none yet: the first
+ * passphrase is the user's) over a short-lived socket and opens the one the server keeps.
+ * A key that opens it is remembered in this browser ({@link checkMasterKey}). Throws when
+ * the server cannot be asked.
+ * @param {{url: string, token: string, userId: string, masterKey: CryptoKey}} o
+ * @returns {Promise<boolean>}
+ */
+export async function verifyMasterKey({ url, token, userId, masterKey }) {
+  const mine = await seal(masterKey, KEY_CHECK, checkAad(userId));
+  const u = new URL(url, location.href);
+  u.searchParams.set('token', token);
+  const ws = new WebSocket(u);
+  /** @type {string} */
+  const stored = await new Promise((resolve, reject) => {
+    const timer = setTimeout(() => reject(new Error('the server did not answer the key check')), 15000);
+    ws.onopen = () => ws.send(JSON.stringify({ type: 'key_check', payload: { encrypted_check: mine } }));
+    ws.onmessage = (e) => {
+      const f = JSON.parse(String(e.data));
+      if (f.type === 'key_check') resolve(f.payload.encrypted_check);
+      else if (f.type === 'error') reject(new Error(`${f.payload.code}: ${f.payload.message}`));
+      else return;
+      clearTimeout(timer);
+    };
+    ws.onclose = (e) => {
+      clearTimeout(timer);
+      reject(new Error(`the server closed the connection (${e.code})`));
+    };
+  }).finally(() => ws.close(1000));
+  const ok = await opensCheck(masterKey, stored, userId);
+  if (ok) await localCheck((os) => os.put({ user: userId, check: stored }), 'readwrite');
+  return ok;
 }
 
 /** Forgets the user's key and every local copy of their chats. @param {string} userId */

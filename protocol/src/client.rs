@@ -40,6 +40,9 @@ pub enum ClientMessage {
     StoreEmbedKeys(StoreEmbedKeys),
     /// Asks for an embed; answered with `send_embed_data`.
     RequestEmbed(RequestEmbed),
+    /// This device's key check value (stored if the user has none); answered with
+    /// `key_check`, the stored one.
+    KeyCheck(KeyCheck),
     /// Starts a phased sync of the user's stored chats.
     PhasedSyncRequest(Box<PhasedSyncRequest>),
     /// Continues an answer after a reconnect: `ai_task_resumed`, then every frame of the
@@ -103,6 +106,7 @@ impl ClientMessage {
         "reject_settings_memory_suggestion",
         "cancel_routine",
         "set_app_preferences",
+        "key_check",
     ];
 
     /// The wire name of this message's type.
@@ -130,6 +134,7 @@ impl ClientMessage {
             ClientMessage::RequestChatContentBatch(_) => "request_chat_content_batch",
             ClientMessage::ChatFocusModeActivate(_) => "chat_focus_mode_activate",
             ClientMessage::SetAppPreferences(_) => "set_app_preferences",
+            ClientMessage::KeyCheck(_) => "key_check",
             ClientMessage::ChatFocusModeDeactivate(_) => "chat_focus_mode_deactivate",
             ClientMessage::AppSettingsMemoriesConfirmed(_) => "app_settings_memories_confirmed",
             ClientMessage::AppSettingsMemoriesProposalResult(_) => {

@@ -5,6 +5,7 @@
 //! `persist/sync.rs` (all exported at the crate's root).
 
 mod embeds;
+mod key_check;
 mod sync;
 
 use crate::{ChatId, EmbedId, MessageId, Role};
@@ -12,6 +13,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 pub use embeds::*;
+pub use key_check::*;
 pub use sync::*;
 
 /// A chat's version counters as the client sends them (all optional).

@@ -117,6 +117,8 @@ pub enum ServerMessage {
     FocusModeActivated(crate::FocusModeActivated),
     /// The user's app preferences as chatd applies them; to every device.
     AppPreferencesSet(crate::AppPreferencesSet),
+    /// The user's stored key check value; answer to `key_check`.
+    KeyCheck(crate::KeyCheckStored),
     /// A chat's focus mode ended; to every device.
     FocusModeDeactivated(crate::FocusModeDeactivated),
     /// The turn needs app settings/memories the chat's cache lacks; to every device. The
@@ -208,6 +210,7 @@ impl ServerMessage {
         "routine_error",
         "awaiting_user_input",
         "routine_finished",
+        "key_check",
     ];
 
     /// The wire name of this message's type (also the metrics label).
@@ -261,6 +264,7 @@ impl ServerMessage {
             ServerMessage::PhasedSyncComplete(_) => "phased_sync_complete",
             ServerMessage::FocusModeActivated(_) => "focus_mode_activated",
             ServerMessage::AppPreferencesSet(_) => "app_preferences_set",
+            ServerMessage::KeyCheck(_) => "key_check",
             ServerMessage::FocusModeDeactivated(_) => "focus_mode_deactivated",
             ServerMessage::RequestAppSettingsMemories(_) => "request_app_settings_memories",
             ServerMessage::DismissAppSettingsMemoriesDialog(_) => {

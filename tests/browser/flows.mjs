@@ -340,6 +340,17 @@ try {
   assert.ok(await d.locator('#app').isHidden());
   assert.ok(!(await d.evaluate(async () => (await indexedDB.databases()).map((x) => x.name))).includes(`chatd:${USER}`));
   assert.equal(await d.evaluate(() => sessionStorage.length), 0);
+  // A browser that never saw the user: the check value the server keeps refuses it too.
+  const fresh = await (await chrome.newContext()).newPage();
+  problems.push(watch(fresh, 'new browser'));
+  await fresh.goto(base);
+  await fresh.fill('[data-testid=login-user]', USER);
+  await fresh.fill('[data-testid=login-passphrase]', 'not the passphrase either');
+  await fresh.click('[data-testid=login-submit]');
+  await fresh.locator('[data-testid=login-error]').filter({ hasText: 'Wrong passphrase' }).waitFor();
+  assert.ok(await fresh.locator('#app').isHidden());
+  assert.ok(!(await fresh.evaluate(async () => (await indexedDB.databases()).map((x) => x.name))).includes(`chatd:${USER}`));
+  await fresh.context().close();
   await signIn(d, base, USER, PASSPHRASE);
   await d.locator('[data-testid=login-error]').waitFor({ state: 'hidden' });
   await d.locator('[data-testid=menu-toggle]').click();

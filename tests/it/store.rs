@@ -771,3 +771,35 @@ async fn after_a_restart_messages_v_and_the_expected_history_come_from_the_store
     bob.send(&user_message("chat-r", "b1", "mine?")).await;
     assert_eq!(expect_error(&mut bob).await, ErrorCode::Forbidden);
 }
+
+/// `key_check`: the first check value a user's device sends is kept (in the permanent
+/// store, so a restart keeps it); every later one gets the stored value back; another user
+/// has their own; an empty one is refused.
+#[tokio::test]
+async fn the_first_key_check_is_kept_and_served_to_every_later_device() {
+    let app = spawn_app(|_| {}).await;
+    let check = |value: &str| serde_json::json!({"type": "key_check", "payload": {"encrypted_check": value}});
+    let stored = |m: ServerMessage| match m {
+        ServerMessage::KeyCheck(k) => k.encrypted_check,
+        other => panic!("{other:?}"),
+    };
+    let mut first = app.connect("alice").await;
+    first
+        .send_json(check("sealed-by-the-first-passphrase"))
+        .await;
+    assert_eq!(
+        stored(expect(&mut first, "key_check").await),
+        "sealed-by-the-first-passphrase"
+    );
+    let mut later = app.connect("alice").await;
+    later.send_json(check("sealed-by-another-passphrase")).await;
+    assert_eq!(
+        stored(expect(&mut later, "key_check").await),
+        "sealed-by-the-first-passphrase"
+    );
+    let mut bob = app.connect("bob").await;
+    bob.send_json(check("bobs")).await;
+    assert_eq!(stored(expect(&mut bob, "key_check").await), "bobs");
+    bob.send_json(check("")).await;
+    assert_eq!(expect_error(&mut bob).await, ErrorCode::InvalidPayload);
+}

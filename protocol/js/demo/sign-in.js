@@ -8,7 +8,7 @@
  * provider's own pages see a password.
  */
 
-import { checkMasterKey, deriveMasterKey, rememberMasterKey } from '/chatd-client.js';
+import { checkMasterKey, deriveMasterKey, rememberMasterKey, verifyMasterKey } from '/chatd-client.js';
 
 /**
  * @typedef {{issuer: string, client_id: string, scopes: string, user_claim: string}} Provider
@@ -132,6 +132,17 @@ async function signIn(e, enter) {
         : `Sign-in refused: ${await res.text()}`);
     }
     who.token = (await res.json()).token;
+  }
+  // The server keeps the user's check value: a passphrase this browser has not seen is
+  // checked there, before anything is written.
+  status.textContent = 'Checking your passphrase…';
+  const url = `${location.protocol === 'https:' ? 'wss' : 'ws'}://${location.host}/v1/ws`;
+  try {
+    if (!(await verifyMasterKey({ url, token: /** @type {string} */ (who.token), userId: who.user, masterKey: key }))) {
+      return showError('Wrong passphrase: it does not open this user\'s data.');
+    }
+  } catch (err) {
+    return showError(`The server could not check the passphrase: ${err instanceof Error ? err.message : err}`);
   }
   $('[data-testid=login-passphrase]').value = '';
   $('[data-testid=login-token]').value = '';
