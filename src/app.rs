@@ -227,7 +227,8 @@ fn assemble(
     );
     let turns = Arc::new(turns);
     let log = TurnLog::new(shared.turns.clone(), seal, config.cluster.resume_window);
-    let predictions = Arc::new(Predictions::default());
+    let records = parts::speculation(&config, &p.storage.keyring)?;
+    let predictions = Arc::new(Predictions::new(records));
     let turn = Arc::new_cyclic(|deps| TurnDeps {
         pipeline: config.pipeline.clone(),
         max_output_tokens: config.llm.max_output_tokens,

@@ -116,6 +116,9 @@ pub struct LlmConfig {
     /// Send `prompt_cache_key` (a hash of the user and chat, never either id) so a provider
     /// with prompt caching routes a chat's requests to the same cache.
     pub prompt_cache_key: bool,
+    /// Send the provider's `user` field with the main calls: a hash of the user's hash
+    /// (never the id), stable per user, for a provider's abuse monitoring. Off by default.
+    pub send_user: bool,
 }
 
 /// What a model can do, as far as model selection cares.

@@ -117,6 +117,9 @@ pub struct LlmRequest {
     /// Groups requests that share a prompt prefix (a chat's) for a provider's prompt cache;
     /// an opaque hash, never an id.
     pub cache_key: Option<String>,
+    /// The end user for the provider's `user` field (sent only with `llm.send_user`): an
+    /// opaque hash, never an id.
+    pub user: Option<String>,
 }
 
 impl LlmRequest {
@@ -129,6 +132,7 @@ impl LlmRequest {
             temperature: None,
             max_tokens: None,
             cache_key: None,
+            user: None,
         }
     }
 

@@ -22,6 +22,9 @@ use crate::delivery::{Delivery, Hub};
 use crate::ids::NodeId;
 use crate::links::LinkError;
 use crate::pipeline::instructions::InstructionsError;
+use crate::pipeline::speculation::record::memory::MemoryRecords;
+use crate::pipeline::speculation::record::redis::RedisRecords;
+use crate::pipeline::speculation::record::{RecordError, SpeculationRecords};
 use crate::routines::store::Home;
 use crate::skills::SkillsError;
 use crate::state::Tasks;
@@ -63,6 +66,8 @@ pub enum BuildError {
     Turns(#[from] crate::turn::store::TurnStoreError),
     #[error("bus: {0}")]
     Bus(#[from] crate::delivery::bus::BusError),
+    #[error(transparent)]
+    Speculation(#[from] RecordError),
 }
 
 /// The configured cache backend (no connection is made here; Redis connects lazily and
@@ -207,6 +212,25 @@ impl Shared {
         delivery
     }
 }
+
+/// The speculation record (each chat's last plan and how guesses fared): in process, or
+/// in cluster mode shared by every node on Redis, its chats' records sealed with `keyring`;
+/// either way a chat's record is kept as long as the AI cache keeps a chat.
+pub(super) fn speculation(
+    config: &Config,
+    keyring: &Arc<Keyring>,
+) -> Result<Arc<dyn SpeculationRecords>, RecordError> {
+    let c = &config.cache;
+    if !config.cluster.enabled {
+        return Ok(Arc::new(MemoryRecords::new(SPECULATION_RECORDS, c.ai_ttl)));
+    }
+    let keyring = keyring.clone();
+    let records = RedisRecords::new(&c.redis_url, c.redis_cluster, c.timeout, keyring, c.ai_ttl)?;
+    Ok(Arc::new(records))
+}
+
+/// Chats whose speculation record a node keeps in process (then it starts over).
+const SPECULATION_RECORDS: usize = 50_000;
 
 /// Received publications waiting for the node loop.
 const BUS_QUEUE: usize = 4096;

@@ -80,6 +80,8 @@ pub enum Purpose {
     Routine,
     /// The user's app preferences (apps and skills switched off).
     AppPreferences,
+    /// A chat's speculation record (its last plan and how its guesses fared).
+    Speculation,
 }
 
 impl Purpose {
@@ -95,6 +97,7 @@ impl Purpose {
             Purpose::FocusState => "focus_state",
             Purpose::Routine => "routine",
             Purpose::AppPreferences => "app_preferences",
+            Purpose::Speculation => "speculation",
         }
     }
 }

@@ -5,7 +5,7 @@
 mod request;
 mod sse;
 
-use request::request_body;
+use request::{Hints, request_body};
 pub(crate) use sse::events_of_body;
 use sse::sse_to_events;
 
@@ -28,8 +28,8 @@ pub struct OpenAiClient {
     /// Requests cost money: `llm.metered`, else the endpoint is not on this machine or a
     /// private network.
     metered: bool,
-    /// Send `prompt_cache_key` (`llm.prompt_cache_key`).
-    cache_key: bool,
+    /// The provider hints sent (`llm.prompt_cache_key`, `llm.send_user`).
+    hints: Hints,
 }
 
 impl OpenAiClient {
@@ -49,7 +49,10 @@ impl OpenAiClient {
             metered: config
                 .metered
                 .unwrap_or_else(|| !is_local(&config.base_url)),
-            cache_key: config.prompt_cache_key,
+            hints: Hints {
+                cache_key: config.prompt_cache_key,
+                user: config.send_user,
+            },
         })
     }
 
@@ -57,7 +60,7 @@ impl OpenAiClient {
         let mut builder = self
             .http
             .post(&self.url)
-            .json(&request_body(&request, self.cache_key));
+            .json(&request_body(&request, self.hints));
         if let Some(key) = &self.api_key {
             builder = builder.bearer_auth(key.expose_secret());
         }

@@ -26,7 +26,7 @@ impl Session {
         // A running answer (or one queued behind it) would write the chat back into the AI
         // cache: stop it, drop the queue, and tell the turn to write nothing.
         self.app.turns.abandon(user, chat).await;
-        self.app.predictions.forget(chat);
+        self.app.predictions.forget(&self.user_hash(), chat).await;
         self.app.owners.forget(chat);
         let removed = match self.app.store.delete_chat(user, chat).await {
             Ok(d) => d.embeds,

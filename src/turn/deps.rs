@@ -29,7 +29,8 @@ pub struct TurnDeps {
     pub instructions: Arc<Instructions>,
     /// The model catalog and each stage's default model.
     pub models: Models,
-    /// Each chat's last main-call plan, the guess of its next speculative main call.
+    /// The guesses of speculative main calls, from the speculation record (in process, or
+    /// shared by the nodes on Redis).
     pub predictions: Arc<Predictions>,
     /// The skills the main model may call (the pipeline's tool runner).
     pub skills: Arc<Skills>,

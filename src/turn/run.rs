@@ -79,6 +79,8 @@ async fn run_one(
     ticket: &TurnTicket,
 ) -> Option<Ask> {
     let turn = Turn::new(deps, user, chat, ticket);
+    // The chat's speculation record is read while the turn prepares.
+    let record = turn.speculation_record();
     let ready = match turn.prepare().await {
         Start::Ready(ready) => ready,
         Start::Ask(ask) => return Some(ask),
@@ -86,7 +88,7 @@ async fn run_one(
     };
     let tools = TurnTools::new(&turn, &ready).await;
     let tool_set = tools.set(&turn);
-    let plan = turn.plan(&ready, &tools, &tool_set).await;
+    let plan = turn.plan(&ready, &tools, &tool_set, record).await;
     let answered = turn.answer(&ready, plan, &tool_set).await;
     turn.finish(&ready, answered).await;
     None

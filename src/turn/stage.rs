@@ -10,6 +10,7 @@ mod answer;
 mod finish;
 mod plan;
 mod prepare;
+mod speculate;
 mod steps;
 mod tools;
 

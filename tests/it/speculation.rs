@@ -276,3 +276,54 @@ fn metric_value(metrics: &str, name: &str) -> f64 {
         .find_map(|l| l.strip_prefix(name)?.trim().parse().ok())
         .unwrap_or(0.0)
 }
+
+/// `llm.send_user`: off by default (no `user` field); on, every main request carries the
+/// provider `user` field, a hash that is the same for all of a user's chats, differs
+/// between users, and is neither the user id nor the prompt-cache key.
+#[tokio::test]
+async fn the_provider_user_field_is_an_opt_in_hash_of_the_user() {
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_default(text(&["Ok."]));
+    let off = speculating_app(&fake).await;
+    let mut ws = off.connect_showing("alice", "chat-u0").await;
+    ws.send(&user_message("chat-u0", "m1", "hello")).await;
+    collect_answer(&mut ws).await;
+    assert!(fake.requests().iter().all(|r| r.get("user").is_none()));
+
+    let fake = FakeLlm::start().await.unwrap();
+    fake.set_default(text(&["Ok."]));
+    let on = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.llm.send_user = true;
+        c.pipeline.postprocessing = false;
+    })
+    .await;
+    for (user, chat) in [
+        ("alice", "chat-u1"),
+        ("alice", "chat-u2"),
+        ("bob", "chat-u3"),
+    ] {
+        let mut ws = on.connect_showing(user, chat).await;
+        ws.send(&user_message(chat, "m1", "hello")).await;
+        collect_answer(&mut ws).await;
+    }
+    let requests = fake.requests();
+    let field = |r: &Value, name: &str| r[name].as_str().unwrap_or_default().to_string();
+    let users: Vec<String> = requests.iter().map(|r| field(r, "user")).collect();
+    let alice = users[0].clone();
+    assert_eq!(alice.len(), 32, "{users:?}");
+    let bob = users.last().cloned().unwrap_or_default();
+    assert_ne!(alice, bob);
+    assert!(users.iter().all(|u| *u == alice || *u == bob), "{users:?}");
+    assert!(
+        users.iter().filter(|u| **u == alice).count() >= 2,
+        "{users:?}"
+    );
+    let owner = chatd::crypto::UserHash::of(&chatd::auth::UserId::parse("alice").unwrap());
+    assert!(!alice.contains("alice") && alice != owner.as_str());
+    assert!(
+        requests
+            .iter()
+            .all(|r| field(r, "prompt_cache_key") != field(r, "user"))
+    );
+}

@@ -23,6 +23,8 @@ pub(super) struct Body<'a> {
     max_tokens: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     prompt_cache_key: Option<&'a str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    user: Option<&'a str>,
 }
 
 #[derive(Serialize)]
@@ -94,8 +96,17 @@ struct WireName<'a> {
     name: &'a str,
 }
 
-/// The body of `r`; `cache_key`: send its prompt-cache key, if it has one.
-pub(super) fn request_body(r: &LlmRequest, cache_key: bool) -> Body<'_> {
+/// Which of a request's provider hints are sent.
+#[derive(Clone, Copy, Debug)]
+pub(super) struct Hints {
+    /// Its prompt-cache key (`llm.prompt_cache_key`).
+    pub(super) cache_key: bool,
+    /// Its end user's hash (`llm.send_user`).
+    pub(super) user: bool,
+}
+
+/// The body of `r`, with the provider `hints` it has and `hints` allows.
+pub(super) fn request_body(r: &LlmRequest, hints: Hints) -> Body<'_> {
     Body {
         model: &r.model,
         messages: r.messages.iter().map(wire_message).collect(),
@@ -126,7 +137,8 @@ pub(super) fn request_body(r: &LlmRequest, cache_key: bool) -> Body<'_> {
         }),
         temperature: r.temperature,
         max_tokens: r.max_tokens,
-        prompt_cache_key: r.cache_key.as_deref().filter(|_| cache_key),
+        prompt_cache_key: r.cache_key.as_deref().filter(|_| hints.cache_key),
+        user: r.user.as_deref().filter(|_| hints.user),
     }
 }
 

@@ -97,7 +97,7 @@ fn request_body_is_the_openai_wire_format() {
     }];
     r.tool_choice = ToolChoice::Function("f".into());
     r.max_tokens = Some(5);
-    let body = serde_json::to_value(request_body(&r, true)).unwrap();
+    let body = serde_json::to_value(request_body(&r, ALL)).unwrap();
     assert_eq!(
         body,
         serde_json::json!({
@@ -119,8 +119,29 @@ fn request_body_is_the_openai_wire_format() {
         })
     );
     r.tools.clear();
-    let body = serde_json::to_value(request_body(&r, true)).unwrap();
+    let body = serde_json::to_value(request_body(&r, ALL)).unwrap();
     assert!(body.get("tools").is_none() && body.get("tool_choice").is_none());
+}
+
+const ALL: Hints = Hints {
+    cache_key: true,
+    user: true,
+};
+
+#[test]
+fn provider_hints_are_sent_only_when_configured() {
+    let mut r = LlmRequest::chat("m", vec![LlmMessage::User("u".into())]);
+    r.cache_key = Some("k".repeat(32));
+    r.user = Some("h".repeat(32));
+    let body = serde_json::to_value(request_body(&r, ALL)).unwrap();
+    assert_eq!(body["prompt_cache_key"], "k".repeat(32));
+    assert_eq!(body["user"], "h".repeat(32));
+    let none = Hints {
+        cache_key: false,
+        user: false,
+    };
+    let body = serde_json::to_value(request_body(&r, none)).unwrap();
+    assert!(body.get("prompt_cache_key").is_none() && body.get("user").is_none());
 }
 
 #[tokio::test]

@@ -4,28 +4,24 @@
 //! waits only for preprocessing's decision fields ([`crate::pipeline::preprocess`]); the
 //! rest of its reply is handed on to the answer stage.
 
-use chatd_protocol::ChatId;
 use futures_util::future::BoxFuture;
 
 use super::Turn;
 use super::prepare::Ready;
+use super::speculate::{Guess, Requests};
 use super::steps::steps;
 use super::tools::TurnTools;
-use crate::clock;
-use crate::config::Speculation;
-use crate::crypto::UserHash;
 use crate::delivery::Audience;
 use crate::delivery::frames::Notice;
 use crate::inbound::MessageOptions;
 use crate::llm::LlmRequest;
 use crate::memories::recall::{self as memories, Recalled};
 use crate::metrics::StageLabel;
-use crate::pipeline::context::{self, MainPlan};
+use crate::pipeline::context::MainPlan;
 use crate::pipeline::preprocess::{self, Decided, Preprocessed};
-use crate::pipeline::speculation::{self, Early};
+use crate::pipeline::speculation::{self, Early, Recall};
 use crate::pipeline::tools::ToolRunner;
-use crate::pipeline::{HistoryEntry, TurnContext, TurnEvent, TurnSink, Typing};
-use crate::turn::TurnDeps;
+use crate::pipeline::{TurnContext, TurnEvent, TurnSink, Typing};
 use crate::turn::report::speculation_outcome;
 
 /// What the plan stage decided.
@@ -43,53 +39,13 @@ pub(in crate::turn) struct Plan<'p> {
     pub(in crate::turn) ctx: TurnContext,
 }
 
-/// The speculative main call's plan and request.
-struct Guess {
-    plan: MainPlan,
-    request: LlmRequest,
-    /// History messages the request left out.
-    dropped: usize,
-}
-
-/// Builds the main request of a plan, the same for the early call and the confirmed one:
-/// at most `max_output_tokens`, with the chat's prompt-cache key.
-struct Requests<'p> {
-    deps: &'p TurnDeps,
-    tools: &'p dyn ToolRunner,
-    history: &'p [HistoryEntry],
-    cache_key: String,
-    datetime: String,
-}
-
-impl Requests<'_> {
-    /// The request and how many history messages it left out; `recalled` settings/memories
-    /// join it as data (only the confirmed call carries them).
-    async fn build(&self, plan: &MainPlan, recalled: Option<&Recalled>) -> (LlmRequest, usize) {
-        let app = self.deps;
-        let (mut request, dropped) = context::main_request(
-            &app.instructions,
-            self.tools,
-            plan,
-            self.history,
-            &self.datetime,
-            app.pipeline.answer_reserve_tokens,
-        )
-        .await;
-        request.max_tokens = Some(app.max_output_tokens);
-        request.cache_key = Some(self.cache_key.clone());
-        if let Some(recalled) = recalled {
-            recalled.decorate(&mut request);
-        }
-        (request, dropped)
-    }
-}
-
 impl Turn<'_> {
     pub(in crate::turn) async fn plan<'p>(
         &'p self,
         ready: &'p Ready,
         turn_tools: &'p TurnTools,
         tools: &'p dyn ToolRunner,
+        record: Option<Recall>,
     ) -> Plan<'p> {
         let app = self.deps.as_ref();
         let stage = preprocess::Stage {
@@ -101,18 +57,15 @@ impl Turn<'_> {
         let input = self.preprocess_input(ready);
         let active_focus = turn_tools.focus.active_id();
         let caution = app.pipeline.injection_caution_threshold;
-        let requests = Requests {
-            deps: app,
-            tools,
-            history: &ready.history,
-            cache_key: prompt_cache_key(&self.owner, self.chat),
-            datetime: clock::now_rfc3339(),
-        };
+        let requests = self.requests(tools, ready);
         // The guess is made (and scored) even when no call is opened for it.
-        let guessed = self.guess(ready, active_focus, || {
+        let known = self.known(record).await;
+        let guessed = self.guess(known.as_ref(), ready, active_focus, || {
             MainPlan::new(&stage.unremarkable(&input), active_focus, caution)
         });
-        let guess = self.speculate(guessed.as_ref(), &requests).await;
+        let guess = self
+            .speculate(known.as_ref(), guessed.as_ref(), &requests)
+            .await;
         let side = guess.as_ref().map(|g| {
             let (client, request) = (g.plan.model.client.clone(), g.request.clone());
             Box::pin(async move { client.stream(request).await }) as BoxFuture<'static, _>
@@ -140,9 +93,7 @@ impl Turn<'_> {
         let hit = |guessed: &MainPlan| *guessed == plan && relevant.is_empty();
         if proceed && !pre.degraded {
             let scored = guessed.as_ref().map(hit);
-            let speculated = guess.is_some();
-            app.predictions
-                .remember(self.chat, plan.clone(), scored, speculated);
+            self.record_plan(known.as_ref(), &plan, scored, guess.is_some());
         }
         let kept = guess.as_ref().is_some_and(|g| proceed && hit(&g.plan));
         let confirmed = proceed.then_some((&plan, &recalled));
@@ -196,52 +147,6 @@ impl Turn<'_> {
             settings_saved: saved_categories(&memories.categories, opts),
             settings_categories: memories.categories.keys(),
         }
-    }
-
-    /// The chat's likely main call (its last plan, or what an unremarkable preprocessing
-    /// reply would decide), unless speculation is off.
-    fn guess(
-        &self,
-        ready: &Ready,
-        active_focus: Option<&str>,
-        fresh: impl FnOnce() -> MainPlan,
-    ) -> Option<MainPlan> {
-        let app = self.deps.as_ref();
-        if app.pipeline.speculative_main_call == Speculation::Off {
-            return None;
-        }
-        let pinned = ready.opts.pinned_model.as_deref();
-        let pinned = pinned.and_then(|id| app.models.get(id));
-        Some(
-            app.predictions
-                .guess(self.chat, pinned, active_focus, fresh),
-        )
-    }
-
-    /// Opens the guessed main call beside preprocessing: always when speculation is on or
-    /// the model is free, and for a metered model while the chat's guesses hit often enough.
-    async fn speculate(
-        &self,
-        guessed: Option<&MainPlan>,
-        requests: &Requests<'_>,
-    ) -> Option<Guess> {
-        let app = self.deps.as_ref();
-        let plan = guessed?;
-        let worth_it = app.pipeline.speculative_main_call == Speculation::On
-            || !plan.model.client.is_metered()
-            || app
-                .predictions
-                .worth_it(self.chat, app.pipeline.speculation_budget);
-        if !worth_it {
-            return None;
-        }
-        let (request, dropped) = requests.build(plan, None).await;
-        speculation_outcome(app, "started");
-        Some(Guess {
-            plan: plan.clone(),
-            request,
-            dropped,
-        })
     }
 
     /// The main request: the speculative call's when it is `kept`, else one built now for
@@ -365,16 +270,4 @@ fn saved_categories(
     keys.sort();
     keys.dedup();
     keys
-}
-
-/// The chat's key for a provider's prompt cache: a hash of the owner's hash and the chat
-/// id, so the provider can group a chat's requests without learning either.
-fn prompt_cache_key(owner: &UserHash, chat: &ChatId) -> String {
-    use sha2::{Digest, Sha256};
-    let digest = Sha256::new()
-        .chain_update(owner.as_str())
-        .chain_update(b"/")
-        .chain_update(chat.as_str())
-        .finalize();
-    hex::encode(&digest[..16])
 }
