@@ -296,13 +296,9 @@ dev_login = true
         .unwrap();
 
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
-    // The README's picture of the page: rewritten with CHATD_BLESS=1 (or when missing), else
-    // taken into the target directory (pixels differ a little from run to run).
-    let picture = root.join("protocol/js/demo.png");
-    let screenshot = match std::env::var_os("CHATD_BLESS").is_some() || !picture.exists() {
-        true => picture,
-        false => PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo.png"),
-    };
+    // A picture of the page with the test's answers, in the target directory (the README's
+    // pictures come from load-tests/browser/screenshots.mjs, with the simulated model's).
+    let screenshot = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("demo.png");
     let mut child = tokio::process::Command::new(node)
         .arg(root.join("tests/browser/flows.mjs"))
         .env("CHATD_URL", chatd.http_url("/"))
