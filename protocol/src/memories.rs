@@ -58,6 +58,10 @@ pub struct RequestAppSettingsMemories {
     /// The request as a system message of the chat, for the client to encrypt and store
     /// like every message (it names the categories, never an entry).
     pub system_message: SystemMessage,
+    /// Each requested category's JSON Schema of one entry, by key, as the app declares it
+    /// (a client builds its form from it).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub schemas: std::collections::BTreeMap<String, serde_json::Value>,
 }
 
 /// A system message chatd adds to a chat (the client stores it encrypted).

@@ -37,6 +37,7 @@ pub async fn recall(memories: &Memories, turn: &Turn<'_>, keys: &[String]) -> Re
     let mut out = Recalled::default();
     let request_id = uuid::Uuid::new_v4().to_string();
     let mut ask = Vec::new();
+    let mut schemas = std::collections::BTreeMap::new();
     for key in keys {
         let Some(category) = memories.categories.get(key) else {
             continue;
@@ -59,7 +60,10 @@ pub async fn recall(memories: &Memories, turn: &Turn<'_>, keys: &[String]) -> Re
             .claim_ask(turn.user, turn.chat, &key, &request_id, named)
             .await
         {
-            Ok(Ask::Asked) => ask.push(key),
+            Ok(Ask::Asked) => {
+                schemas.insert(key.clone(), category.spec.schema.clone());
+                ask.push(key);
+            }
             Ok(Ask::Held) => {}
             Err(e) => tracing::warn!(error = %e, "settings/memories markers unavailable"),
         }
@@ -94,6 +98,7 @@ pub async fn recall(memories: &Memories, turn: &Turn<'_>, keys: &[String]) -> Re
         message_id: turn.message_id.clone(),
         requested_keys: ask,
         system_message,
+        schemas,
     });
     out
 }

@@ -317,7 +317,9 @@ try {
   await a.locator('[data-testid=memory-proposal]').filter({ hasText: 'Kyoto' }).waitFor();
   await a.click('[data-testid=memory-proposal] [data-testid=proposal-accept]');
   await count(a, '[data-testid=memory-proposal]', 0);
-  await dialog.locator('textarea').fill('{"destination": "Lisbon", "travellers": 2}');
+  // A form from the category's JSON Schema (the request carries it).
+  await dialog.locator('input[name=destination]').fill('Lisbon');
+  await dialog.locator('input[name=travellers]').fill('2');
   await dialog.locator('[data-testid=settings-confirm]').click();
   for (const page of [a, b]) await count(page, '[data-testid=settings-dialog]', 0);
   for (const page of [a, b]) await page.locator('[data-testid=memory-suggestion]').filter({ hasText: 'Kyoto in Autumn' }).waitFor();
