@@ -326,6 +326,15 @@ try {
   await a.click('[data-testid=memory-suggestion] [data-testid=memory-reject]');
   for (const page of [a, b]) await count(page, '[data-testid=memory-suggestion]', 0);
 
+  console.log('flow: chatd shuts down while an answer streams: the answer ends as cut by the shutdown, said so, and the page reconnects');
+  const beforeShutdown = Number(await a.locator('#connection').getAttribute('data-opened'));
+  await say(a, 'Tell me about figs, and stall');
+  await a.locator(assistant('streaming')).filter({ hasText: 'starts with' }).waitFor();
+  await need('shut-down-and-restart');
+  await a.locator(assistant('done')).locator('[data-testid=notice]').filter({ hasText: 'the server restarted' }).waitFor();
+  assert.equal(await a.locator(assistant('done')).filter({ hasText: 'Stopped.' }).count(), 0);
+  await a.waitForSelector(`#connection[data-state=open][data-opened="${beforeShutdown + 1}"]`);
+
   console.log('flow: a wrong passphrase is refused at sign-in before anything is written; a phone-sized screen never scrolls sideways');
   const phone = await chrome.browser.newContext({ viewport: { width: 390, height: 844 }, isMobile: true, hasTouch: true });
   const d = await phone.newPage();

@@ -291,7 +291,9 @@ dev_login = true
         redis = redis.url(),
         apps = apps.path().display(),
     );
-    let mut chatd = ChatdProcess::start(std::path::Path::new(BIN), &config, &[])
+    // A short drain, for the flow that shuts chatd down while an answer stalls.
+    let grace = [("CHATD__SERVER__SHUTDOWN_GRACE", "2s".to_string())];
+    let mut chatd = ChatdProcess::start(std::path::Path::new(BIN), &config, &grace)
         .await
         .unwrap();
 
@@ -356,6 +358,14 @@ dev_login = true
                 }
                 "forget-stall" => {
                     script.gates.lock().unwrap().pop_front().unwrap();
+                }
+                "shut-down-and-restart" => {
+                    // SIGTERM while an answer stalls: the page is told, the answer ends
+                    // interrupted by the shutdown (after `shutdown_grace`), chatd comes back.
+                    let status = chatd.terminate().await.unwrap();
+                    assert!(status.success(), "chatd's drain exited with {status}");
+                    script.gates.lock().unwrap().pop_front().unwrap();
+                    chatd.restart().await.unwrap();
                 }
                 "restart-empty" => {
                     chatd.kill().await;

@@ -121,6 +121,14 @@ impl ChatdProcess {
         std::fs::read_to_string(self.log_path()).unwrap_or_default()
     }
 
+    /// SIGTERM (chatd drains: devices are told, running answers get `shutdown_grace`), and
+    /// waits for the process to exit.
+    pub async fn terminate(&mut self) -> anyhow::Result<std::process::ExitStatus> {
+        crate::process::signal(self.child.as_ref(), "TERM").await?;
+        let mut child = self.child.take().context("the process is not running")?;
+        Ok(child.wait().await?)
+    }
+
     /// SIGKILL, and waits for the process to be gone.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {
