@@ -187,6 +187,8 @@ impl Session {
                 }
                 self.set_active_chat(m);
                 if let Some(chat) = chat {
+                    // A focus mode started before this device connected.
+                    self.tell_active_focus(chat.clone()).await;
                     self.catch_up(&chat).await;
                 }
             }

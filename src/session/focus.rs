@@ -77,6 +77,21 @@ impl Session {
         );
     }
 
+    /// The chat's active focus mode, to this device only (nothing when none, or when the
+    /// cache cannot say: the device hears of the next change).
+    pub(super) async fn tell_active_focus(&self, chat: ChatId) {
+        match self.app.ai_cache.focus(&self.device.user_hash, &chat).await {
+            Ok(Some(FocusRecord {
+                active: Some(focus_id),
+            })) => self.reply(ServerMessage::FocusModeActivated(FocusModeActivated {
+                chat_id: chat,
+                focus_id,
+            })),
+            Ok(_) => {}
+            Err(e) => tracing::debug!(error = %e, "a chat's focus mode is not known now"),
+        }
+    }
+
     fn unknown_focus(&self, chat: &ChatId, id: &str) {
         let mut p = ErrorPayload::new(
             ErrorCode::UnknownFocusMode,

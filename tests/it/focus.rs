@@ -220,6 +220,9 @@ async fn the_user_starts_a_focus_mode_and_bad_requests_change_nothing() {
     activated(&mut laptop, chat).await;
     ask(&mut phone, chat, "m3").await;
     assert_focus(&fake, true);
+    // A device that opens the chat later is told the mode is active.
+    let mut tablet = app.connect_showing("alice", chat).await;
+    activated(&mut tablet, chat).await;
 
     // Ending another focus mode than the active one, or ending it in another user's chat.
     phone.send_json(deactivate(chat, Some("docs-nope"))).await;
