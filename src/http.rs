@@ -1,5 +1,6 @@
 //! The HTTP surface: `/v1/ws` (WebSocket), `/healthz` (process up), `/readyz`
-//! (dependencies reachable), `/metrics` (Prometheus text); the browser side (`/`,
+//! (dependencies reachable), `/metrics` (Prometheus text), `/v1/focus-modes` (the focus
+//! modes the apps declare: public configuration); the browser side (`/`,
 //! `/chatd-client.js`, `/v1/dev/token`) comes from [`web`].
 
 use std::sync::Arc;
@@ -21,6 +22,7 @@ pub fn router(app: Arc<AppState>) -> Router {
         .route("/healthz", get(healthz))
         .route("/readyz", get(readyz))
         .route("/metrics", get(metrics))
+        .route("/v1/focus-modes", get(focus_modes))
         .merge(web::routes(&app))
         .with_state(app)
 }
@@ -54,6 +56,21 @@ async fn readyz(State(app): State<Arc<AppState>>) -> Response {
         StatusCode::SERVICE_UNAVAILABLE
     };
     (status, axum::Json(body)).into_response()
+}
+
+/// Every focus mode a user may start (`chat_focus_mode_activate`): id, app and title.
+async fn focus_modes(State(app): State<Arc<AppState>>) -> Response {
+    let modes: Vec<_> = app
+        .focus
+        .all()
+        .iter()
+        .map(|m| json!({"id": m.id, "app_id": m.app_id, "title": m.title}))
+        .collect();
+    (
+        [(header::CACHE_CONTROL, "no-cache")],
+        axum::Json(json!({ "focus_modes": modes })),
+    )
+        .into_response()
 }
 
 async fn metrics(State(app): State<Arc<AppState>>) -> Response {

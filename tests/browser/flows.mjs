@@ -297,6 +297,8 @@ try {
   console.log('flow: the user starts and ends a focus mode; every device showing the chat sees it');
   const focusChat = await a.evaluate(() => sessionStorage.getItem('chatd-demo-chat'));
   await b.locator(`[data-testid=chat-list-item][data-chat-id="${focusChat}"]`).click();
+  // Offered from the server's list of focus modes.
+  await a.locator('#focus-known option[value="docs-deep_dive"]').waitFor({ state: 'attached' });
   await a.fill('[data-testid=focus-id]', 'docs-deep_dive');
   await a.click('[data-testid=focus-toggle]');
   for (const page of [a, b]) {

@@ -202,6 +202,21 @@ async fn the_user_starts_a_focus_mode_and_bad_requests_change_nothing() {
     let mut laptop = app.connect("alice").await;
     ask(&mut phone, chat, "m1").await;
     assert_focus(&fake, false);
+    // The modes a user may start, listed for clients.
+    let listed: serde_json::Value = reqwest::get(app.http_url("/v1/focus-modes"))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    assert!(
+        listed["focus_modes"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|m| m["id"] == FOCUS && m["app_id"] == "docs"),
+        "{listed}"
+    );
 
     // An id no app declares.
     phone.send_json(activate(chat, "docs-nope")).await;

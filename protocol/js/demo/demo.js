@@ -145,6 +145,9 @@ async function enter(who, key) {
   });
   on('error', (d) => notice(`${d.code}: ${d.message}`));
   for (const f of JSON.parse(localStorage.getItem(FOCUS) ?? '[]')) remember(f);
+  // The focus modes this server's apps offer, to pick from.
+  fetch('/v1/focus-modes').then((r) => (r.ok ? r.json() : { focus_modes: [] }))
+    .then((d) => d.focus_modes.forEach((/** @type {{id: string}} */ m) => remember(m.id)), () => {});
   on('history_resent', (d) => console.info(`re-sent ${d.messages} messages of ${d.chat_id} from this browser`));
   renderChats(await client.listChats());
   const last = sessionStorage.getItem(CHAT);
