@@ -29,6 +29,7 @@ mod history;
 mod http_surface;
 mod links;
 mod mcp;
+mod mcp_everything;
 mod memories;
 mod module_graph;
 mod node_loss;
