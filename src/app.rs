@@ -92,6 +92,7 @@ impl App {
         let sanitizer = models.or_preprocessing(&config.skills.content_sanitization_model);
         let skills = Skills::load(
             &config.skills,
+            &config.keys,
             ai_cache.clone(),
             sanitizer,
             tasks.turns.clone(),

@@ -76,12 +76,17 @@ fn main() -> ExitCode {
 /// `lint-skills --start-mcp`: each MCP app's server started, its tools listed and checked.
 fn list_mcp(dir: &std::path::Path, deadline: Duration) -> anyhow::Result<()> {
     let apps = chatd::skills::manifest::load(dir)?;
+    // `{vault: ...}` references are read with the key service's settings (the environment's
+    // CHATD__KEYS__*, or the defaults).
+    let keys = chatd::config::Config::load(None)?.keys;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let listings = runtime
-        .block_on(chatd::skills::mcp::listing::list_all(&apps, deadline))
+        .block_on(chatd::skills::mcp::listing::list_all(
+            &apps, deadline, &keys,
+        ))
         .map_err(|e| anyhow::anyhow!(e))?;
     for l in listings {
         println!("mcp app `{}`: {} tools offered", l.app_id, l.offered);

@@ -22,6 +22,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::manifest::mcp::{McpSpec, McpStart};
+use crate::config::KeysConfig;
 use conn::{Conn, ConnError, Handler, Progress};
 
 use super::manifest::SkillManifest;
@@ -40,6 +41,8 @@ pub struct McpServer {
     restarts: Mutex<Restarts>,
     /// Deadline of a start (the handshake) and of a listing.
     start_deadline: Duration,
+    /// Where `{vault: ...}` references in the spec are read (at each start).
+    keys: Arc<KeysConfig>,
 }
 
 #[derive(Default)]
@@ -49,7 +52,12 @@ struct Restarts {
 }
 
 impl McpServer {
-    pub fn new(app_id: String, spec: McpSpec, start_deadline: Duration) -> McpServer {
+    pub fn new(
+        app_id: String,
+        spec: McpSpec,
+        start_deadline: Duration,
+        keys: Arc<KeysConfig>,
+    ) -> McpServer {
         McpServer {
             app_id,
             spec,
@@ -57,6 +65,7 @@ impl McpServer {
             conn: tokio::sync::Mutex::new(None),
             restarts: Mutex::new(Restarts::default()),
             start_deadline,
+            keys,
         }
     }
 
@@ -92,7 +101,13 @@ impl McpServer {
                 left.as_millis()
             )));
         }
-        match Conn::open(&self.spec, self.handler.clone(), self.start_deadline).await {
+        let opened = Conn::open(
+            &self.spec,
+            self.handler.clone(),
+            self.start_deadline,
+            &self.keys,
+        );
+        match opened.await {
             Ok(c) => {
                 *self.restarts() = Restarts::default();
                 let c = Arc::new(c);

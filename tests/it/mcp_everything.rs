@@ -11,7 +11,7 @@ use chatd_test_harness::process::{find_binary, port_open, wait_until};
 use serde_json::json;
 
 use crate::skills::{call, calls, offer, text, tool_result};
-use crate::support::{collect_answer, spawn_app, use_llm, user_message};
+use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
 
 /// The package's entry point in the test cache; missing is a failure, never a skip.
 fn everything() -> PathBuf {
@@ -27,9 +27,11 @@ fn everything() -> PathBuf {
     entry
 }
 
-/// chatd with the app `everything` declared by `mcp` (YAML), its tools listed; one turn
-/// calls `echo` with two requests and `get-sum` once; checks what the model saw.
-async fn a_turn_with(mcp: &str) {
+/// chatd with the app `everything` declared by `mcp` (YAML), its tools listed.
+async fn start(
+    mcp: &str,
+    edit: impl FnOnce(&mut chatd::config::Config),
+) -> (FakeLlm, TestApp, tempfile::TempDir) {
     let apps = tempfile::tempdir().unwrap();
     let manifest = format!("id: everything\nname: Everything\nmcp:\n{mcp}");
     std::fs::write(apps.path().join("everything.yml"), manifest).unwrap();
@@ -39,6 +41,7 @@ async fn a_turn_with(mcp: &str) {
         use_llm(c, fake.base_url());
         c.skills.apps_dir = dir;
         c.skills.timeout = Duration::from_secs(20);
+        edit(c);
     })
     .await;
     let skills = app.state.skills.clone();
@@ -54,7 +57,12 @@ async fn a_turn_with(mcp: &str) {
         .await
         .expect("server-everything's tools were not listed within 60 s (see chatd's log)")
         .unwrap();
+    (fake, app, apps)
+}
 
+/// One turn calls `echo` with two requests and `get-sum` once; checks what the model saw.
+async fn a_turn_with(mcp: &str) {
+    let (fake, app, _apps) = start(mcp, |_| {}).await;
     offer(&fake, &["everything-echo", "everything-get_sum"]);
     fake.push(calls(vec![
         call(
@@ -116,4 +124,42 @@ async fn server_everything_over_streamable_http_is_an_app() {
         .await
         .unwrap();
     a_turn_with(&format!("  url: \"http://127.0.0.1:{port}/mcp\"\n")).await;
+}
+
+/// A stdio server's environment may come from Vault/OpenBao KV v2 (`{vault: MOUNT/PATH#FIELD}`,
+/// read with the key service's address and token when the server starts).
+#[tokio::test]
+async fn an_mcp_servers_environment_comes_from_vault() {
+    let bao = chatd_test_harness::openbao::OpenBao::start().await.unwrap();
+    bao.http(
+        "POST",
+        "/v1/secret/data/mcp/everything",
+        Some(json!({"data": {"token": "tok-from-vault-7f3a"}})),
+    )
+    .await
+    .unwrap();
+    let node = find_binary("node", &[], "apt-get install nodejs").unwrap();
+    let mcp = format!(
+        "  command: [\"{}\", \"{}\", \"stdio\"]\n  env: {{EVERYTHING_TOKEN: {{vault: \"secret/mcp/everything#token\"}}}}\n",
+        node.display(),
+        everything().display()
+    );
+    let (fake, app, _apps) = start(&mcp, |c| {
+        c.keys.vault_addr = bao.addr();
+        c.keys.vault_token = Some(bao.root_token().to_string().into());
+    })
+    .await;
+    offer(&fake, &["everything-get_env"]);
+    fake.push(calls(vec![call(
+        "g1",
+        "everything-get_env",
+        json!([{"id": 1}]),
+    )]));
+    fake.push(text("Done."));
+    let mut ws = app.connect_showing("alice", "chat-vault-env").await;
+    ws.send(&user_message("chat-vault-env", "m1", "go")).await;
+    collect_answer(&mut ws).await;
+    let env = tool_result(&fake.requests()[1], "g1");
+    let said = env["results"][0]["results"][0]["text"].as_str().unwrap();
+    assert!(said.contains("tok-from-vault-7f3a"), "{said}");
 }

@@ -23,9 +23,11 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
+use secrecy::ExposeSecret;
 use serde::Deserialize;
 
 use super::OutputContract;
+use crate::config::KeysConfig;
 
 /// A tool name as a skill id: `[a-z0-9_]{1,40}`.
 pub fn skill_id(tool: &str) -> String {
@@ -52,13 +54,14 @@ pub struct McpSpec {
     /// The server's command line (stdio transport).
     #[serde(default)]
     pub command: Vec<String>,
-    /// Its environment (added to chatd's; values are literal or `{env: VAR}`).
+    /// Its environment (added to chatd's; values are literal, `{env: VAR}` or
+    /// `{vault: MOUNT/PATH#FIELD}`).
     #[serde(default)]
     pub env: BTreeMap<String, SecretSpec>,
     /// A streamable-HTTP server's endpoint.
     #[serde(default)]
     pub url: Option<String>,
-    /// Headers of every HTTP request (literal or `{env: VAR}`).
+    /// Headers of every HTTP request (literal, `{env: VAR}` or `{vault: MOUNT/PATH#FIELD}`).
     #[serde(default)]
     pub headers: BTreeMap<String, SecretSpec>,
     #[serde(default)]
@@ -82,20 +85,31 @@ pub enum McpStart {
     Lazy,
 }
 
-/// A value written in the manifest, or the name of an environment variable holding it.
+/// A value written in the manifest, the name of an environment variable holding it, or a
+/// Vault/OpenBao KV v2 reference `MOUNT/PATH#FIELD` (read with the key service's address
+/// and token, like `llm.api_key_vault`, each time the server starts; never logged).
 #[derive(Debug, Clone, Deserialize)]
 #[serde(untagged)]
 pub enum SecretSpec {
     Literal(String),
     Env { env: String },
+    Vault { vault: String },
 }
 
 impl SecretSpec {
-    pub fn resolve(&self) -> Result<String, String> {
+    pub async fn resolve(&self, keys: &KeysConfig) -> Result<String, String> {
         match self {
             SecretSpec::Literal(v) => Ok(v.clone()),
             SecretSpec::Env { env } => {
                 std::env::var(env).map_err(|_| format!("environment variable {env} is not set"))
+            }
+            SecretSpec::Vault { vault } => {
+                let read = crate::crypto::read_secrets(keys, std::slice::from_ref(vault))
+                    .await
+                    .map_err(|e| format!("vault reference {vault}: {e}"))?;
+                read.get(vault)
+                    .map(|s| s.expose_secret().to_string())
+                    .ok_or_else(|| format!("vault reference {vault}: not read"))
             }
         }
     }

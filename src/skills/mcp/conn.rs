@@ -22,6 +22,7 @@ use rmcp::transport::{
 use serde_json::Value;
 use tokio::sync::Notify;
 
+use crate::config::KeysConfig;
 use crate::skills::manifest::mcp::McpSpec;
 
 /// Why talking to a server failed.
@@ -77,13 +78,14 @@ impl Conn {
         spec: &McpSpec,
         handler: Handler,
         deadline: Duration,
+        keys: &KeysConfig,
     ) -> Result<Conn, ConnError> {
         let progress = handler.progress.clone();
         let started = tokio::time::timeout(deadline, async {
             if let Some(url) = &spec.url {
                 let mut headers = HashMap::new();
                 for (name, value) in &spec.headers {
-                    let value = value.resolve().map_err(ConnError::Start)?;
+                    let value = value.resolve(keys).await.map_err(ConnError::Start)?;
                     let name = reqwest::header::HeaderName::try_from(name.as_str())
                         .map_err(|e| ConnError::Start(format!("header {name}: {e}")))?;
                     let value = reqwest::header::HeaderValue::try_from(value)
@@ -105,7 +107,7 @@ impl Conn {
                 let mut command = tokio::process::Command::new(program);
                 command.args(args).kill_on_drop(true);
                 for (name, value) in &spec.env {
-                    command.env(name, value.resolve().map_err(ConnError::Start)?);
+                    command.env(name, value.resolve(keys).await.map_err(ConnError::Start)?);
                 }
                 // The server's stderr is its own log: it may hold what users sent it, so it
                 // is not copied into chatd's.

@@ -4,10 +4,12 @@
 //! that would leave the declaration unused), is a problem; tools left out (no safe way to
 //! offer them) are reported with the reason.
 
+use std::sync::Arc;
 use std::time::Duration;
 
 use super::McpServer;
 use super::tools::skills_of;
+use crate::config::KeysConfig;
 use crate::skills::manifest::AppManifest;
 
 /// What one MCP app's server offers.
@@ -22,11 +24,16 @@ pub struct Listing {
 
 /// Starts each MCP app's server (one at a time, each stopped after), lists its tools and
 /// checks them; the first problem as an error.
-pub async fn list_all(apps: &[AppManifest], deadline: Duration) -> Result<Vec<Listing>, String> {
+pub async fn list_all(
+    apps: &[AppManifest],
+    deadline: Duration,
+    keys: &KeysConfig,
+) -> Result<Vec<Listing>, String> {
+    let keys = Arc::new(keys.clone());
     let mut out = Vec::new();
     for app in apps {
         let Some(spec) = &app.mcp else { continue };
-        let server = McpServer::new(app.id.clone(), spec.clone(), deadline);
+        let server = McpServer::new(app.id.clone(), spec.clone(), deadline, keys.clone());
         let listed = server.list().await;
         server.stop().await;
         let tools = listed.map_err(|e| format!("app `{}`: {e}", app.id))?;
