@@ -186,6 +186,7 @@ impl Skills {
     /// detector prompt; `detector_model` runs the prompt-injection check.
     pub fn load(
         config: &SkillsConfig,
+        keys: &crate::config::KeysConfig,
         cache: AiCache,
         detector_model: Model,
         tasks: tokio_util::task::TaskTracker,
@@ -197,11 +198,13 @@ impl Skills {
             .redirect(reqwest::redirect::Policy::limited(5))
             .build()
             .map_err(|e| SkillsError::Setup(e.to_string()))?;
+        let keys = Arc::new(keys.clone());
         let mcp = mcp::McpApps::new(
             apps.iter()
                 .filter_map(|a| {
                     a.mcp.clone().map(|spec| {
-                        Arc::new(mcp::McpServer::new(a.id.clone(), spec, config.timeout))
+                        let id = a.id.clone();
+                        Arc::new(mcp::McpServer::new(id, spec, config.timeout, keys.clone()))
                     })
                 })
                 .collect(),
