@@ -8,6 +8,7 @@
 //! PostgreSQL) run chatd's parts in-process with real Redis, OpenBao and PostgreSQL.
 #![allow(clippy::unwrap_used, clippy::expect_used, clippy::panic)]
 
+mod chaos;
 mod charts;
 mod client;
 mod cluster_bench;
@@ -81,6 +82,8 @@ fn kinds(r: &[Relay]) -> Vec<Kind> {
 
 #[derive(Subcommand)]
 enum Command {
+    /// Three chatd nodes under faults while users chat; the history is checked after.
+    Chaos(chaos::Args),
     /// Two chatd nodes in cluster mode on a harness Redis and PostgreSQL: frame delivery
     /// to another node vs the same node, cancel latency across nodes, and resume latency
     /// for a 500-frame log.
@@ -325,6 +328,7 @@ fn main() -> anyhow::Result<()> {
     let out = cli.out;
     runtime.block_on(async move {
         match cli.command {
+            Command::Chaos(args) => chaos::run(args, &out).await,
             Command::Cluster {
                 chats,
                 seconds,

@@ -1,0 +1,61 @@
+//! PostgreSQL as a fault target: the harness's server cannot be restarted from outside,
+//! so its fault here is a freeze (SIGSTOP of the postmaster and every backend, then
+//! SIGCONT): to chatd, a store that stops answering, then comes back.
+
+use super::services::signal;
+
+/// The postmaster listening on `port` (found by its command line) and its children.
+pub fn processes(port: u16) -> Vec<u32> {
+    let Ok(dir) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let pids: Vec<u32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    let port = port.to_string();
+    let postmaster = pids.iter().copied().find(|pid| {
+        let Ok(cmd) = std::fs::read(format!("/proc/{pid}/cmdline")) else {
+            return false;
+        };
+        let args: Vec<&[u8]> = cmd.split(|b| *b == 0).collect();
+        let named = args.first().is_some_and(|a| a.ends_with(b"postgres"));
+        named
+            && args
+                .windows(2)
+                .any(|w| w[0] == b"-p" && w[1] == port.as_bytes())
+    });
+    let Some(postmaster) = postmaster else {
+        return Vec::new();
+    };
+    let mut all = vec![postmaster];
+    all.extend(
+        pids.into_iter()
+            .filter(|pid| parent(*pid) == Some(postmaster)),
+    );
+    all
+}
+
+fn parent(pid: u32) -> Option<u32> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    stat.rsplit_once(") ")?
+        .1
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+/// Sends `sig` to every PostgreSQL process (the postmaster first on STOP, last on CONT).
+pub async fn signal_all(pids: &[u32], sig: &str) -> anyhow::Result<()> {
+    let ordered: Vec<u32> = if sig == "CONT" {
+        pids.iter().rev().copied().collect()
+    } else {
+        pids.to_vec()
+    };
+    for pid in ordered {
+        // A backend may have exited since the list was made.
+        let _ = signal(pid, sig).await;
+    }
+    anyhow::ensure!(!pids.is_empty(), "no PostgreSQL process found");
+    Ok(())
+}
