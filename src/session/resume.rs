@@ -23,8 +23,13 @@ impl Session {
             task_id: m.task_id.clone(),
             recovered: replayed.is_some(),
         }));
-        for (index, frame) in replayed.into_iter().flatten() {
-            self.device.replay(&m.task_id, index, &frame);
+        if let Some(replayed) = replayed {
+            // What the device had: a live copy of it (another node's frame that arrived
+            // after the log was read) is not sent again.
+            self.device.skip_to(&m.task_id, replayed.after);
+            for (index, frame) in replayed.frames {
+                self.device.replay(&m.task_id, index, &frame);
+            }
         }
         self.device.end_resume(&m.task_id);
     }

@@ -229,16 +229,27 @@ impl TurnLog {
     }
 }
 
-/// The frames a device resuming after `last_sequence` gets, with their log indexes: every
-/// frame for all devices or for devices showing the chat, logged after the chunk numbered
-/// `last_sequence` (0: from the start), chunks with their cumulative text. `None` when the
-/// position is not in the log (ahead of it, or trimmed away).
-pub fn replay(log: &Logged, last_sequence: u64) -> Option<Vec<(u64, ServerMessage)>> {
+/// What a device resuming a turn gets from its log.
+#[derive(Debug, PartialEq)]
+pub struct Replay {
+    /// The log index of the device's position (the chunk numbered `last_sequence`; 0 from
+    /// the start): the device had every frame up to it, so a live copy of one is not sent.
+    pub after: u64,
+    /// Every frame after it, with its log index.
+    pub frames: Vec<(u64, ServerMessage)>,
+}
+
+/// The frames a device resuming after `last_sequence` gets: every frame for all devices or
+/// for devices showing the chat, logged after the chunk numbered `last_sequence` (0: from
+/// the start), chunks with their cumulative text. `None` when the position is not in the
+/// log (ahead of it, or trimmed away).
+pub fn replay(log: &Logged, last_sequence: u64) -> Option<Replay> {
     if log.first.is_some_and(|f| f > 1) {
         return None;
     }
     let mut text = String::new();
     let mut found = last_sequence == 0;
+    let mut after = 0;
     let mut out = Vec::new();
     for (index, entry) in &log.entries {
         let frame = match entry {
@@ -259,11 +270,12 @@ pub fn replay(log: &Logged, last_sequence: u64) -> Option<Vec<(u64, ServerMessag
         };
         if found && matches!(frame.0, Audience::All | Audience::Showing(_)) {
             out.push((*index, frame.1));
-        } else if sequence == Some(last_sequence) {
+        } else if !found && sequence == Some(last_sequence) {
             found = true;
+            after = *index;
         }
     }
-    found.then_some(out)
+    found.then_some(Replay { after, frames: out })
 }
 
 /// For a device that starts showing a chat while its turn runs: the latest

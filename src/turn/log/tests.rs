@@ -131,7 +131,19 @@ fn replay_table() {
         ("trimmed log", &trimmed, 3, None),
     ];
     for (name, log, position, expected) in cases {
-        assert_eq!(replay(log, position).map(|f| texts(&f)), expected, "{name}");
+        assert_eq!(
+            replay(log, position).map(|r| texts(&r.frames)),
+            expected,
+            "{name}"
+        );
+    }
+    // Where the device's position is in the log (what it had counts as sent).
+    for (position, after) in [(0, 0), (2, 4), (4, 6), (5, 7)] {
+        assert_eq!(
+            replay(&full, position).map(|r| r.after),
+            Some(after),
+            "{position}"
+        );
     }
 }
 
