@@ -109,13 +109,16 @@ impl Device {
         self.outbox.send_encoded(frame, msg);
     }
 
-    /// Starts a resume of `task`: the replay that follows starts over (frames this device
-    /// had before are sent again in order), and live frames of the task are held until
-    /// [`Device::end_resume`].
-    pub fn begin_resume(&self, task: &TaskId) {
+    /// Starts a resume of `task`: live frames of the task are held until
+    /// [`Device::end_resume`]. With `over`, the replay that follows starts over (frames this
+    /// device had before are sent again in order, up to where it says it is); without, what
+    /// it had stays had (a device that shows a chat whose turn it already follows).
+    pub fn begin_resume(&self, task: &TaskId, over: bool) {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
-        pos.index = 0;
+        if over {
+            pos.index = 0;
+        }
         pos.held.get_or_insert_with(Vec::new);
     }
 

@@ -6,8 +6,15 @@
 
 use chatd_protocol::{AiTaskResumed, ChatId, ResumeAiTask, ServerMessage, TaskId};
 
+use std::time::Duration;
+
 use super::Session;
 use crate::turn::log::{self, Logged};
+
+/// How long a resume waits for another node's log to reach the device's position.
+const LOG_CATCH_UP: Duration = Duration::from_millis(500);
+/// How often the log is read again meanwhile.
+const LOG_RETRY: Duration = Duration::from_millis(10);
 
 impl Session {
     pub(super) async fn resume_ai_task(&self, m: ResumeAiTask) {
@@ -16,7 +23,10 @@ impl Session {
         }
         // A device that resumes an answer shows its chat (the live chunks follow).
         self.device.set_active_chat(Some(m.chat_id.clone()));
-        let read = self.read_log(&m.chat_id, &m.task_id).await;
+        self.device.begin_resume(&m.task_id, true);
+        let read = self
+            .read_log_reaching(&m.chat_id, &m.task_id, m.last_sequence)
+            .await;
         let replayed = read.as_ref().and_then(|l| log::replay(l, m.last_sequence));
         self.reply(ServerMessage::AiTaskResumed(AiTaskResumed {
             chat_id: m.chat_id,
@@ -59,6 +69,8 @@ impl Session {
         let Some(task) = self.app.turns.active_task(&self.device.user, chat).await else {
             return;
         };
+        // What this device already had of the turn is not sent again.
+        self.device.begin_resume(&task, false);
         let Some(read) = self.read_log(chat, &task).await else {
             return self.device.end_resume(&task);
         };
@@ -71,10 +83,29 @@ impl Session {
         self.device.end_resume(&task);
     }
 
-    /// Starts holding the task's live frames for this device, waits until the frames this
-    /// node wrote are in the log, and reads it (`None`: no log, or not this user's).
+    /// [`Session::read_log`], read again while the device is ahead of the log (it had a
+    /// frame from the node running the turn whose log write has not landed yet), for at most
+    /// [`LOG_CATCH_UP`].
+    async fn read_log_reaching(
+        &self,
+        chat: &ChatId,
+        task: &TaskId,
+        last_sequence: u64,
+    ) -> Option<Logged> {
+        let deadline = tokio::time::Instant::now() + LOG_CATCH_UP;
+        loop {
+            let read = self.read_log(chat, task).await;
+            let ahead = read.as_ref().is_some_and(|l| log::behind(l, last_sequence));
+            if !ahead || tokio::time::Instant::now() >= deadline {
+                return read;
+            }
+            tokio::time::sleep(LOG_RETRY).await;
+        }
+    }
+
+    /// Waits until the frames this node wrote are in the log and reads it (`None`: no log,
+    /// or not this user's). The device holds the task's live frames meanwhile.
     async fn read_log(&self, chat: &ChatId, task: &TaskId) -> Option<Logged> {
-        self.device.begin_resume(task);
         let outlet = &self.app.outlet;
         outlet.flushed(task).await;
         match outlet.log.read(&self.device.user_hash, chat, task).await {

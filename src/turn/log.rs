@@ -278,6 +278,27 @@ pub fn replay(log: &Logged, last_sequence: u64) -> Option<Replay> {
     found.then_some(Replay { after, frames: out })
 }
 
+/// Whether the device's position is ahead of what the log holds yet: the turn goes on and
+/// no chunk numbered `last_sequence` or later is logged (the node running it delivers a
+/// frame before its log write lands, so a device that moves to another node at once can
+/// be a frame ahead of the log for a moment).
+pub fn behind(log: &Logged, last_sequence: u64) -> bool {
+    last_sequence > 0
+        && !log.ended
+        && log.first.is_none_or(|f| f <= 1)
+        && !log.entries.iter().any(|(_, entry)| {
+            let sequence = match entry {
+                LogEntry::Chunk { update, .. } => Some(update.sequence),
+                LogEntry::Frame {
+                    frame: ServerMessage::AiMessageUpdate(u),
+                    ..
+                } => Some(u.sequence),
+                LogEntry::Frame { .. } => None,
+            };
+            sequence.is_some_and(|s| s >= last_sequence)
+        })
+}
+
 /// For a device that starts showing a chat while its turn runs: the latest
 /// `ai_typing_started` and the latest `ai_message_update` (cumulative), with the index of
 /// the newest entry (the device's position afterwards).

@@ -161,3 +161,23 @@ fn latest_is_typing_and_the_newest_cumulative_update() {
     );
     assert_eq!(last, 5);
 }
+
+#[test]
+fn a_position_ahead_of_a_running_turns_log_is_behind_only_until_the_log_reaches_it() {
+    let mut running = log();
+    running.ended = false;
+    // The log holds chunks 1-5.
+    assert!(behind(&running, 6), "one frame ahead of the log");
+    assert!(!behind(&running, 5));
+    assert!(!behind(&running, 0));
+    let mut ended = log();
+    ended.ended = true;
+    assert!(!behind(&ended, 6), "an ended turn's log will not grow");
+    let mut empty = log();
+    empty.ended = false;
+    empty.entries.clear();
+    assert!(!behind(&empty, 0), "from the start is never ahead");
+    let mut trimmed = running;
+    trimmed.first = Some(3);
+    assert!(!behind(&trimmed, 9), "a trimmed log will not bring it back");
+}
