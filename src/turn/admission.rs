@@ -22,7 +22,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::queued::{Queued, Work};
 use super::Inbound;
-use super::store::{Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError};
+use super::store::{Admit, Admitted, Finished, Lease, TurnStore, TurnStoreError};
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
 use crate::crypto::{Keyring, SealError, UserHash};
@@ -211,7 +211,7 @@ impl Turns {
         work: Vec<Work>,
         parent: &CancellationToken,
     ) -> TurnTicket {
-        let ticket = TurnTicket::new(lease, work, parent);
+        let ticket = TurnTicket::new(lease, self.lease, work, parent);
         self.local().insert(
             ticket.task_id.clone(),
             Local {
@@ -298,8 +298,10 @@ impl Turns {
     /// Renews a running turn's lease; stops the turn when a cancel was requested from
     /// another node, or when the lease was lost. False when the turn must stop writing.
     pub async fn renew(&self, ticket: &TurnTicket) -> bool {
+        let asked = std::time::Instant::now();
         match self.store.renew(&ticket.lease, self.lease).await {
             Ok(renewed) => {
+                ticket.lease_clock.renewed(asked, self.lease);
                 if let Some(reason) = renewed.cancel {
                     ticket.stop(reason);
                 }
@@ -309,11 +311,12 @@ impl Turns {
             // free again when it ends.
             Err(TurnStoreError::Gone) => {
                 tracing::warn!("the turn's lease is gone; finishing the turn anyway");
+                ticket.lease_clock.renewed(asked, self.lease);
                 true
             }
             Err(TurnStoreError::Fenced) => {
                 tracing::warn!("the turn's lease moved to another node; stopping it");
-                ticket.stop(CancelReason::Revoked);
+                ticket.lose();
                 false
             }
             Err(e) => {

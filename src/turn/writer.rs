@@ -21,6 +21,7 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
 
+use super::lease_clock::LeaseClock;
 use super::log::{LogEntry, TurnLog};
 use super::store::TurnStoreError;
 use crate::crypto::UserHash;
@@ -93,6 +94,9 @@ struct Written {
     suggestions: Vec<String>,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
+    /// The lease lapsed by this node's clock during the turn: from then on its frames reach
+    /// this node's devices only after the log took them (in order).
+    after_log: bool,
     /// When the turn started, until its first chunk is timed
     /// (`chatd_turn_first_chunk_seconds`).
     first_chunk_from: Option<std::time::Instant>,
@@ -107,6 +111,8 @@ struct Logged {
     /// The log entry in its stored form (see [`LogEntry::encode`]).
     entry: Vec<u8>,
     publish: Option<(Audience, ServerMessage)>,
+    /// For this node's devices, once the log took it (the lease lapsed by the clock).
+    local: Option<(Audience, ServerMessage)>,
 }
 
 /// Which turn a writer writes, and where its log goes.
@@ -118,6 +124,8 @@ pub struct TurnKey {
     pub message: MessageId,
     /// The lease generation the log appends are fenced with.
     pub generation: u64,
+    /// The turn's lease by this node's clock (`None`: a writer that only ends a turn).
+    pub lease: Option<Arc<LeaseClock>>,
 }
 
 pub struct TurnWriter {
@@ -163,6 +171,7 @@ impl TurnWriter {
                 text: String::new(),
                 first_chunk_from: None,
                 speculation: None,
+                after_log: false,
             }),
             log,
             flushed,
@@ -213,15 +222,22 @@ impl TurnWriter {
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
-        let hub = &self.outlet.delivery.hub;
-        hub.send_turn(
-            &self.key.owner,
-            &audience,
-            &self.key.task,
-            w.index,
-            encoded,
-            &msg,
-        );
+        // A node whose lease lapsed by its own clock may have lost the turn: what follows
+        // reaches its devices only through the log (which refuses a fenced owner).
+        let lapsed =
+            self.log.is_some() && self.key.lease.as_ref().is_some_and(|clock| !clock.holds());
+        w.after_log |= lapsed;
+        let local = w.after_log.then(|| (audience.clone(), msg.clone()));
+        if local.is_none() {
+            self.outlet.delivery.hub.send_turn(
+                &self.key.owner,
+                &audience,
+                &self.key.task,
+                w.index,
+                encoded,
+                &msg,
+            );
+        }
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
         }
@@ -245,6 +261,7 @@ impl TurnWriter {
             index: w.index,
             entry,
             publish,
+            local,
         });
     }
 
@@ -366,7 +383,18 @@ async fn flush_one(outlet: &Outlet, key: &TurnKey, l: Logged, fenced: &mut bool)
             *fenced = true;
             return;
         }
-        Err(e) => tracing::warn!(error = %e, "could not log a turn frame"),
+        Err(e) => {
+            tracing::warn!(error = %e, "could not log a turn frame");
+            // Held for the log and the log cannot be reached: not for this node's devices.
+            if l.local.is_some() {
+                return;
+            }
+        }
+    }
+    if let Some((audience, msg)) = &l.local {
+        let frame = EncodedFrame::new(msg);
+        let hub = &outlet.delivery.hub;
+        hub.send_turn(&key.owner, audience, &key.task, l.index, frame, msg);
     }
     if let Some((audience, frame)) = l.publish {
         outlet

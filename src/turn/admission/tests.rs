@@ -157,3 +157,25 @@ async fn abandoning_a_deleted_chat_drops_its_queue_and_marks_the_turn() {
         "the queued message is not answered"
     );
 }
+
+/// A node whose lease moved on (it was paused past it, another node took the turn over)
+/// stops the turn at its next renewal and writes nothing back.
+#[tokio::test(start_paused = true)]
+async fn a_turn_whose_lease_moved_on_stops_and_writes_nothing_back() {
+    let (a, _, chat) = ids();
+    let root = CancellationToken::new();
+    let (here, there) = nodes(10);
+    let Ok(Admission::Start(t)) = here.admit(&a, &chat, inbound("m1", 1), &root).await else {
+        panic!()
+    };
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let node = NodeId::parse("b").unwrap();
+    let taken = there
+        .store()
+        .take_over_expired(&node, Duration::from_secs(10), 10)
+        .await
+        .unwrap();
+    assert_eq!(taken.len(), 1, "the other node takes the expired lease");
+    assert!(!here.renew(&t).await, "the lease moved on");
+    assert!(t.cancel.is_cancelled() && t.abandoned());
+}

@@ -9,6 +9,7 @@ use chatd_protocol::{MessageId, TaskId};
 use tokio_util::sync::CancellationToken;
 
 use super::super::Inbound;
+use super::super::lease_clock::LeaseClock;
 use super::super::store::{CancelReason, Lease};
 use super::queued::Work;
 use crate::delivery::ConnectionId;
@@ -30,6 +31,8 @@ pub struct TurnTicket {
     pub requesters: Vec<ConnectionId>,
     /// The lease this node holds for the turn.
     pub lease: Lease,
+    /// Until when the lease holds by this node's clock (see [`LeaseClock`]).
+    pub lease_clock: Arc<LeaseClock>,
     pub cancel: CancellationToken,
     flags: Arc<Flags>,
 }
@@ -45,7 +48,12 @@ struct Flags {
 impl TurnTicket {
     /// A ticket for `lease` answering `work` (oldest first); its token is a child of
     /// `parent`.
-    pub(super) fn new(lease: Lease, work: Vec<Work>, parent: &CancellationToken) -> Self {
+    pub(super) fn new(
+        lease: Lease,
+        ttl: std::time::Duration,
+        work: Vec<Work>,
+        parent: &CancellationToken,
+    ) -> Self {
         let mut inbound = Vec::with_capacity(work.len());
         let mut follow_ups = Vec::new();
         for w in work {
@@ -72,6 +80,7 @@ impl TurnTicket {
             follow_ups: follow_ups.into(),
             requesters,
             lease,
+            lease_clock: Arc::new(LeaseClock::new(ttl)),
             cancel: parent.child_token(),
             flags: Arc::default(),
         }
@@ -89,6 +98,15 @@ impl TurnTicket {
         } else {
             Interruption::Shutdown
         }
+    }
+
+    /// The lease moved to another node (which ends the turn for every device): this node
+    /// stops the turn and writes nothing back (no pending answer, no history, no
+    /// postprocessing), as for a deleted chat.
+    pub fn lose(&self) {
+        self.flags.abandoned.store(true, Ordering::Release);
+        self.flags.revoked.store(true, Ordering::Release);
+        self.cancel.cancel();
     }
 
     /// Stops the turn for `reason`.

@@ -21,6 +21,11 @@ impl Turn<'_> {
             whole,
             reprocess,
         } = answered;
+        // A lease that lapsed by this node's clock (a pause, a cut from the store) is
+        // confirmed before anything is written back: lost, the turn writes nothing.
+        if !self.ticket.lease_clock.holds() {
+            self.deps.turns.renew(self.ticket).await;
+        }
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
         if answered {
             self.remember(&ctx, &outcome.text).await;
