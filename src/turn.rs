@@ -4,6 +4,7 @@
 pub mod admission;
 pub mod deps;
 pub mod follow_up;
+pub mod lease_clock;
 pub mod log;
 pub mod node;
 mod post;
