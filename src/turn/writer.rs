@@ -94,8 +94,7 @@ struct Written {
     suggestions: Vec<String>,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
-    /// The lease lapsed by this node's clock during the turn: from then on its frames reach
-    /// this node's devices only after the log took them (in order).
+    /// The lease lapsed by this node's clock: frames reach its devices after the log.
     after_log: bool,
     /// When the turn started, until its first chunk is timed
     /// (`chatd_turn_first_chunk_seconds`).
@@ -222,21 +221,14 @@ impl TurnWriter {
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
-        // A node whose lease lapsed by its own clock may have lost the turn: what follows
-        // reaches its devices only through the log (which refuses a fenced owner).
-        let lapsed =
-            self.log.is_some() && self.key.lease.as_ref().is_some_and(|clock| !clock.holds());
-        w.after_log |= lapsed;
+        // The lease lapsed by this node's clock (the turn may be another node's now): from
+        // here on this node's devices get the frames through the log, which fences.
+        let k = &self.key;
+        w.after_log |= self.log.is_some() && k.lease.as_ref().is_some_and(|c| !c.holds());
         let local = w.after_log.then(|| (audience.clone(), msg.clone()));
         if local.is_none() {
-            self.outlet.delivery.hub.send_turn(
-                &self.key.owner,
-                &audience,
-                &self.key.task,
-                w.index,
-                encoded,
-                &msg,
-            );
+            let hub = &self.outlet.delivery.hub;
+            hub.send_turn(&k.owner, &audience, &k.task, w.index, encoded, &msg);
         }
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
