@@ -254,6 +254,7 @@ fn assemble(
         shutdown: p.tasks.turns_shutdown.clone(),
         focus: p.focus.clone(),
         memories: p.memories.clone(),
+        privacy: crate::privacy::Detector::for_config(&config.privacy),
     });
     let llm_probe = crate::llm::probe::LlmProbe::new(turn.models.main().client.clone());
     let auth = Authenticator::new(keys, crate::auth::oidc::Oidc::from_config(&config.auth)?);

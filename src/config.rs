@@ -15,6 +15,7 @@ use serde::Deserialize;
 mod auth;
 mod cluster;
 mod kv_ref;
+mod privacy;
 mod routines;
 mod skills;
 mod validate;
@@ -23,6 +24,7 @@ mod web;
 pub use auth::AuthConfig;
 pub use cluster::ClusterConfig;
 pub use kv_ref::KvRef;
+pub use privacy::{PersonalData, PrivacyConfig};
 pub use routines::RoutinesConfig;
 pub use skills::{SkillsConfig, WebSearchConfig};
 pub use web::{Toggle, WebConfig};
@@ -48,6 +50,9 @@ pub struct Config {
     /// `[routines]` (optional: every key has a default).
     #[serde(default)]
     pub routines: RoutinesConfig,
+    /// `[privacy]`: pseudonymisation before model requests (optional).
+    #[serde(default)]
+    pub privacy: PrivacyConfig,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -179,11 +184,22 @@ pub struct PipelineConfig {
     pub stage_timeout: Duration,
     pub max_tool_rounds: u32,
     pub answer_reserve_tokens: u32,
+    /// The share of the main model's context window (after `answer_reserve_tokens`) past
+    /// which a chat's oldest messages are summarised into one compressed message after an
+    /// answer (`turn::compress`); 0 turns compression off (the oldest are only trimmed).
+    pub compress_at: f64,
     /// The longest a turn may run (tool calls included); it ends then with
     /// `turn_deadline` and the text so far.
     #[serde(with = "humantime_serde")]
     pub turn_deadline: Duration,
     pub postprocessing: bool,
+    /// A chat's latest summary joins its main system prompt, and the summaries of the
+    /// user's other chats in the AI cache join preprocessing (see `pipeline::summary`).
+    pub carry_summary: bool,
+    /// How many other chats' summaries preprocessing gets (0 to 3).
+    pub recent_summaries: usize,
+    /// Tokens of one carried summary at most (a longer one is cut).
+    pub summary_max_tokens: u32,
     /// Postprocessing's `harmful_response` at or above which the answer is reprocessed
     /// (0: never).
     pub harmful_response_threshold: u8,

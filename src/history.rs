@@ -8,6 +8,7 @@
 //! A hit reads the chat and appends the new message in one cache operation; a re-sent
 //! history is cached uncounted (its length bounds its tokens, see `pipeline::tokens`).
 
+pub mod compressed;
 pub mod embed_refs;
 mod remember;
 #[cfg(test)]
@@ -24,8 +25,8 @@ use futures_util::future::join_all;
 use crate::cache::ai::{AiCache, CacheFault, CachedMessage, EmbedWrite, Loaded, content_hash};
 use crate::crypto::UserHash;
 use crate::inbound::Inbound;
+use crate::pipeline::HistoryEntry;
 use crate::pipeline::tokens::{self, Tokens};
-use crate::pipeline::{HistoryEntry, HistoryRole};
 
 pub use remember::remember;
 
@@ -111,6 +112,7 @@ async fn from_resent(
             created_at: h.created_at,
             category: h.category.clone(),
             model_name: h.model_name.clone(),
+            replaces_through: h.replaces_through.clone(),
         });
     }
     // Cached uncounted: counting a long history here would hold the turn for
@@ -269,6 +271,7 @@ fn user_entry(i: &Inbound) -> CachedMessage {
         created_at: i.message.created_at,
         category: None,
         model_name: None,
+        replaces_through: None,
     }
 }
 
@@ -296,13 +299,15 @@ async fn cache_embeds(
     Ok(())
 }
 
-/// The model's view: embed references resolved from the cache (a marker for each one it
-/// lacks), and the ids of the embeds it lacks that the client could send.
+/// The model's view: a compressed history's summary and the messages after it
+/// ([`compressed::view`]), embed references resolved from the cache (a marker for each one
+/// it lacks), and the ids of the embeds it lacks that the client could send.
 async fn for_model(
     cache: &AiCache,
     user: &UserHash,
     messages: &[CachedMessage],
 ) -> Result<(Vec<HistoryEntry>, Vec<EmbedId>), CacheFault> {
+    let messages = compressed::view(messages);
     let refs: Vec<Vec<embed_refs::EmbedRef>> = messages
         .iter()
         .map(|m| embed_refs::find(&m.content))
@@ -348,11 +353,7 @@ async fn for_model(
                 (text, None)
             };
             HistoryEntry {
-                role: match m.role {
-                    Role::User => HistoryRole::User,
-                    Role::Assistant => HistoryRole::Assistant,
-                    Role::System => HistoryRole::System,
-                },
+                role: compressed::history_role(m),
                 tokens: Tokens::of(&content, counted),
                 content,
                 created_at: m.created_at,

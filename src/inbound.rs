@@ -33,6 +33,9 @@ pub struct MessageOptions {
     #[serde(default)]
     pub settings_available: Option<Vec<String>>,
     pub connected_accounts: Vec<String>,
+    /// Names the user marked private (see `ChatMessageAdded::private_names`).
+    #[serde(default)]
+    pub private_names: Vec<String>,
     pub follow_ups_enabled: bool,
     /// The chat key the sending device gave (wrapped by the client; relayed unread).
     #[serde(default)]
@@ -48,6 +51,7 @@ impl Default for MessageOptions {
             chat_tags: Vec::new(),
             settings_available: None,
             connected_accounts: Vec::new(),
+            private_names: Vec::new(),
             follow_ups_enabled: true,
             encrypted_chat_key: None,
         }
@@ -63,6 +67,7 @@ impl MessageOptions {
             chat_tags: m.chat_tags.clone(),
             settings_available: m.app_settings_memories_metadata.clone(),
             connected_accounts: m.connected_accounts.clone(),
+            private_names: crate::privacy::marked_names(&m.private_names),
             follow_ups_enabled: m
                 .user_preferences
                 .as_ref()

@@ -31,6 +31,7 @@ pub mod memories;
 pub mod metrics;
 pub mod net_guard;
 pub mod pipeline;
+pub mod privacy;
 pub mod redis;
 pub mod routines;
 pub mod schema;

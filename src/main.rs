@@ -76,19 +76,29 @@ fn main() -> ExitCode {
 /// `lint-skills --start-mcp`: each MCP app's server started, its tools listed and checked.
 fn list_mcp(dir: &std::path::Path, deadline: Duration) -> anyhow::Result<()> {
     let apps = chatd::skills::manifest::load(dir)?;
-    // `{vault: ...}` references are read with the key service's settings (the environment's
-    // CHATD__KEYS__*, or the defaults).
-    let keys = chatd::config::Config::load(None)?.keys;
+    // `{vault: ...}` references are read with the key service's settings, and opt-in apps and
+    // their commands come from `skills.mcp_*` (the environment's CHATD__*, or the defaults).
+    let config = chatd::config::Config::load(None)?;
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
         .context("starting the async runtime")?;
     let listings = runtime
         .block_on(chatd::skills::mcp::listing::list_all(
-            &apps, deadline, &keys,
+            &apps,
+            &config.skills,
+            deadline,
+            &config.keys,
         ))
         .map_err(|e| anyhow::anyhow!(e))?;
     for l in listings {
+        if l.off {
+            println!(
+                "mcp app `{}`: off (enabled: false; not in skills.mcp_apps)",
+                l.app_id
+            );
+            continue;
+        }
         println!("mcp app `{}`: {} tools offered", l.app_id, l.offered);
         for (tool, why) in l.left_out {
             println!("  tool `{tool}` left out: {why}");

@@ -1,4 +1,4 @@
-//! The SSRF guard (link checks and `web-read`): which addresses chatd may connect to on a
+//! The SSRF guard (link checks, `web-read`, MCP tools' `guarded_urls`): which addresses chatd may connect to on a
 //! user's or model's behalf, and a DNS resolver for such HTTP clients that resolves, checks every address and hands the client only the
 //! checked addresses (so the connection is pinned to what was checked; a name that resolves
 //! to any forbidden address is refused as a whole).

@@ -72,7 +72,7 @@ impl Routines {
             .all()
             .iter()
             .filter_map(|r| r.manifest.model.clone())
-            .filter_map(|id| models.get(&id).map(|m| (id, m.clone())))
+            .filter_map(|id| models.get(&id).map(|m| (id, m)))
             .collect();
         Routines {
             inner: Arc::new(Inner {

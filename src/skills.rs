@@ -199,16 +199,9 @@ impl Skills {
             .build()
             .map_err(|e| SkillsError::Setup(e.to_string()))?;
         let keys = Arc::new(keys.clone());
-        let mcp = mcp::McpApps::new(
-            apps.iter()
-                .filter_map(|a| {
-                    a.mcp.clone().map(|spec| {
-                        let id = a.id.clone();
-                        Arc::new(mcp::McpServer::new(id, spec, config.timeout, keys.clone()))
-                    })
-                })
-                .collect(),
-        );
+        // Opt-in apps (`enabled: false`) only where `skills.mcp_apps` names them.
+        let servers = mcp::setup::servers(&apps, config, &keys).map_err(SkillsError::Setup)?;
+        let mcp = mcp::McpApps::new(servers);
         Ok(Skills {
             skills: Arc::new(SkillList::new(build(&apps))),
             deps: Arc::new(Deps {
@@ -347,7 +340,12 @@ impl ToolRunner for Skills {
         let Some(skill) = self.find(&call.name) else {
             return PreparedCall::answer(crate::pipeline::tools::refused(&call.name));
         };
-        let requests = match requests::parse_requests(&skill, &call.arguments) {
+        // A skill that declares `personal_data` gets the values behind the placeholders.
+        let arguments = match &ctx.privacy {
+            Some(p) if skill.manifest.personal_data => p.reveal(&call.arguments, true),
+            _ => call.arguments,
+        };
+        let requests = match requests::parse_requests(&skill, &arguments) {
             Ok(r) => r,
             Err(reason) => {
                 return PreparedCall::answer(toon(&json!({

@@ -2,6 +2,7 @@
 //! finishing and handing over to the messages queued behind it.
 
 pub mod admission;
+mod compress;
 pub mod deps;
 pub mod follow_up;
 pub mod lease_clock;

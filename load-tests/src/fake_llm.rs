@@ -337,12 +337,17 @@ async fn completions(State(r): State<Arc<Rendered>>, body: Bytes) -> Response {
     }
 }
 
-/// A call of `name` with arguments `{}`, all at once.
+/// A call of `name` with arguments `{}` (chatd's history compression: a one-fact summary,
+/// so that it succeeds), all at once.
 fn instant_call(name: &str) -> Response {
+    let arguments = match name {
+        "compress_history" => r#"{"facts": ["an earlier exchange"]}"#,
+        _ => "{}",
+    };
     let parts = [
         event(
             json!({"choices": [{"index": 0, "delta": {"tool_calls": [{"index": 0, "id": format!("call_{name}"),
-            "type": "function", "function": {"name": name, "arguments": "{}"}}]}}]}),
+            "type": "function", "function": {"name": name, "arguments": arguments}}]}}]}),
         ),
         event(json!({"choices": [{"index": 0, "delta": {}, "finish_reason": "tool_calls"}]})),
         Bytes::from_static(b"data: [DONE]\n\n"),

@@ -125,6 +125,7 @@ pub async fn run(backend: Backend, keys: Keys, iterations: usize) -> anyhow::Res
                 created_at: i as i64,
                 category: None,
                 model_name: None,
+                replaces_through: None,
             }
         })
         .collect();

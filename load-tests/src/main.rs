@@ -15,6 +15,7 @@ mod cluster_bench;
 mod fake_llm;
 mod floor;
 mod history_bench;
+mod privacy_bench;
 mod procs;
 mod prom;
 mod report;
@@ -84,6 +85,11 @@ fn kinds(r: &[Relay]) -> Vec<Kind> {
 enum Command {
     /// Three chatd nodes under faults while users chat; the history is checked after.
     Chaos(chaos::Args),
+    /// Pseudonymisation's cost on a message's path to the model (in-process).
+    Privacy {
+        #[arg(long, default_value_t = 20000)]
+        iterations: usize,
+    },
     /// Two chatd nodes in cluster mode on a harness Redis and PostgreSQL: frame delivery
     /// to another node vs the same node, cancel latency across nodes, and resume latency
     /// for a 500-frame log.
@@ -347,6 +353,7 @@ fn main() -> anyhow::Result<()> {
                 runs,
             } => sync_bench::run(store, chats, messages_per_chat, runs).await,
             Command::Speculation { chats } => speculation_bench::run(chats).await,
+            Command::Privacy { iterations } => privacy_bench::run(iterations),
             Command::Ttft {
                 rounds,
                 turns,

@@ -96,6 +96,7 @@ async fn fill(
                         thinking_token_count: None,
                         user_message_id: None,
                         status: None,
+                        replaces_through: None,
                     };
                     store.add_message(&user, &chat, &message).await?;
                 }

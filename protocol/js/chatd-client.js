@@ -191,7 +191,7 @@ const AAD = {
  * @typedef {{message_id: string, chat_id: string, role: 'user'|'assistant'|'system',
  *   encrypted_content: string, created_at: number, at?: number, user_message_id?: string,
  *   encrypted_model_name?: string, encrypted_category?: string, stored?: boolean,
- *   confirmed?: boolean, encrypted_thinking_content?: string}} MessageRecord
+ *   confirmed?: boolean, encrypted_thinking_content?: string, replaces_through?: string}} MessageRecord
  * @typedef {{embed_id: string, chat_id: string, message_id?: string, encrypted_type: string,
  *   encrypted_content: string, encrypted_embed_key: string, status?: string, hashed_message_id?: string,
  *   unstored?: {embed: any, keys?: any},
@@ -406,7 +406,7 @@ export function suggestionHash(s) {
  *   content: string, created_at: number, at: number, state: 'streaming'|'done', task_id?: string,
  *   links_repaired?: boolean, error_code?: string, interrupted?: boolean,
  *   interrupted_by_shutdown?: boolean, model_name?: string, pending?: boolean,
- *   thinking?: string, thinking_done?: boolean}} ChatMessage
+ *   thinking?: string, thinking_done?: boolean, replaces_through?: string}} ChatMessage
  * @typedef {{run_id: string, chat_id: string, routine: string,
  *   state: 'running'|'waiting'|'finished', status?: string, question?: string,
  *   information: string[], errors: string[], outcome?: string}} RoutineView
@@ -751,6 +751,7 @@ export class ChatdClient extends EventTarget {
         out.set(r.message_id, {
           message_id: r.message_id, chat_id: chatId, role: r.role, created_at: r.created_at, state: 'done',
           at: r.at ?? order(r.created_at, r.role),
+          ...(r.replaces_through ? { replaces_through: r.replaces_through } : {}),
           content: await unseal(key, r.encrypted_content, AAD.message(chatId, r.message_id)),
           ...(r.role === 'user' ? { pending: this.sending.has(r.message_id) || this.earlier.has(r.message_id) } : {}),
           ...(r.encrypted_thinking_content ? { thinking: await unseal(key, r.encrypted_thinking_content, AAD.thinking(chatId, r.message_id)), thinking_done: true } : {}),
@@ -1082,7 +1083,7 @@ export class ChatdClient extends EventTarget {
       at, message_id: m.message_id, chat_id: chatId, role: m.role, created_at: m.created_at,
       encrypted_content: m.encrypted_content, user_message_id: m.user_message_id,
       encrypted_model_name: m.encrypted_model_name, encrypted_category: m.encrypted_category, stored: true,
-      encrypted_thinking_content: m.encrypted_thinking_content,
+      encrypted_thinking_content: m.encrypted_thinking_content, replaces_through: m.replaces_through,
     }));
     this.unstored.delete(m.message_id);
     const key = this.chatKeys.get(chatId);
@@ -1091,7 +1092,7 @@ export class ChatdClient extends EventTarget {
         const content = await unseal(key, m.encrypted_content, AAD.message(chatId, m.message_id));
         const thinking = m.encrypted_thinking_content ? await unseal(key, m.encrypted_thinking_content, AAD.thinking(chatId, m.message_id)) : undefined;
         if (!this.answers.has(m.message_id)) {
-          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at, state: 'done', ...(thinking ? { thinking, thinking_done: true } : {}) } });
+          this.emit('message', { message: { message_id: m.message_id, chat_id: chatId, role: m.role, content, created_at: m.created_at, at, state: 'done', ...(thinking ? { thinking, thinking_done: true } : {}), ...(m.replaces_through ? { replaces_through: m.replaces_through } : {}) } });
         }
       } catch {
         this.fail('decryption_failed', 'a message does not open', { chat_id: chatId, message_id: m.message_id });
@@ -1198,7 +1199,8 @@ export class ChatdClient extends EventTarget {
    * server (`ai_response_completed`; the server ignores a second copy).
    * @param {{chat_id: string, message_id: string, user_message_id?: string, content: string,
    *   model_name?: string, error_code?: string, interrupted?: boolean, links_repaired?: boolean,
-   *   interrupted_by_shutdown?: boolean, role?: 'assistant'|'system', created_at?: number}} a
+   *   interrupted_by_shutdown?: boolean, role?: 'assistant'|'system', created_at?: number,
+   *   replaces_through?: string}} a
    */
   async finishAnswer(a) {
     if (this.finished.has(a.message_id)) return;
@@ -1217,6 +1219,7 @@ export class ChatdClient extends EventTarget {
       interrupted: a.interrupted, interrupted_by_shutdown: a.interrupted_by_shutdown,
       links_repaired: a.links_repaired || prior?.links_repaired, model_name: a.model_name,
       ...(thought ? { thinking: thought.content, thinking_done: true } : {}),
+      ...(a.replaces_through ? { replaces_through: a.replaces_through } : {}),
     } });
     this.emit('task', { chat_id: a.chat_id, task_id: a.message_id, state: 'done' });
     const key = this.chatKeys.get(a.chat_id);
@@ -1228,6 +1231,7 @@ export class ChatdClient extends EventTarget {
       /** @type {any} */
       const message = { message_id: a.message_id, role, encrypted_content: encrypted, created_at: createdAt };
       if (a.user_message_id) message.user_message_id = a.user_message_id;
+      if (a.replaces_through) message.replaces_through = a.replaces_through;
       if (a.model_name) message.encrypted_model_name = await seal(key, a.model_name, AAD.message(a.chat_id, `${a.message_id}/model`));
       if (thought?.content) {
         message.encrypted_thinking_content = await seal(key, thought.content, AAD.thinking(a.chat_id, a.message_id));
@@ -1249,7 +1253,8 @@ export class ChatdClient extends EventTarget {
     if (!latest) return this.fail('invalid_chat_history', 'the server asked for a history this device does not have', { chat_id: chatId });
     const history = done
       .filter((m) => m.message_id !== latest.message_id && m.created_at <= latest.created_at && m.content)
-      .map((m) => ({ message_id: m.message_id, role: m.role, content: m.content, created_at: m.created_at }));
+      .map((m) => ({ message_id: m.message_id, role: m.role, content: m.content, created_at: m.created_at,
+        ...(m.replaces_through ? { replaces_through: m.replaces_through } : {}) }));
     const embeds = (await this.chatEmbeds(chatId))
       .filter((e) => e.type && e.content && ['finished', 'error', 'cancelled'].includes(e.status))
       .map((e) => ({ embed_id: e.embed_id, type: e.type, content: e.content, status: e.status }));
@@ -1588,6 +1593,11 @@ const HANDLERS = {
 
   request_chat_history(p) {
     return this.answerHistoryRequest(p);
+  },
+
+  /** The server summarised the chat's oldest messages: a system message of the chat, stored and re-sent with its mark. */
+  history_compressed(p) {
+    return this.finishAnswer({ chat_id: p.chat_id, message_id: p.message_id, content: p.content, role: 'system', created_at: p.created_at, replaces_through: p.replaces_through });
   },
 
   async send_embed_data(p) {

@@ -1,6 +1,7 @@
 //! The payloads of an AI answer's frames: typing, the streamed updates and the final one,
 //! preprocessing steps, postprocessing, the background completion, a pending answer, the
-//! answer waiting on a rate limit, resume, cancel and the history request.
+//! answer waiting on a rate limit, resume, cancel, the history request and a compressed
+//! history.
 
 use crate::{ChatId, ErrorCode, MessageId, TaskId};
 use schemars::JsonSchema;
@@ -325,4 +326,21 @@ pub struct RequestChatHistory {
     pub expected_messages: Option<u64>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cached_messages: Option<u64>,
+}
+
+/// `history_compressed`: chatd summarised the chat's oldest messages into one compressed
+/// message (after an answer). The client stores it like a `system` message of the chat
+/// (`ai_response_completed` with `replaces_through`) and re-sends it with the history
+/// (`replaces_through` set); the model then gets it, as quoted data, in place of the
+/// messages up to `replaces_through`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, JsonSchema)]
+pub struct HistoryCompressed {
+    pub chat_id: ChatId,
+    pub message_id: MessageId,
+    /// The summary (markdown): facts, decisions, open questions, the user's preferences.
+    pub content: String,
+    /// Unix seconds.
+    pub created_at: i64,
+    /// The newest message it summarises; the messages after it stay verbatim.
+    pub replaces_through: MessageId,
 }

@@ -193,6 +193,12 @@ pub struct ChatMessageAdded {
     /// Apps for which the user has a connected account (skills that need one are offered only then).
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub connected_accounts: Vec<String>,
+    /// Names (people, companies) the user marked private in this chat: while the server
+    /// pseudonymises (`privacy.pseudonymize` not empty), each is replaced by `[NAME_n]`
+    /// before any model request, in this turn and the chat's later ones, and restored in the
+    /// answer. The first 50 non-empty names of at most 100 bytes are taken.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub private_names: Vec<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub user_preferences: Option<UserPreferences>,
     /// The chat's earlier messages at the top level, as duplicated and incognito chats send
@@ -238,6 +244,7 @@ impl ChatMessageAdded {
             chat_tags: Vec::new(),
             app_settings_memories_metadata: None,
             connected_accounts: Vec::new(),
+            private_names: Vec::new(),
             user_preferences: None,
             message_history: None,
             encrypted_chat_key: None,
@@ -316,6 +323,11 @@ pub struct HistoryMessage {
     pub category: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub model_name: Option<String>,
+    /// Set on a compressed message (`history_compressed`, role `system`): the newest
+    /// message it summarises. chatd gives the model the newest compressed message and the
+    /// messages after this one, not the older ones.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces_through: Option<MessageId>,
 }
 
 /// An embed the client re-sends in plaintext (TOON content) so the server can cache it.

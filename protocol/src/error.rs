@@ -70,6 +70,9 @@ pub enum ErrorCode {
     /// A `message_id` the chat already has came with other content: nothing was stored or
     /// answered (a new message needs a new id).
     MessageIdReused,
+    /// The chat's oldest messages could not be summarised into a compressed message (the
+    /// stage model failed): they are left out of the model's context as before.
+    HistoryCompressionFailed,
 }
 
 impl ErrorCode {
@@ -102,6 +105,7 @@ impl ErrorCode {
             ErrorCode::UnknownSettingsCategory => "unknown_settings_category",
             ErrorCode::InvalidSettingsMemoryEntry => "invalid_settings_memory_entry",
             ErrorCode::MessageIdReused => "message_id_reused",
+            ErrorCode::HistoryCompressionFailed => "history_compression_failed",
         }
     }
 
@@ -133,6 +137,7 @@ impl ErrorCode {
         ErrorCode::UnknownSettingsCategory,
         ErrorCode::InvalidSettingsMemoryEntry,
         ErrorCode::MessageIdReused,
+        ErrorCode::HistoryCompressionFailed,
     ];
 }
 

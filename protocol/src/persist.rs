@@ -101,6 +101,10 @@ pub struct EncryptedMessage {
     pub user_message_id: Option<MessageId>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub status: Option<String>,
+    /// A compressed message's `replaces_through` (see `history_compressed`), kept with it
+    /// so a synced copy is known as one and re-sent with it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces_through: Option<MessageId>,
 }
 
 /// `ai_response_completed`: the encrypted assistant message.

@@ -67,6 +67,9 @@ pub enum ServerMessage {
     PreprocessingStep(PreprocessingStep),
     /// Suggestions, summary and tags computed after the answer; to every device.
     PostProcessingCompleted(PostProcessingCompleted),
+    /// The chat's oldest messages were summarised into one compressed message, which the
+    /// client stores and re-sends with the history; to every device.
+    HistoryCompressed(HistoryCompressed),
     /// A skill invocation changed state; to every device.
     SkillExecutionStatus(crate::SkillExecutionStatus),
     /// Answer to `cancel_skill`.
@@ -175,6 +178,7 @@ impl ServerMessage {
         "request_chat_embeds",
         "preprocessing_step",
         "post_processing_completed",
+        "history_compressed",
         "skill_execution_status",
         "skill_cancel_requested",
         "error",
@@ -241,6 +245,7 @@ impl ServerMessage {
             ServerMessage::RequestChatEmbeds(_) => "request_chat_embeds",
             ServerMessage::PreprocessingStep(_) => "preprocessing_step",
             ServerMessage::PostProcessingCompleted(_) => "post_processing_completed",
+            ServerMessage::HistoryCompressed(_) => "history_compressed",
             ServerMessage::SkillExecutionStatus(_) => "skill_execution_status",
             ServerMessage::SkillCancelRequested(_) => "skill_cancel_requested",
             ServerMessage::Error(_) => "error",

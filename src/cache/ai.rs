@@ -2,8 +2,8 @@
 //! with token counts when known) and its embeds, each sealed with the owner's data key, stored through
 //! the [`CacheBackend`]. Every value is bound to its owner, its chat (or embed) and its
 //! purpose, so a value copied to another user's or chat's key does not open. This file owns
-//! the messages; the embeds are in [`embeds`], the rest of a chat's state in `chat_state`
-//! and `focus`, the user's app preferences in `app_prefs`.
+//! the messages; the embeds are in [`embeds`], the rest of a chat's state in `chat_state`,
+//! `focus` and `summary`, the user's app preferences in `app_prefs`.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -17,10 +17,13 @@ mod app_prefs;
 mod chat_state;
 mod embeds;
 mod focus;
+mod pseudonyms;
+mod summary;
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
 pub use chat_state::MessageSeen;
 pub use embeds::{CachedEmbed, EmbedWrite, content_hash};
 pub use focus::FocusRecord;
+pub use summary::ChatSummaries;
 
 /// One message of a chat as cached for the model (plaintext only inside the sealed value).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -39,6 +42,10 @@ pub struct CachedMessage {
     /// length bounds it until a budget decision needs the exact number).
     #[serde(default)]
     pub token_count: Option<u32>,
+    /// Set on a compressed message (role `system`): the newest message it summarises
+    /// (see `crate::history::compressed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replaces_through: Option<MessageId>,
 }
 
 /// A chat's cached messages as read.
@@ -241,6 +248,9 @@ impl AiCache {
         self.backend.kv_delete(&seen).await?;
         self.backend
             .kv_delete(&keys::chat_focus(user, chat.as_str()))
+            .await?;
+        self.backend
+            .kv_delete(&keys::chat_pseudonyms(user, chat.as_str()))
             .await?;
         Ok(self
             .backend

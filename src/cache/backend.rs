@@ -15,6 +15,15 @@ pub const PENDING_MAX: usize = 16;
 /// A pending answer: its id and sealed value.
 pub type Pending = (String, Vec<u8>);
 
+/// Sealed chat summaries as [`CacheBackend::ai_summaries`] reads them.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct SealedSummaries {
+    /// The asked chat's own summary.
+    pub own: Option<Vec<u8>>,
+    /// Other chats the AI cache holds, with their summaries, most recently used first.
+    pub others: Vec<(ChatId, Vec<u8>)>,
+}
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum CacheError {
     #[error("cache backend unavailable: {0}")]
@@ -81,8 +90,18 @@ pub trait CacheBackend: Send + Sync {
         create: bool,
     ) -> BoxFuture<'a, Result<Option<Vec<Vec<u8>>>, CacheError>>;
 
-    /// Removes a chat from the AI cache with its embeds index, exclusive embeds and
-    /// settings/memories entries.
+    /// The summaries of a user's chats in one step: `chat`'s own (cached or not) and those
+    /// of up to `others` other chats the AI cache holds (its LRU), the most recently used
+    /// first. Refreshes no TTL or recency.
+    fn ai_summaries<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        others: usize,
+    ) -> BoxFuture<'a, Result<SealedSummaries, CacheError>>;
+
+    /// Removes a chat from the AI cache with its embeds index, exclusive embeds,
+    /// settings/memories entries and summary.
     fn ai_delete<'a>(
         &'a self,
         user: &'a UserHash,
@@ -321,6 +340,16 @@ pub mod keys {
     /// A chat's focus-mode record (sealed): which focus mode is active, or that none is.
     pub fn chat_focus(user: &UserHash, chat: &str) -> String {
         format!("{}:chat:{chat}:focus", tag(user))
+    }
+
+    /// A chat's latest summary (sealed); dropped with the chat's messages.
+    pub fn chat_summary(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:summary", tag(user))
+    }
+
+    /// A chat's pseudonym table (sealed); dropped with the chat's messages.
+    pub fn chat_pseudonyms(user: &UserHash, chat: &str) -> String {
+        format!("{}:chat:{chat}:pseudonyms", tag(user))
     }
 
     pub fn app_preferences(user: &UserHash) -> String {

@@ -12,7 +12,9 @@ use chatd_protocol::{ChatId, EmbedId};
 use dashmap::DashMap;
 use futures_util::future::BoxFuture;
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, WriteMode, keys};
+use super::backend::{
+    AiPolicy, CacheBackend, CacheError, PENDING_MAX, Pending, SealedSummaries, WriteMode, keys,
+};
 use crate::crypto::UserHash;
 
 mod chats;
@@ -97,6 +99,15 @@ impl CacheBackend for MemoryBackend {
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         self.ai_delete_now(user, chat);
         ready(Ok(()))
+    }
+
+    fn ai_summaries<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        others: usize,
+    ) -> BoxFuture<'a, Result<SealedSummaries, CacheError>> {
+        ready(Ok(self.ai_summaries_now(user, chat, others)))
     }
 
     fn embed_put<'a>(

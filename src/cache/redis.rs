@@ -18,7 +18,9 @@ use redis::cluster_async::ClusterConnection;
 use redis::{Cmd, Pipeline, Script, ScriptInvocation};
 use tokio::sync::OnceCell;
 
-use super::backend::{AiPolicy, CacheBackend, CacheError, Pending, WriteMode, keys};
+use super::backend::{
+    AiPolicy, CacheBackend, CacheError, Pending, SealedSummaries, WriteMode, keys,
+};
 use crate::crypto::UserHash;
 use crate::redis::RedisConn as Conn;
 
@@ -26,8 +28,8 @@ mod chats;
 mod scripts;
 mod values;
 use scripts::{
-    AI_DELETE, AI_READ, AI_READ_APPEND, AI_WRITE, COUNTER_BUMP, FIELD_CLAIM, PENDING_PUT,
-    SYNC_CLEAR,
+    AI_DELETE, AI_READ, AI_READ_APPEND, AI_SUMMARIES, AI_WRITE, COUNTER_BUMP, FIELD_CLAIM,
+    PENDING_PUT, SYNC_CLEAR,
 };
 
 /// The cache on Redis: the target, the deadline of every call, and the loaded scripts.
@@ -38,6 +40,7 @@ pub struct RedisBackend {
     ai_read_append: Script,
     ai_read: Script,
     ai_delete: Script,
+    ai_summaries: Script,
     sync_clear: Script,
     counter_bump: Script,
     field_claim: Script,
@@ -89,6 +92,7 @@ impl RedisBackend {
             ai_read_append: Script::new(AI_READ_APPEND),
             ai_read: Script::new(AI_READ),
             ai_delete: Script::new(AI_DELETE),
+            ai_summaries: Script::new(AI_SUMMARIES),
             sync_clear: Script::new(SYNC_CLEAR),
             counter_bump: Script::new(COUNTER_BUMP),
             field_claim: Script::new(FIELD_CLAIM),
@@ -202,6 +206,15 @@ impl CacheBackend for RedisBackend {
         chat: &'a ChatId,
     ) -> BoxFuture<'a, Result<(), CacheError>> {
         Box::pin(chats::ai_delete(self, user, chat))
+    }
+
+    fn ai_summaries<'a>(
+        &'a self,
+        user: &'a UserHash,
+        chat: &'a ChatId,
+        others: usize,
+    ) -> BoxFuture<'a, Result<SealedSummaries, CacheError>> {
+        Box::pin(chats::ai_summaries(self, user, chat, others))
     }
 
     fn embed_put<'a>(

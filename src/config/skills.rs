@@ -1,6 +1,7 @@
 //! `[skills]`: where app manifests come from, how skills run, the prompt-injection check,
 //! and the built-in web skills' endpoints.
 
+use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -14,6 +15,17 @@ use super::ConfigError;
 pub struct SkillsConfig {
     /// Directory of `*.yml` app manifests; empty: the built-in `config/apps/`.
     pub apps_dir: PathBuf,
+    /// MCP apps whose manifest says `enabled: false` (the shipped `time` and `fetch`, whose
+    /// packages chatd does not bring) that this node runs.
+    #[serde(default)]
+    pub mcp_apps: Vec<String>,
+    /// Searched first for an MCP app's program named without a `/` (a virtual environment's
+    /// `bin/`); then `PATH`.
+    #[serde(default)]
+    pub mcp_bin_dir: PathBuf,
+    /// An MCP app's command line on this node, by app id (replaces the manifest's).
+    #[serde(default)]
+    pub mcp_commands: BTreeMap<String, Vec<String>>,
     /// Sub-requests of one call running at once.
     pub max_parallel_requests: usize,
     /// Per-attempt deadline of a skill request.
@@ -26,7 +38,8 @@ pub struct SkillsConfig {
     /// the answer: its results follow as their own message.
     #[serde(with = "humantime_serde")]
     pub long_wait: Duration,
-    /// Let `web-read` fetch private, loopback and link-local addresses (tests only).
+    /// Let `web-read` fetch, and an MCP tool's `guarded_urls` name, private, loopback and
+    /// link-local addresses (tests only).
     pub allow_private_targets: bool,
     /// Largest page `web-read` reads.
     pub max_read_bytes: usize,
@@ -68,6 +81,13 @@ impl SkillsConfig {
         }
         if self.timeout.is_zero() {
             return invalid("skills.timeout", "must be longer than zero");
+        }
+        if self
+            .mcp_commands
+            .values()
+            .any(|c| c.first().is_none_or(|p| p.trim().is_empty()))
+        {
+            return invalid("skills.mcp_commands", "each command needs its program");
         }
         if !(0.0..=10.0).contains(&self.injection_review_score)
             || !(0.0..=10.0).contains(&self.injection_block_score)

@@ -203,3 +203,19 @@ fn oidc_sign_in_needs_issuer_and_audience() {
         Some("auth.user_claim")
     );
 }
+
+#[test]
+fn carried_summaries_are_on_by_default_and_bounded() {
+    let c = Config::defaults().unwrap();
+    assert!(c.pipeline.carry_summary);
+    assert_eq!(c.pipeline.recent_summaries, 3);
+    assert_eq!(c.pipeline.summary_max_tokens, 300);
+    let rejects = |edit: fn(&mut PipelineConfig), key: &str| {
+        let mut c = Config::defaults().unwrap();
+        edit(&mut c.pipeline);
+        let err = c.validate().unwrap_err().to_string();
+        assert!(err.contains(key), "{err}");
+    };
+    rejects(|p| p.recent_summaries = 4, "pipeline.recent_summaries");
+    rejects(|p| p.summary_max_tokens = 0, "pipeline.summary_max_tokens");
+}

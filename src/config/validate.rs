@@ -26,6 +26,7 @@ impl Config {
         self.validate_models()?;
         self.skills.validate()?;
         self.routines.validate()?;
+        self.privacy.validate()?;
         self.cluster.validate(self)?;
         self.validate_store()?;
         self.validate_pipeline()?;
@@ -196,6 +197,15 @@ impl Config {
         }
         if p.stage_timeout.is_zero() {
             return invalid("pipeline.stage_timeout", "must be longer than zero");
+        }
+        if !(0.0..=1.0).contains(&p.compress_at) {
+            return invalid("pipeline.compress_at", "must be between 0 (off) and 1");
+        }
+        if p.recent_summaries > 3 {
+            return invalid("pipeline.recent_summaries", "must be between 0 and 3");
+        }
+        if !(1..=4000).contains(&p.summary_max_tokens) {
+            return invalid("pipeline.summary_max_tokens", "must be between 1 and 4000");
         }
         Ok(())
     }

@@ -82,6 +82,10 @@ pub enum Purpose {
     AppPreferences,
     /// A chat's speculation record (its last plan and how its guesses fared).
     Speculation,
+    /// A chat's latest summary (from postprocessing), carried into its next turns.
+    ChatSummary,
+    /// A chat's pseudonym table (personal data ↔ placeholders).
+    Pseudonyms,
 }
 
 impl Purpose {
@@ -98,6 +102,8 @@ impl Purpose {
             Purpose::Routine => "routine",
             Purpose::AppPreferences => "app_preferences",
             Purpose::Speculation => "speculation",
+            Purpose::ChatSummary => "chat_summary",
+            Purpose::Pseudonyms => "pseudonyms",
         }
     }
 }

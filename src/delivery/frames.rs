@@ -13,8 +13,9 @@ pub use ending::{Head, LostTurn, node_lost};
 pub use notice::{Notice, notice};
 
 use chatd_protocol::{
-    AiTaskWaiting, AiTypingStarted, Correction, PostProcessingCompleted, PreprocessingStep,
-    SendEmbedData, ServerMessage, SkillExecutionStatus, ThinkingChunk, ThinkingComplete,
+    AiTaskWaiting, AiTypingStarted, Correction, HistoryCompressed, PostProcessingCompleted,
+    PreprocessingStep, SendEmbedData, ServerMessage, SkillExecutionStatus, ThinkingChunk,
+    ThinkingComplete,
 };
 
 use super::hub::Audience;
@@ -45,6 +46,14 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
         TurnEvent::Step(step) => step_frame(ctx, step),
         TurnEvent::Typing(typing) => typing_started(ctx, typing),
         TurnEvent::PostProcessed(p) => post_processed(ctx, p),
+        TurnEvent::Compressed(c) => ServerMessage::HistoryCompressed(HistoryCompressed {
+            chat_id: ctx.chat_id.clone(),
+            message_id: c.message_id,
+            content: c.content,
+            created_at: c.created_at,
+            replaces_through: c.replaces_through,
+        }),
+        TurnEvent::CompressionFailed => compression_failed(ctx),
         TurnEvent::Skill(e) => skill_status(ctx, e),
         TurnEvent::Embed(e) => embed(ctx, e),
         TurnEvent::Waiting { retry_after } => ServerMessage::AiTaskWaiting(AiTaskWaiting {
@@ -63,6 +72,16 @@ pub fn map(ctx: &TurnContext, event: TurnEvent, sequence: u64) -> Vec<(Audience,
         TurnEvent::MemoryProposal(p) => memory_proposal(ctx, *p),
     };
     vec![(Audience::All, msg)]
+}
+
+fn compression_failed(ctx: &TurnContext) -> ServerMessage {
+    let mut p = chatd_protocol::ErrorPayload::new(
+        chatd_protocol::ErrorCode::HistoryCompressionFailed,
+        "The chat's earlier messages could not be summarised; the oldest are left out of the \
+         model's context as before.",
+    );
+    p.chat_id = Some(ctx.chat_id.clone());
+    ServerMessage::Error(p)
 }
 
 fn step_frame(ctx: &TurnContext, step: StepEvent) -> ServerMessage {

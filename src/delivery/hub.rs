@@ -109,17 +109,22 @@ impl Device {
         self.outbox.send_encoded(frame, msg);
     }
 
-    /// Starts a resume of `task`: live frames of the task are held until
-    /// [`Device::end_resume`]. With `over`, the replay that follows starts over (frames this
-    /// device had before are sent again in order, up to where it says it is); without, what
-    /// it had stays had (a device that shows a chat whose turn it already follows).
-    pub fn begin_resume(&self, task: &TaskId, over: bool) {
+    /// Starts a resume of `task` from the start (`resume_ai_task`): live frames of the task
+    /// are held until [`Device::end_resume`], and the replay that follows sends again, in
+    /// order, what this device had before, up to where it says it is.
+    pub fn begin_resume(&self, task: &TaskId) {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
-        if over {
-            pos.index = 0;
-        }
+        pos.index = 0;
         pos.held.get_or_insert_with(Vec::new);
+    }
+
+    /// Starts a catch-up on `task` (a device that shows a chat whose turn runs): live frames
+    /// are held until [`Device::end_resume`] like a resume's, but what the device had stays
+    /// had.
+    pub fn begin_catch_up(&self, task: &TaskId) {
+        let mut turns = self.positions();
+        position(&mut turns, task).held.get_or_insert_with(Vec::new);
     }
 
     /// Moves the position in `task` forward to `index` (frames up to it count as had).

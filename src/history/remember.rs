@@ -44,6 +44,7 @@ pub async fn remember(
         category: None,
         model_name: Some(ctx.model_name.clone()),
         token_count: Some(tokens::count_one(text).await),
+        replaces_through: None,
     };
     // The answer is one more message of the chat (counted only while the cache counts).
     if let Err(e) = cache.bump_messages_v(owner, &ctx.chat_id, None).await {

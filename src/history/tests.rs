@@ -52,6 +52,7 @@ fn cached(id: &str, role: Role) -> CachedMessage {
         category: None,
         model_name: None,
         token_count: Some(3),
+        replaces_through: None,
     }
 }
 

@@ -115,6 +115,7 @@ fn tool_call_for(request: &LlmRequest) -> Option<ToolCall> {
         let arguments = match name.as_str() {
             "preprocess" => stages::preprocess(question, &tool.parameters),
             "postprocess" => stages::postprocess(question),
+            "compress_history" => stages::compress_history(question),
             "report_prompt_injection" => stages::injection(question),
             _ => serde_json::json!({}),
         };

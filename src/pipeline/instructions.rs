@@ -1,5 +1,6 @@
 //! `config/instructions.yml`: the system-prompt parts, mates by category (plus the apps'
-//! focus modes, added at start-up) and the function definitions of the preprocessing and postprocessing stages. Loaded and
+//! focus modes, added at start-up) and the function definitions of the preprocessing,
+//! postprocessing and history-compression stages. Loaded and
 //! validated once at start-up (and by `chatd check-config`).
 
 use std::collections::HashMap;
@@ -42,6 +43,8 @@ pub struct Prompts {
     pub postprocessing: String,
     /// Added when an answer is generated again after postprocessing judged it harmful.
     pub harmful_response_caution: String,
+    /// The system prompt of history compression (`crate::pipeline::compress`).
+    pub compression: String,
     pub rejection: Rejections,
 }
 
@@ -72,6 +75,8 @@ pub struct FocusMode {
 pub struct Functions {
     pub preprocess: Function,
     pub postprocess: Function,
+    /// Summarises a chat's oldest messages into one compressed message.
+    pub compress_history: Function,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -88,6 +93,7 @@ pub struct Function {
 /// Function names the stages force with `tool_choice`.
 pub const PREPROCESS: &str = "preprocess";
 pub const POSTPROCESS: &str = "postprocess";
+pub const COMPRESS_HISTORY: &str = "compress_history";
 
 /// Arguments of `preprocess` sent only on a chat's first message.
 pub const FIRST_MESSAGE_ONLY: &[&str] = &["title", "icon_names"];
@@ -153,6 +159,7 @@ impl Instructions {
         for (name, f) in [
             (PREPROCESS, &self.functions.preprocess),
             (POSTPROCESS, &self.functions.postprocess),
+            (COMPRESS_HISTORY, &self.functions.compress_history),
         ] {
             if f.parameters.get("type").and_then(|t| t.as_str()) != Some("object")
                 || !f
@@ -207,6 +214,15 @@ impl Instructions {
         let f = &self.functions.postprocess;
         ToolDef {
             name: POSTPROCESS.into(),
+            description: f.description.clone(),
+            parameters: f.parameters.clone(),
+        }
+    }
+
+    pub fn compress_tool(&self) -> ToolDef {
+        let f = &self.functions.compress_history;
+        ToolDef {
+            name: COMPRESS_HISTORY.into(),
             description: f.description.clone(),
             parameters: f.parameters.clone(),
         }

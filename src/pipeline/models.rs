@@ -9,6 +9,7 @@ use secrecy::SecretString;
 
 use crate::config::{Capability, Config, LlmProvider, ModelEntry};
 use crate::llm::{self, LlmClient, LlmError};
+use crate::privacy::{ChatPrivacy, PrivateClient};
 
 #[derive(Debug, Clone)]
 pub struct ModelSpec {
@@ -57,13 +58,84 @@ pub struct Choice {
     pub reason: String,
 }
 
-pub struct Models {
+/// The catalog as configured (shared by every [`Models`] view).
+struct Catalog {
     by_id: HashMap<String, Model>,
     /// Catalog order (ties in selection go to the earlier entry).
     order: Vec<String>,
     preprocessing: String,
     main: String,
     postprocessing: String,
+}
+
+/// The model catalog and each stage's default model, as one chat's turn reaches them: in a
+/// [`Models::private`] view every model's client is the chat's [`PrivateClient`] (its
+/// personal data never reaches a provider).
+#[derive(Clone)]
+pub struct Models {
+    catalog: Arc<Catalog>,
+    private: Option<Arc<ChatPrivacy>>,
+}
+
+impl Models {
+    /// Builds the catalog; `default_client` reaches `llm.base_url` with `llm.api_key`.
+    pub fn from_config(
+        config: &Config,
+        default_client: Arc<dyn LlmClient>,
+    ) -> Result<Models, LlmError> {
+        Ok(Models {
+            catalog: Arc::new(Catalog::from_config(config, default_client)?),
+            private: None,
+        })
+    }
+
+    /// The same catalog whose models reach their providers through `privacy`.
+    pub fn private(&self, privacy: Arc<ChatPrivacy>) -> Models {
+        Models {
+            catalog: self.catalog.clone(),
+            private: Some(privacy),
+        }
+    }
+
+    fn wrap(&self, model: Model) -> Model {
+        match &self.private {
+            Some(p) => Model {
+                client: PrivateClient::wrap(model.client, p.clone()),
+                spec: model.spec,
+            },
+            None => model,
+        }
+    }
+
+    pub fn get(&self, id: &str) -> Option<Model> {
+        self.catalog.get(id).map(|m| self.wrap(m.clone()))
+    }
+
+    pub fn preprocessing(&self) -> Model {
+        self.wrap(self.catalog.preprocessing())
+    }
+
+    /// The model `id` names (a catalog id), or the preprocessing model when it is empty.
+    pub fn or_preprocessing(&self, id: &str) -> Model {
+        self.wrap(self.catalog.or_preprocessing(id))
+    }
+
+    pub fn main(&self) -> Model {
+        self.wrap(self.catalog.main())
+    }
+
+    pub fn postprocessing(&self) -> Model {
+        self.wrap(self.catalog.postprocessing())
+    }
+
+    /// The main model for a turn (see [`Catalog::choose`]).
+    pub fn choose(&self, complexity: Complexity, needs: &Needs, pinned: Option<&str>) -> Choice {
+        let choice = self.catalog.choose(complexity, needs, pinned);
+        Choice {
+            model: self.wrap(choice.model),
+            reason: choice.reason,
+        }
+    }
 }
 
 /// Clients of the catalog's entries by endpoint and key source (`vault:…`, `env:…`).
@@ -126,12 +198,12 @@ fn entry_client(
     Ok(c)
 }
 
-impl Models {
+impl Catalog {
     /// Builds the catalog; `default_client` reaches `llm.base_url` with `llm.api_key`.
-    pub fn from_config(
+    fn from_config(
         config: &Config,
         default_client: Arc<dyn LlmClient>,
-    ) -> Result<Models, LlmError> {
+    ) -> Result<Catalog, LlmError> {
         let m = &config.models;
         let mut by_id = HashMap::new();
         let mut order = Vec::new();
@@ -169,7 +241,7 @@ impl Models {
                 s.clone()
             }
         };
-        Ok(Models {
+        Ok(Catalog {
             preprocessing: pick(&m.preprocessing),
             main: pick(&m.main),
             postprocessing: pick(&m.postprocessing),
@@ -178,7 +250,7 @@ impl Models {
         })
     }
 
-    pub fn get(&self, id: &str) -> Option<&Model> {
+    fn get(&self, id: &str) -> Option<&Model> {
         self.by_id.get(id)
     }
 
@@ -190,12 +262,12 @@ impl Models {
         }
     }
 
-    pub fn preprocessing(&self) -> Model {
+    fn preprocessing(&self) -> Model {
         self.stage(&self.preprocessing)
     }
 
     /// The model `id` names (a catalog id), or the preprocessing model when it is empty.
-    pub fn or_preprocessing(&self, id: &str) -> Model {
+    fn or_preprocessing(&self, id: &str) -> Model {
         if id.is_empty() {
             self.preprocessing()
         } else {
@@ -203,11 +275,11 @@ impl Models {
         }
     }
 
-    pub fn main(&self) -> Model {
+    fn main(&self) -> Model {
         self.stage(&self.main)
     }
 
-    pub fn postprocessing(&self) -> Model {
+    fn postprocessing(&self) -> Model {
         self.stage(&self.postprocessing)
     }
 
@@ -218,7 +290,7 @@ impl Models {
     /// The main model for a turn: a pinned model (if it exists) wins; otherwise the models
     /// with every needed capability, the most capable tier for complex requests and the
     /// configured main model (or else the cheapest) for simple ones.
-    pub fn choose(&self, complexity: Complexity, needs: &Needs, pinned: Option<&str>) -> Choice {
+    fn choose(&self, complexity: Complexity, needs: &Needs, pinned: Option<&str>) -> Choice {
         if let Some(id) = pinned
             && let Some(model) = self.by_id.get(id)
         {
@@ -313,65 +385,4 @@ fn unreachable_model() -> Model {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::config::ModelEntry;
-
-    fn entry(id: &str, tier: u8, caps: &[Capability]) -> ModelEntry {
-        ModelEntry {
-            id: id.into(),
-            name: None,
-            base_url: None,
-            api_key_env: None,
-            api_key_vault: None,
-            api_key: None,
-            context_window: 32_000,
-            capabilities: caps.to_vec(),
-            cost_tier: tier,
-        }
-    }
-
-    fn models() -> Models {
-        let mut config = Config::defaults().unwrap();
-        config.models.catalog = vec![
-            entry("small", 1, &[Capability::Tools]),
-            entry("eyes", 2, &[Capability::Tools, Capability::Vision]),
-            entry("big", 3, &[Capability::Tools, Capability::Reasoning]),
-        ];
-        config.models.main = "small".into();
-        let sim: Arc<dyn LlmClient> =
-            Arc::new(llm::SimulatedClient::new(std::time::Duration::ZERO));
-        Models::from_config(&config, sim).unwrap()
-    }
-
-    #[test]
-    fn selection_honours_complexity_capabilities_and_pins() {
-        let m = models();
-        let none = Needs::default();
-        assert_eq!(
-            m.choose(Complexity::Simple, &none, None).model.spec.id,
-            "small"
-        );
-        assert_eq!(
-            m.choose(Complexity::Complex, &none, None).model.spec.id,
-            "big"
-        );
-        let vision = Needs {
-            capabilities: vec![Capability::Vision],
-        };
-        assert_eq!(
-            m.choose(Complexity::Simple, &vision, None).model.spec.id,
-            "eyes"
-        );
-        assert_eq!(
-            m.choose(Complexity::Complex, &vision, None).model.spec.id,
-            "eyes"
-        );
-        let c = m.choose(Complexity::Complex, &none, Some("small"));
-        assert_eq!(c.model.spec.id, "small");
-        assert!(c.reason.contains("pinned"));
-        let c = m.choose(Complexity::Simple, &none, Some("nope"));
-        assert_eq!(c.model.spec.id, "small");
-        assert!(c.reason.contains("not configured"));
-    }
-}
+mod tests;

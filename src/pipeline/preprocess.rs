@@ -49,6 +49,9 @@ pub struct Input<'a> {
     /// Every declared settings/memories category (`app_id:category`): the ones a new
     /// entry may be suggested for.
     pub settings_categories: Vec<String>,
+    /// Summaries of the user's other recent chats (bounded; quoted as data, see
+    /// [`super::summary`]), so a message may refer back to them.
+    pub recent_summaries: &'a [String],
 }
 
 #[derive(Clone, Copy)]
@@ -205,7 +208,11 @@ impl Stage<'_> {
                 or_none(&input.settings_categories.join(", ")),
             ),
         ]);
-        instructions::fill(&self.instructions.prompts.preprocessing, &values)
+        let prompt = instructions::fill(&self.instructions.prompts.preprocessing, &values);
+        match super::summary::recent_block(input.recent_summaries) {
+            Some(recent) => format!("{prompt}\n\n{recent}"),
+            None => prompt,
+        }
     }
 
     /// The history as model messages, cut into blocks of at most the block budget. When the

@@ -113,7 +113,7 @@ impl StoredPlan {
     /// The plan again, while the catalog still has its model.
     fn plan(&self, models: &Models) -> Option<MainPlan> {
         Some(MainPlan {
-            model: models.get(&self.model)?.clone(),
+            model: models.get(&self.model)?,
             category: self.category.clone(),
             language: self.language.clone(),
             skills: self.skills.clone(),

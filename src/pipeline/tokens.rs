@@ -88,6 +88,25 @@ pub async fn count_one(text: &str) -> u32 {
         .unwrap_or(0)
 }
 
+/// The longest prefix of `text` made of at most `max` of its tokens (stored encoding),
+/// ending on a character boundary. CPU-bound like [`count`]: for short texts.
+pub fn prefix(text: &str, max: u32) -> &str {
+    let tokenizer = STORED.tokenizer();
+    let tokens = tokenizer.encode(text);
+    let mut n = tokens.len().min(max as usize);
+    if n == tokens.len() {
+        return text;
+    }
+    // A cut inside a character's bytes does not decode: one token fewer, until it does.
+    while n > 0 {
+        if let Some(cut) = tokenizer.decode(&tokens[..n]) {
+            return text.get(..cut.len()).filter(|t| *t == cut).unwrap_or("");
+        }
+        n -= 1;
+    }
+    ""
+}
+
 /// A message's size in tokens: counted, or bounded by its byte length.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Tokens {

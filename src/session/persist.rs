@@ -128,6 +128,7 @@ impl Session {
             thinking_token_count: None,
             user_message_id: None,
             status: Some("synced".into()),
+            replaces_through: None,
         };
         let added = self
             .app

@@ -23,7 +23,7 @@ impl Session {
         }
         // A device that resumes an answer shows its chat (the live chunks follow).
         self.device.set_active_chat(Some(m.chat_id.clone()));
-        self.device.begin_resume(&m.task_id, true);
+        self.device.begin_resume(&m.task_id);
         let read = self
             .read_log_reaching(&m.chat_id, &m.task_id, m.last_sequence)
             .await;
@@ -70,7 +70,7 @@ impl Session {
             return;
         };
         // What this device already had of the turn is not sent again.
-        self.device.begin_resume(&task, false);
+        self.device.begin_catch_up(&task);
         let Some(read) = self.read_log(chat, &task).await else {
             return self.device.end_resume(&task);
         };

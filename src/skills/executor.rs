@@ -52,6 +52,13 @@ pub async fn execute(
                 .mcp
                 .get(app)
                 .ok_or_else(|| ExecError::Invalid(format!("no MCP server for `{app}`")))?;
+            // URLs the server will fetch pass chatd's SSRF guard first.
+            if let Some(declared) = server.spec.tools.get(tool) {
+                let guard = crate::net_guard::Guard {
+                    allow_private: config.allow_private_targets,
+                };
+                super::mcp::url_guard::check(&declared.guarded_urls, request, guard).await?;
+            }
             let arguments = request.as_object().cloned().unwrap_or_default();
             let result = server
                 .call(tool, arguments, using.on_progress, using.tasks)

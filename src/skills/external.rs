@@ -96,7 +96,8 @@ impl Invocation {
             flagged: matches!(why, Withheld::Blocked { .. }) || suspicious,
         };
         let detector = &self.deps.detector;
-        match detector.check(&document, &self.cancel).await {
+        let privacy = self.ctx.privacy.as_ref();
+        match detector.check(&document, &self.cancel, privacy).await {
             Ok(verdict) => match detector.apply(
                 &verdict,
                 &filtered

@@ -67,6 +67,12 @@ pub struct SkillManifest {
     #[serde(default)]
     pub provider: Option<String>,
     pub output: OutputContract,
+    /// The skill needs the user's personal data as written (a search for the user's own
+    /// address, a message to send to a number): while `privacy.pseudonymize` hides it from
+    /// the model, the chat's placeholders in this skill's arguments are restored before it
+    /// runs. Without it the skill gets the placeholders.
+    #[serde(default)]
+    pub personal_data: bool,
 }
 
 #[derive(Debug, Clone, Deserialize)]
@@ -218,6 +224,15 @@ pub const BUILT_IN: &[(&str, &str)] = &[
     (
         "config/apps/travel.yml",
         include_str!("../../config/apps/travel.yml"),
+    ),
+    // MCP apps, opt-in (`enabled: false`; `skills.mcp_apps` switches them on).
+    (
+        "config/apps/time.yml",
+        include_str!("../../config/apps/time.yml"),
+    ),
+    (
+        "config/apps/fetch.yml",
+        include_str!("../../config/apps/fetch.yml"),
     ),
 ];
 

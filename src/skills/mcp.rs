@@ -9,10 +9,16 @@
 //! server that died is started again by the next call or listing; one that cannot start
 //! is tried again after a backoff that doubles from [`FIRST_BACKOFF`] to [`MAX_BACKOFF`]
 //! while it keeps failing. Shutdown stops every server.
+//!
+//! Which apps' servers run on a node, and with which program, is [`setup`]'s (`enabled:
+//! false` apps only where `skills.mcp_apps` names them); a tool's URL arguments pass the
+//! SSRF pre-check ([`url_guard`]) before a call is forwarded.
 
 pub mod conn;
 pub mod listing;
+pub mod setup;
 pub mod tools;
+pub mod url_guard;
 
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};

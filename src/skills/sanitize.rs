@@ -80,12 +80,15 @@ pub struct Cleaned {
 }
 
 impl Detector {
-    /// Checks `text` (already stripped); fails if any chunk cannot be checked.
+    /// Checks `text` (already stripped); fails if any chunk cannot be checked. The model is
+    /// reached through the chat's pseudonymisation, when it has one.
     pub async fn check(
         &self,
         text: &str,
         cancel: &CancellationToken,
+        privacy: Option<&std::sync::Arc<crate::privacy::ChatPrivacy>>,
     ) -> Result<Verdict, StageError> {
+        let client = crate::privacy::through(&self.model.client, privacy);
         let chunks = tokens::split_text(text, self.config.injection_chunk_tokens);
         let tool = ToolDef {
             name: self.prompt.function.name.clone(),
@@ -101,12 +104,7 @@ impl Detector {
                 ],
             );
             request.tools = vec![tool.clone()];
-            call_function(
-                self.model.client.as_ref(),
-                request,
-                self.config.timeout,
-                cancel,
-            )
+            call_function(client.as_ref(), request, self.config.timeout, cancel)
         });
         let mut verdict = Verdict {
             score: 0.0,

@@ -52,4 +52,6 @@ pub struct TurnDeps {
     pub focus: Arc<crate::focus::FocusCatalog>,
     /// App settings/memories: categories and the chat-scoped sealed cache.
     pub memories: Arc<crate::memories::Memories>,
+    /// The personal data to hide from the models (`None`: `privacy.pseudonymize` is empty).
+    pub privacy: Option<Arc<crate::privacy::Detector>>,
 }

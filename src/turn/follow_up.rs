@@ -63,6 +63,7 @@ pub(super) async fn deliver(
             model_name: f.model_name.clone(),
             category: f.category.clone(),
             connected_accounts: Vec::new(),
+            privacy: None,
         };
         let key = TurnKey {
             owner: owner.clone(),

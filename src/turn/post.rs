@@ -15,7 +15,7 @@ use crate::llm::{LlmClient, LlmRequest};
 use crate::metrics::StageLabel;
 use crate::pipeline::answer::AnswerLimits;
 use crate::pipeline::function_call::StageError;
-use crate::pipeline::{TurnContext, TurnEvent, TurnSink, postprocess, reprocess, tokens};
+use crate::pipeline::{TurnContext, TurnEvent, TurnSink, postprocess, reprocess, summary, tokens};
 
 /// What postprocessing needs after the final frame went out.
 pub(in crate::turn) struct PostJob {
@@ -31,6 +31,10 @@ pub(in crate::turn) struct PostJob {
     pub(in crate::turn) reprocess: Option<Reprocess>,
     /// Settings/memories categories worth suggesting a new entry for.
     pub(in crate::turn) new_settings_memories: Vec<String>,
+    /// The catalog as the turn reached it (through the chat's pseudonymisation).
+    pub(in crate::turn) models: crate::pipeline::models::Models,
+    /// The chat's pseudonymisation, saved again if postprocessing met a new value.
+    pub(in crate::turn) privacy: Option<Arc<crate::privacy::ChatPrivacy>>,
 }
 
 /// Runs postprocessing on the turn tracker (cancelled at shutdown); a failure is logged and
@@ -48,7 +52,7 @@ pub(in crate::turn) async fn run_postprocessing(
         follow_ups_enabled: job.follow_ups_enabled,
         skill_suggestions: &job.skill_suggestions,
     };
-    let model = deps.models.postprocessing();
+    let model = job.models.postprocessing();
     match postprocess::run(
         &deps.instructions,
         &model,
@@ -59,6 +63,9 @@ pub(in crate::turn) async fn run_postprocessing(
     .await
     {
         Ok(mut done) => {
+            if deps.pipeline.carry_summary {
+                keep_summary(&deps, &job.ctx, &done.chat_summary).await;
+            }
             let threshold = deps.pipeline.harmful_response_threshold;
             if threshold > 0 && done.harmful_response >= threshold {
                 // Judged harmful: generated again, and no follow-ups to the first answer.
@@ -83,6 +90,9 @@ pub(in crate::turn) async fn run_postprocessing(
                 )
                 .await;
             }
+            let owner = crate::crypto::UserHash::of(&job.ctx.user);
+            let privacy = job.privacy.as_deref();
+            crate::privacy::save(&deps.ai_cache, &owner, &job.ctx.chat_id, privacy).await;
             writer.emit(&job.ctx, TurnEvent::PostProcessed(done));
         }
         Err(StageError::Cancelled) => {}
@@ -95,6 +105,18 @@ pub(in crate::turn) async fn run_postprocessing(
                 })
                 .inc();
         }
+    }
+}
+
+/// The chat's new summary, kept (sealed, in the AI cache) for its next turns and the
+/// user's other chats; before `post_processing_completed`, so the next turn finds it.
+async fn keep_summary(deps: &TurnDeps, ctx: &TurnContext, text: &str) {
+    let Some(text) = summary::bounded(text, deps.pipeline.summary_max_tokens) else {
+        return;
+    };
+    let owner = UserHash::of(&ctx.user);
+    if let Err(e) = deps.ai_cache.set_summary(&owner, &ctx.chat_id, &text).await {
+        tracing::warn!(error = %e, "cannot keep the chat's summary");
     }
 }
 

@@ -19,6 +19,7 @@ pub(super) async fn answer(
     chat: &ChatId,
     ticket: &TurnTicket,
     writer: &Arc<TurnWriter>,
+    privacy: Option<Arc<crate::privacy::ChatPrivacy>>,
 ) -> bool {
     let text = ticket
         .inbound
@@ -38,6 +39,7 @@ pub(super) async fn answer(
             .iter()
             .flat_map(|i| i.options.connected_accounts.iter().cloned())
             .collect(),
+        privacy,
     };
     let sink: Arc<dyn TurnSink> = writer.clone();
     app.routines

@@ -81,14 +81,17 @@ async fn run_one(
     let turn = Turn::new(deps, user, chat, ticket);
     // The chat's speculation record is read while the turn prepares.
     let record = turn.speculation_record();
-    let ready = match turn.prepare().await {
+    // So are the chat's summary and the user's other recent ones.
+    let summaries = turn.read_summaries();
+    let mut ready = match turn.prepare().await {
         Start::Ready(ready) => ready,
         Start::Ask(ask) => return Some(ask),
         Start::Ended => return None,
     };
+    let recent = turn.carry_summaries(summaries, &mut ready).await;
     let tools = TurnTools::new(&turn, &ready).await;
     let tool_set = tools.set(&turn);
-    let plan = turn.plan(&ready, &tools, &tool_set, record).await;
+    let plan = turn.plan(&ready, &recent, &tools, &tool_set, record).await;
     let answered = turn.answer(&ready, plan, &tool_set).await;
     turn.finish(&ready, answered).await;
     None

@@ -10,8 +10,10 @@ mod answer;
 mod finish;
 mod plan;
 mod prepare;
+mod privacy;
 mod speculate;
 mod steps;
+mod summaries;
 mod tools;
 
 use std::sync::Arc;

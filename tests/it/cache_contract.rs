@@ -228,6 +228,62 @@ async fn ai_delete_removes_the_chat_and_its_exclusive_data(b: Arc<dyn CacheBacke
     );
 }
 
+async fn summaries_are_read_from_the_lru_and_go_with_their_chat(b: Arc<dyn CacheBackend>) {
+    let (u, ttl) = (user("sam"), POLICY.ttl);
+    let summary = |c: &str| format!("summary-{c}").into_bytes();
+    for c in ["s1", "s2", "s3"] {
+        b.ai_write(&u, &chat(c), WriteMode::Append, entries(0..1), POLICY)
+            .await
+            .unwrap();
+        b.kv_put(&keys::chat_summary(&u, c), summary(c), ttl)
+            .await
+            .unwrap();
+    }
+    // A summary of a chat the cache does not hold, and another user's, are not others'.
+    b.kv_put(&keys::chat_summary(&u, "gone"), summary("gone"), ttl)
+        .await
+        .unwrap();
+    let t = user("tom");
+    b.ai_write(&t, &chat("t1"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    b.kv_put(&keys::chat_summary(&t, "t1"), summary("t1"), ttl)
+        .await
+        .unwrap();
+    // s1 read last: the most recently used.
+    b.ai_read(&u, &chat("s1"), POLICY).await.unwrap();
+    let read = b.ai_summaries(&u, &chat("s2"), 3).await.unwrap();
+    assert_eq!(read.own, Some(summary("s2")));
+    assert_eq!(
+        read.others,
+        [(chat("s1"), summary("s1")), (chat("s3"), summary("s3"))]
+    );
+    let read = b.ai_summaries(&u, &chat("new"), 1).await.unwrap();
+    assert_eq!(
+        (read.own, read.others),
+        (None, vec![(chat("s1"), summary("s1"))])
+    );
+    assert!(
+        b.ai_summaries(&u, &chat("s1"), 0)
+            .await
+            .unwrap()
+            .others
+            .is_empty()
+    );
+    // Deleted with its chat, evicted with it too (s2 is now the least recently used).
+    b.ai_delete(&u, &chat("s3")).await.unwrap();
+    assert_eq!(b.ai_summaries(&u, &chat("s3"), 0).await.unwrap().own, None);
+    b.ai_write(&u, &chat("s4"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    b.ai_write(&u, &chat("s5"), WriteMode::Append, entries(0..1), POLICY)
+        .await
+        .unwrap();
+    assert_eq!(b.ai_summaries(&u, &chat("s2"), 0).await.unwrap().own, None);
+    let read = b.ai_summaries(&u, &chat("s5"), 3).await.unwrap();
+    assert_eq!(read.others, [(chat("s1"), summary("s1"))]);
+}
+
 async fn read_append_returns_the_list_before_and_appends_like_a_write(b: Arc<dyn CacheBackend>) {
     let (u, c) = (user("erin"), chat("r1"));
     let small = AiPolicy {
@@ -549,6 +605,7 @@ contract!(
     fourth_chat_evicts_the_least_recent_with_its_embeds_and_settings,
     concurrent_writes_never_leave_more_than_the_limit,
     ai_delete_removes_the_chat_and_its_exclusive_data,
+    summaries_are_read_from_the_lru_and_go_with_their_chat,
     read_append_returns_the_list_before_and_appends_like_a_write,
     read_append_miss_never_evicts_and_a_created_chat_evicts_like_a_write,
     sync_cache_and_small_values,

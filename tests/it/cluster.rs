@@ -38,7 +38,7 @@ impl Shared {
         }
     }
 
-    async fn dump(&self) -> Vec<(String, Vec<u8>)> {
+    pub(crate) async fn dump(&self) -> Vec<(String, Vec<u8>)> {
         match self {
             Shared::Server(r) => r.dump().await.unwrap(),
             Shared::Cluster(c) => c.dump().await.unwrap(),
@@ -157,6 +157,11 @@ lease = "2s"
             fake,
             _pg: pg,
         }
+    }
+
+    /// The Redis the nodes share.
+    pub(crate) fn redis(&self) -> &Shared {
+        &self.redis
     }
 
     fn token(user: &str) -> String {

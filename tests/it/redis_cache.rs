@@ -323,6 +323,7 @@ async fn a_cache_hit_is_one_script_call() {
             category: None,
             model_name: None,
             token_count: Some(3),
+            replaces_through: None,
         })
         .collect();
     // Seeding also creates and caches the data key, so the hit needs no key lookup.

@@ -50,6 +50,7 @@ pub fn assistant(message: &str, content: &str) -> EncryptedMessage {
         thinking_token_count: None,
         user_message_id: None,
         status: Some("synced".into()),
+        replaces_through: None,
     }
 }
 

@@ -33,6 +33,7 @@ pub fn message(id: &str, role: Role, content: &str, created_at: i64) -> Encrypte
         thinking_token_count: None,
         user_message_id: None,
         status: None,
+        replaces_through: None,
     }
 }
 

@@ -213,6 +213,7 @@ pub fn history_entry(
         sender_name: None,
         category: None,
         model_name: None,
+        replaces_through: None,
     }
 }
 

@@ -145,6 +145,7 @@ async fn five_thousand_chats_sync_in_pages() {
                     thinking_token_count: None,
                     user_message_id: None,
                     status: None,
+                    replaces_through: None,
                 };
                 store.add_message(&user, &chat, &message).await.unwrap();
             }

@@ -256,7 +256,12 @@ function upsertMessage(m, append = false) {
     /** @type {HTMLElement} */ (details.lastChild).textContent = m.thinking;
   }
   if (m.role === 'user') body.textContent = m.content;
-  else body.replaceChildren(render(m.content, { code: embedReference }));
+  else if (m.replaces_through) {
+    // A compressed message: a marker where it sits, the summary behind it.
+    const marker = el('details', { cls: 'summarised', testid: 'summarised' });
+    marker.append(el('summary', { text: 'Earlier messages summarised' }), render(m.content));
+    body.replaceChildren(marker);
+  } else body.replaceChildren(render(m.content, { code: embedReference }));
   node.querySelectorAll('.note, .meta, .ending').forEach((n) => n.remove());
   if (m.links_repaired) {
     const note = document.createElement('div');

@@ -16,6 +16,7 @@ fn msg(i: i64) -> CachedMessage {
         category: None,
         model_name: None,
         token_count: Some(3),
+        replaces_through: None,
     }
 }
 

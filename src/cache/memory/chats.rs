@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet};
 
 use chatd_protocol::ChatId;
 
-use super::super::backend::{AiPolicy, WriteMode, keys};
+use super::super::backend::{AiPolicy, SealedSummaries, WriteMode, keys};
 use super::MemoryBackend;
 use super::entries::{Entry, Value};
 use crate::crypto::UserHash;
@@ -99,9 +99,41 @@ impl MemoryBackend {
         self.evict_chat(user, chat.as_str(), &keep);
     }
 
-    /// Removes a chat's messages, exclusive embeds, embed index and settings (lock held).
+    /// `chat`'s summary and those of up to `others` other chats in the LRU, the most
+    /// recently used first.
+    pub(super) fn ai_summaries_now(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        others: usize,
+    ) -> SealedSummaries {
+        let _guard = self.lock();
+        let summary = |c: &str| match self.get(&keys::chat_summary(user, c)) {
+            Some(Value::Bytes(b)) => Some(b),
+            _ => None,
+        };
+        let mut order: Vec<(u64, String)> = match self.get(&keys::ai_lru(user)) {
+            Some(Value::ZSet(lru)) => lru.into_iter().map(|(c, s)| (s, c)).collect(),
+            _ => Vec::new(),
+        };
+        order.sort_unstable_by(|a, b| b.cmp(a));
+        let others = order
+            .into_iter()
+            .filter(|(_, c)| c != chat.as_str())
+            .filter_map(|(_, c)| Some((ChatId::parse(c.clone()).ok()?, summary(&c)?)))
+            .take(others)
+            .collect();
+        SealedSummaries {
+            own: summary(chat.as_str()),
+            others,
+        }
+    }
+
+    /// Removes a chat's messages, exclusive embeds, embed index, settings and summary
+    /// (lock held).
     fn evict_chat(&self, user: &UserHash, chat: &str, keep: &[String]) {
         self.del(&keys::ai_messages(user, chat));
+        self.del(&keys::chat_summary(user, chat));
         let index = keys::embed_index(user, chat);
         let kept: Vec<HashSet<String>> = keep
             .iter()

@@ -8,7 +8,7 @@ use std::time::Duration;
 use chatd_protocol::{ChatId, EmbedId};
 use redis::{Script, ScriptInvocation, Value};
 
-use super::super::backend::{AiPolicy, CacheError, WriteMode, keys};
+use super::super::backend::{AiPolicy, CacheError, SealedSummaries, WriteMode, keys};
 use super::{RedisBackend, score, secs};
 use crate::crypto::UserHash;
 
@@ -122,6 +122,45 @@ pub(super) async fn ai_delete(
         .arg(chat.as_str());
     let _: i64 = be.invoke(inv).await?;
     Ok(())
+}
+
+/// A chat's summary and those of up to `others` other cached chats (one script).
+pub(super) async fn ai_summaries(
+    be: &RedisBackend,
+    user: &UserHash,
+    chat: &ChatId,
+    others: usize,
+) -> Result<SealedSummaries, CacheError> {
+    let mut inv = be.ai_summaries.prepare_invoke();
+    inv.key(keys::ai_lru(user))
+        .key(keys::chat_summary(user, chat.as_str()))
+        .arg(keys::tag(user))
+        .arg(chat.as_str())
+        .arg(others);
+    let v: Value = be.invoke(inv).await?;
+    let unexpected = |v: &Value| CacheError::Protocol(format!("unexpected summaries: {v:?}"));
+    let Value::Array(items) = v else {
+        return Err(unexpected(&v));
+    };
+    let mut items = items.into_iter();
+    let own = match items.next() {
+        Some(Value::BulkString(b)) => Some(b),
+        Some(Value::Nil) | None => None,
+        Some(other) => return Err(unexpected(&other)),
+    };
+    let mut found = Vec::new();
+    while let (Some(c), Some(s)) = (items.next(), items.next()) {
+        match (c, s) {
+            (Value::BulkString(c), Value::BulkString(s)) => {
+                let id = String::from_utf8(c)
+                    .ok()
+                    .and_then(|c| ChatId::parse(c).ok());
+                found.extend(id.map(|id| (id, s)));
+            }
+            (c, _) => return Err(unexpected(&c)),
+        }
+    }
+    Ok(SealedSummaries { own, others: found })
 }
 
 /// Stores an embed and adds it to the chat's embed index.

@@ -5,7 +5,7 @@
 //! Cluster all of them are in the slot of the script's declared keys.
 
 /// Lua shared by the AI scripts. `drop_chat` removes a chat's messages, its embeds that no
-/// chat in `keep` references, its embed index and its settings/memories entries.
+/// chat in `keep` references, its embed index, its settings/memories entries and its summary.
 /// `append_and_evict` is the append of an AI write — KEYS: messages, lru; ARGV: (unused),
 /// ttl, max_messages, max_chats, score, user_tag, chat, entries... — it pushes the entries,
 /// trims, refreshes TTLs and recency and evicts the least recently used chats beyond
@@ -15,6 +15,7 @@ macro_rules! ai_lua {
         r#"
 local function drop_chat(tag, c, keep)
   redis.call('DEL', tag .. ':chat:' .. c .. ':messages:ai')
+  redis.call('DEL', tag .. ':chat:' .. c .. ':summary')
   local idx = tag .. ':chat:' .. c .. ':embed_ids'
   for _, e in ipairs(redis.call('SMEMBERS', idx)) do
     local shared = false
@@ -100,6 +101,28 @@ if redis.call('EXISTS', KEYS[1]) == 0 then return false end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
 redis.call('ZADD', KEYS[2], 'XX', ARGV[2], ARGV[3])
 return redis.call('LRANGE', KEYS[1], 0, -1)
+"#;
+
+/// KEYS: lru, the chat's summary. ARGV: user_tag, chat, others. Returns the chat's summary
+/// (nil if none), then (chat, summary) of up to `others` other chats in the LRU that have
+/// one, the most recently used first.
+pub(super) const AI_SUMMARIES: &str = r#"
+local out = {redis.call('GET', KEYS[2])}
+local want, found = tonumber(ARGV[3]), 0
+if want > 0 then
+  for _, c in ipairs(redis.call('ZREVRANGE', KEYS[1], 0, -1)) do
+    if c ~= ARGV[2] then
+      local s = redis.call('GET', ARGV[1] .. ':chat:' .. c .. ':summary')
+      if s then
+        table.insert(out, c)
+        table.insert(out, s)
+        found = found + 1
+        if found >= want then break end
+      end
+    end
+  end
+end
+return out
 "#;
 
 /// KEYS: sync index. ARGV: user_tag.

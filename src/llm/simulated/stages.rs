@@ -81,6 +81,17 @@ pub fn postprocess(message: &str) -> Value {
     })
 }
 
+/// Arguments of `compress_history` (the latest message of the part it summarises).
+pub fn compress_history(message: &str) -> Value {
+    let topic = topic(message);
+    json!({
+        "facts": [format!("The earlier messages were about {topic}.")],
+        "decisions": [],
+        "open_questions": [],
+        "user_preferences": [],
+    })
+}
+
 /// Arguments of `report_prompt_injection`: the classic phrases, reported verbatim.
 pub fn injection(text: &str) -> Value {
     let lower = text.to_lowercase();

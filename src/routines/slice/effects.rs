@@ -107,6 +107,7 @@ impl Slice {
             category: None,
             model_name: None,
             token_count: Some(crate::pipeline::tokens::count_one(text).await),
+            replaces_through: None,
         };
         if let Err(e) = cache.bump_messages_v(&self.owner, chat, None).await {
             tracing::warn!(error = %e, "could not count a routine message");
@@ -164,6 +165,8 @@ impl Slice {
             .and_then(|r| r.manifest.model.clone())
             .and_then(|id| self.inner.models.get(&id).cloned())
             .unwrap_or_else(|| self.inner.main_model.clone());
+        // The chat's personal data stays behind placeholders here too.
+        let client = crate::privacy::through(&model.client, self.ctx.privacy.as_ref());
         let prompt = request["prompt"].as_str().unwrap_or_default().to_string();
         let mut llm = LlmRequest::chat(model.spec.name.clone(), vec![LlmMessage::User(prompt)]);
         let model_failed = |e: String| failed(RoutineErrorCode::ModelFailed, e);
@@ -175,7 +178,7 @@ impl Slice {
             }];
             let left = self.deadline.saturating_duration_since(Instant::now());
             return crate::pipeline::function_call::call_function(
-                model.client.as_ref(),
+                client.as_ref(),
                 llm,
                 left,
                 &self.cancel,
@@ -184,8 +187,7 @@ impl Slice {
             .map(|c| c.arguments)
             .map_err(|e| model_failed(e.to_string()));
         }
-        let mut stream = model
-            .client
+        let mut stream = client
             .stream(llm)
             .await
             .map_err(|e| model_failed(e.to_string()))?;

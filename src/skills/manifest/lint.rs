@@ -96,6 +96,7 @@ fn declared_tool(app_id: &str, tool: &str, output: &OutputContract) -> SkillMani
         rate_limit: None,
         provider: None,
         output: output.clone(),
+        personal_data: false,
     }
 }
 

@@ -7,12 +7,14 @@
 //!   env: {TZ: UTC}
 //!   # url: http://127.0.0.1:8000/mcp                   # or streamable HTTP
 //!   # headers: {Authorization: {env: TIME_TOKEN}}
+//!   enabled: true           # false: runs only where `skills.mcp_apps` names the app
 //!   start: startup          # or lazy: listed at start-up, then started on the first call
 //!   timeout: 20s            # one call's deadline (default: skills.timeout)
 //!   tools:                  # per tool, all optional
 //!     get_current_time:
 //!       output: {mode: template, agent_data: {datetime: {type: string, pattern: "..."}},
 //!                external_text: [timezone]}
+//!     # fetch: {guarded_urls: [url]}   # URL arguments chatd's SSRF guard checks first
 //! ```
 //!
 //! A tool without an `output` declaration gives the model its text content as
@@ -51,6 +53,10 @@ pub fn skill_id(tool: &str) -> String {
 #[derive(Debug, Clone, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct McpSpec {
+    /// `false`: an opt-in app (its package is not part of chatd), run only on nodes whose
+    /// `skills.mcp_apps` names it.
+    #[serde(default = "on")]
+    pub enabled: bool,
     /// The server's command line (stdio transport).
     #[serde(default)]
     pub command: Vec<String>,
@@ -71,6 +77,10 @@ pub struct McpSpec {
     pub timeout: Option<Duration>,
     #[serde(default)]
     pub tools: BTreeMap<String, McpToolSpec>,
+}
+
+fn on() -> bool {
+    true
 }
 
 /// When the server process (or session) starts.
@@ -127,9 +137,17 @@ pub struct McpToolSpec {
     /// Offered to the model whatever preprocessing chose.
     #[serde(default)]
     pub always_include: bool,
+    /// The tool gets the user's personal data as written (see the skill manifest's
+    /// `personal_data`).
+    #[serde(default)]
+    pub personal_data: bool,
     /// Not offered at all.
     #[serde(default)]
     pub disabled: bool,
+    /// Arguments holding a URL the server will fetch: chatd's SSRF guard checks each before
+    /// the call is forwarded (see [`crate::skills::mcp::url_guard`]).
+    #[serde(default)]
+    pub guarded_urls: Vec<String>,
 }
 
 impl McpSpec {

@@ -114,7 +114,7 @@ impl Conn {
                 let (transport, _) = TokioChildProcess::builder(command)
                     .stderr(Stdio::null())
                     .spawn()
-                    .map_err(|e| ConnError::Start(format!("{program}: {e}")))?;
+                    .map_err(|e| ConnError::Start(spawn_error(program, &e)))?;
                 rmcp::serve_client(handler, transport)
                     .await
                     .map_err(|e| ConnError::Start(e.to_string()))
@@ -191,6 +191,16 @@ impl Conn {
             .service
             .close_with_timeout(Duration::from_secs(2))
             .await;
+    }
+}
+
+fn spawn_error(program: &str, e: &std::io::Error) -> String {
+    if e.kind() == std::io::ErrorKind::NotFound {
+        format!(
+            "`{program}` not found: install it, or set skills.mcp_bin_dir or skills.mcp_commands"
+        )
+    } else {
+        format!("{program}: {e}")
     }
 }
 

@@ -78,6 +78,13 @@ fn skill_of(
     if properties.contains_key("id") {
         return Err("its input has an `id`, which chatd gives each request".into());
     }
+    if let Some(f) = declared
+        .guarded_urls
+        .iter()
+        .find(|f| !properties.contains_key(*f))
+    {
+        return Err(format!("its input has no `{f}`, which the manifest guards"));
+    }
     let required = schema["required"]
         .as_array()
         .map(|r| {
@@ -119,6 +126,7 @@ fn skill_of(
         rate_limit: None,
         provider: None,
         output: declared.output.clone().unwrap_or_else(default_contract),
+        personal_data: declared.personal_data,
     };
     lint_skill(&skill)?;
     Ok(skill)
@@ -191,6 +199,21 @@ mod tests {
         assert_eq!(skills[0].output.external_text, vec!["text".to_string()]);
         assert_eq!(skipped.len(), 1);
         assert!(skipped[0].1.contains("`id`"));
+    }
+
+    #[test]
+    fn a_guarded_url_argument_must_be_in_the_tools_input() {
+        let s = spec(
+            "command: [x]\ntools: {fetch: {guarded_urls: [url]}, get: {guarded_urls: [link]}}",
+        );
+        let tools = vec![
+            json!({"name": "fetch", "inputSchema": {"properties": {"url": {"type": "string"}}}}),
+            json!({"name": "get", "inputSchema": {"properties": {"url": {"type": "string"}}}}),
+        ];
+        let (skills, skipped) = skills_of("web", &s, &tools);
+        assert_eq!(skills.len(), 1);
+        assert_eq!(skills[0].id, "fetch");
+        assert!(skipped[0].1.contains("no `link`"), "{skipped:?}");
     }
 
     #[test]

@@ -24,6 +24,8 @@ pub(in crate::turn) struct Answered {
     pub(in crate::turn) whole: Preprocessed,
     /// The answer's model and context, for generating it again if it is judged harmful.
     pub(in crate::turn) reprocess: Option<Reprocess>,
+    /// The answering model's context window (what history compression measures against).
+    pub(in crate::turn) context_window: u32,
 }
 
 impl Turn<'_> {
@@ -104,6 +106,7 @@ impl Turn<'_> {
             ctx,
             whole: whole.unwrap_or(pre),
             reprocess,
+            context_window: plan.model.spec.context_window,
         }
     }
 

@@ -10,6 +10,7 @@ use std::sync::Arc;
 
 use crate::pipeline::preprocess::Preprocessed;
 use crate::pipeline::{HistoryRole, Interruption, TurnContext, TurnEvent, TurnOutcome, TurnSink};
+use crate::turn::compress::{self, CompressJob};
 use crate::turn::post::{PostJob, Reprocess, run_postprocessing};
 
 impl Turn<'_> {
@@ -20,6 +21,7 @@ impl Turn<'_> {
             ctx,
             whole,
             reprocess,
+            context_window,
         } = answered;
         // A lease that lapsed by this node's clock (a pause, a cut from the store) is
         // confirmed before anything is written back: lost, the turn writes nothing.
@@ -30,6 +32,8 @@ impl Turn<'_> {
         if answered {
             self.remember(&ctx, &outcome.text).await;
         }
+        let privacy = ready.privacy.as_deref();
+        crate::privacy::save(&app.ai_cache, &self.owner, self.chat, privacy).await;
         self.settle(match answered {
             true => Settled::Answered,
             false => Settled::Unanswered,
@@ -49,6 +53,9 @@ impl Turn<'_> {
         app.metrics
             .turn_seconds
             .observe(self.started.elapsed().as_secs_f64());
+        if label == "completed" {
+            self.compress(ready, &ctx, context_window, &answer);
+        }
         if postprocess {
             let job = self.post_job(ready, ctx, answer, whole, reprocess);
             let run = run_postprocessing(self.deps.clone(), self.writer.clone(), job);
@@ -57,6 +64,22 @@ impl Turn<'_> {
         // The turn's frames are out (logged and published) before the chat's next turn
         // writes its own: devices on other nodes get them in turn order.
         self.writer.flushed().await;
+    }
+
+    /// Starts compressing the chat's history on the turn tracker when it may have passed
+    /// `pipeline.compress_at` (`crate::turn::compress`): after the final frame, beside
+    /// postprocessing, never in front of a first token.
+    fn compress(&self, ready: &Ready, ctx: &TurnContext, window: u32, answer: &str) {
+        if !compress::maybe_due(self.deps, window, &ready.history, answer) {
+            return;
+        }
+        let job = CompressJob {
+            ctx: ctx.clone(),
+            window,
+            models: ready.models.clone(),
+        };
+        let run = compress::run_compression(self.deps.clone(), self.writer.clone(), job);
+        self.deps.tasks.spawn(run);
     }
 
     /// Seals the answer into the AI cache (before the final frame), noting whether a device
@@ -107,6 +130,8 @@ impl Turn<'_> {
             skill_suggestions: self.writer.skill_suggestions(),
             reprocess,
             new_settings_memories: whole.new_settings_memories,
+            models: ready.models.clone(),
+            privacy: ready.privacy.clone(),
         }
     }
 }

@@ -43,6 +43,7 @@ impl Turn<'_> {
     pub(in crate::turn) async fn plan<'p>(
         &'p self,
         ready: &'p Ready,
+        recent: &'p [String],
         turn_tools: &'p TurnTools,
         tools: &'p dyn ToolRunner,
         record: Option<Recall>,
@@ -50,11 +51,11 @@ impl Turn<'_> {
         let app = self.deps.as_ref();
         let stage = preprocess::Stage {
             instructions: &app.instructions,
-            models: &app.models,
+            models: &ready.models,
             tools,
             config: &app.pipeline,
         };
-        let input = self.preprocess_input(ready);
+        let input = self.preprocess_input(ready, recent);
         let active_focus = turn_tools.focus.active_id();
         let caution = app.pipeline.injection_caution_threshold;
         let requests = self.requests(tools, ready);
@@ -101,7 +102,7 @@ impl Turn<'_> {
             .main_call(guess, early, kept, confirmed, &requests)
             .await;
         self.count_main(main.as_ref());
-        let ctx = self.context(&pre, &ready.opts);
+        let ctx = self.context(&pre, ready);
         // The rest of preprocessing is waited for only beside an answer (a refusal or a
         // cancel hangs up on it); the title then follows when it is written.
         let rest = rest.filter(|_| proceed);
@@ -135,8 +136,12 @@ impl Turn<'_> {
         }
     }
 
-    /// What preprocessing reads of the turn.
-    fn preprocess_input<'r>(&self, ready: &'r Ready) -> preprocess::Input<'r> {
+    /// What preprocessing reads of the turn (and the user's other recent chats' summaries).
+    fn preprocess_input<'r>(
+        &self,
+        ready: &'r Ready,
+        recent: &'r [String],
+    ) -> preprocess::Input<'r> {
         let memories = &self.deps.memories;
         let opts = &ready.opts;
         preprocess::Input {
@@ -146,6 +151,7 @@ impl Turn<'_> {
             connected_accounts: &opts.connected_accounts,
             settings_saved: saved_categories(&memories.categories, opts),
             settings_categories: memories.categories.keys(),
+            recent_summaries: recent,
         }
     }
 
@@ -210,7 +216,8 @@ impl Turn<'_> {
     }
 
     /// The answer's context: the model and category preprocessing chose.
-    fn context(&self, pre: &Preprocessed, opts: &MessageOptions) -> TurnContext {
+    fn context(&self, pre: &Preprocessed, ready: &Ready) -> TurnContext {
+        let opts = &ready.opts;
         TurnContext {
             user: self.user.clone(),
             chat_id: self.chat.clone(),
@@ -219,6 +226,7 @@ impl Turn<'_> {
             model_name: pre.choice.model.spec.id.clone(),
             category: Some(pre.category.clone()),
             connected_accounts: opts.connected_accounts.clone(),
+            privacy: ready.privacy.clone(),
         }
     }
 

@@ -14,6 +14,8 @@ use crate::history::{self, Prepared};
 use crate::inbound::MessageOptions;
 use crate::metrics::{OutcomeLabel, ReasonLabel};
 use crate::pipeline::HistoryEntry;
+use crate::pipeline::models::Models;
+use crate::privacy::ChatPrivacy;
 use crate::turn::report::reason_label;
 use crate::turn::writer::TurnWriter;
 
@@ -52,6 +54,10 @@ pub(in crate::turn) struct Ready {
     pub(in crate::turn) first_message: bool,
     /// The client said the chat has a title.
     pub(in crate::turn) has_title: bool,
+    /// The chat's pseudonymisation (`None`: off).
+    pub(in crate::turn) privacy: Option<Arc<ChatPrivacy>>,
+    /// The model catalog as the turn reaches it (through `privacy`).
+    pub(in crate::turn) models: Models,
 }
 
 impl Turn<'_> {
@@ -59,10 +65,11 @@ impl Turn<'_> {
     /// cancelled, or a routine answered).
     pub(in crate::turn) async fn prepare(&self) -> Start {
         let (app, ticket) = (self.deps.as_ref(), self.ticket);
-        let prepared = tokio::select! {
+        let history = history::prepare(&app.ai_cache, &self.owner, self.chat, &ticket.inbound);
+        let (prepared, privacy) = tokio::select! {
             biased;
             _ = ticket.cancel.cancelled() => return Start::Ended,
-            p = history::prepare(&app.ai_cache, &self.owner, self.chat, &ticket.inbound) => p,
+            p = futures_util::future::join(history, self.load_privacy()) => p,
         };
         let history = match prepared {
             Ok(Prepared::Ready(history)) => history,
@@ -90,7 +97,17 @@ impl Turn<'_> {
             }
         };
         // A routine waiting in this chat takes the message as its answer.
-        if crate::turn::routine::answer(app, self.user, self.chat, ticket, &self.writer).await {
+        let waiting = crate::turn::routine::answer;
+        if waiting(
+            app,
+            self.user,
+            self.chat,
+            ticket,
+            &self.writer,
+            privacy.clone(),
+        )
+        .await
+        {
             self.settle(Settled::Answered).await;
             self.writer.flushed().await;
             return Start::Ended;
@@ -111,11 +128,14 @@ impl Turn<'_> {
                 .first()
                 .is_some_and(|i| i.prior_messages == 0)
             && history.len() <= ticket.inbound.len();
+        let models = self.turn_models(privacy.as_ref());
         Start::Ready(Ready {
             history,
             opts,
             first_message,
             has_title,
+            privacy,
+            models,
         })
     }
 

@@ -12,11 +12,11 @@ use crate::config::Speculation;
 use crate::crypto::UserHash;
 use crate::llm::LlmRequest;
 use crate::memories::recall::Recalled;
-use crate::pipeline::HistoryEntry;
 use crate::pipeline::context::{self, MainPlan};
 use crate::pipeline::speculation::Recall;
 use crate::pipeline::speculation::record::Snapshot;
 use crate::pipeline::tools::ToolRunner;
+use crate::pipeline::{HistoryEntry, summary, tokens};
 use crate::turn::TurnDeps;
 use crate::turn::report::speculation_outcome;
 
@@ -38,6 +38,9 @@ pub(super) struct Requests<'p> {
     /// The provider's `user` field (see [`provider_user`]).
     user: String,
     datetime: String,
+    /// The chat's summary block (see [`crate::pipeline::summary`]): known before the turn,
+    /// so the early call carries it like the confirmed one.
+    summary: Option<String>,
 }
 
 impl Requests<'_> {
@@ -49,15 +52,21 @@ impl Requests<'_> {
         recalled: Option<&Recalled>,
     ) -> (LlmRequest, usize) {
         let app = self.deps;
+        let block = self.summary.as_deref();
+        let extra = block.map_or(0, tokens::estimate);
+        let reserve = app.pipeline.answer_reserve_tokens.saturating_add(extra);
         let (mut request, dropped) = context::main_request(
             &app.instructions,
             self.tools,
             plan,
             self.history,
             &self.datetime,
-            app.pipeline.answer_reserve_tokens,
+            reserve,
         )
         .await;
+        if let Some(block) = block {
+            summary::join(&mut request, block);
+        }
         request.max_tokens = Some(app.max_output_tokens);
         request.cache_key = Some(self.cache_key.clone());
         request.user = Some(self.user.clone());
@@ -82,6 +91,7 @@ impl Turn<'_> {
             cache_key: prompt_cache_key(&self.owner, self.chat),
             user: provider_user(&self.owner),
             datetime: clock::now_rfc3339(),
+            summary: self.summary_block(ready),
         }
     }
 
@@ -110,10 +120,10 @@ impl Turn<'_> {
         let app = self.deps.as_ref();
         let known = known?;
         let pinned = ready.opts.pinned_model.as_deref();
-        let pinned = pinned.and_then(|id| app.models.get(id));
-        let guess = app
-            .predictions
-            .guess(known, &app.models, pinned, active_focus, fresh);
+        let pinned = pinned.and_then(|id| ready.models.get(id));
+        let guess =
+            app.predictions
+                .guess(known, &ready.models, pinned.as_ref(), active_focus, fresh);
         Some(guess)
     }
 
