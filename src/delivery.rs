@@ -294,6 +294,12 @@ async fn publish(
     bus.publish(user, sealed).await
 }
 
+/// How long a publication waits for the bus to take it again (a Redis restart, a cut
+/// connection of a moment), tried every [`PUBLISH_RETRY`]; later ones wait behind it, so
+/// the order holds. A copy that went through twice is dropped by the devices (by index).
+const PUBLISH_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+const PUBLISH_RETRY: std::time::Duration = std::time::Duration::from_millis(50);
+
 /// Publishes queued envelopes in order until `stop` (or until the queue's senders are gone).
 async fn publish_loop(
     bus: Arc<dyn Bus>,
@@ -309,8 +315,13 @@ async fn publish_loop(
         let Some((user, envelope)) = next else {
             return;
         };
-        if let Err(e) = publish(&bus, &keyring, &user, &envelope).await {
-            tracing::debug!(error = %e, "a frame did not reach the bus");
+        let deadline = tokio::time::Instant::now() + PUBLISH_PATIENCE;
+        while let Err(e) = publish(&bus, &keyring, &user, &envelope).await {
+            if tokio::time::Instant::now() >= deadline || stop.is_cancelled() {
+                tracing::debug!(error = %e, "a frame did not reach the bus");
+                break;
+            }
+            tokio::time::sleep(PUBLISH_RETRY).await;
         }
     }
 }

@@ -457,6 +457,8 @@ export class ChatdClient extends EventTarget {
     this.chatKeys = new Map();
     /** @type {Map<string, string>} chat id -> plaintext title */
     this.titles = new Map();
+    /** Names marked private per chat (`markPrivate`). @type {Map<string, string[]>} */
+    this.privateNames = new Map();
     /** @type {Map<string, {title: string, icon_names?: string[], category?: string}>} task id -> a title step before its typing frame */
     this.earlyTitles = new Map();
     /** @type {string|null} */
@@ -879,7 +881,19 @@ export class ChatdClient extends EventTarget {
     const message = { message_id: messageId, role: 'user', content, created_at: createdAt, chat_has_title: Boolean(title) };
     if (title) message.current_chat_title = title;
     if (history) message.message_history = history;
-    this.send({ type: 'chat_message_added', payload: { chat_id: chatId, message, embeds } });
+    const names = this.privateNames.get(chatId);
+    this.send({ type: 'chat_message_added', payload: { chat_id: chatId, message, embeds, ...(names?.length ? { private_names: names } : {}) } });
+  }
+
+  /**
+   * Marks names (people, companies) private in a chat: sent with its next messages as
+   * `private_names`, so the server replaces them by placeholders before any model request
+   * (it keeps them for the chat's later turns too). @param {string} chatId @param {string[]} names
+   */
+  markPrivate(chatId, names) {
+    const kept = this.privateNames.get(chatId) ?? [];
+    for (const n of names.map((s) => s.trim()).filter(Boolean)) if (!kept.includes(n)) kept.push(n);
+    this.privateNames.set(chatId, kept.slice(0, 50));
   }
 
   /** Stops the answer running in `chatId`. @param {string} chatId */
@@ -1251,8 +1265,10 @@ export class ChatdClient extends EventTarget {
     // The message the server could not answer: the newest user message.
     const latest = [...done].reverse().find((m) => m.role === 'user');
     if (!latest) return this.fail('invalid_chat_history', 'the server asked for a history this device does not have', { chat_id: chatId });
+    // A compressed message goes along wherever its time puts it (it may be written after a
+    // newer user message): the server places it by its `replaces_through`.
     const history = done
-      .filter((m) => m.message_id !== latest.message_id && m.created_at <= latest.created_at && m.content)
+      .filter((m) => m.message_id !== latest.message_id && (m.created_at <= latest.created_at || m.replaces_through) && m.content)
       .map((m) => ({ message_id: m.message_id, role: m.role, content: m.content, created_at: m.created_at,
         ...(m.replaces_through ? { replaces_through: m.replaces_through } : {}) }));
     const embeds = (await this.chatEmbeds(chatId))

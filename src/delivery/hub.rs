@@ -31,6 +31,8 @@ struct TurnPosition {
     task: TaskId,
     /// The newest log index delivered.
     index: u64,
+    /// The turn's chat, once a frame naming it was delivered.
+    chat: Option<ChatId>,
     /// While resuming: live frames held back, in order.
     held: Option<Vec<(u64, EncodedFrame, ServerMessage)>>,
 }
@@ -93,6 +95,9 @@ impl Device {
         if index <= pos.index {
             return;
         }
+        if pos.chat.is_none() {
+            pos.chat = turn_chat(msg);
+        }
         if let Some(held) = &mut pos.held {
             if held.len() < RESUME_BUFFER {
                 held.push((index, frame, msg.clone()));
@@ -127,6 +132,14 @@ impl Device {
         position(&mut turns, task).held.get_or_insert_with(Vec::new);
     }
 
+    /// The newest turn this device receives frames of, and its chat (what a catch-up from
+    /// the log after a bus outage reads).
+    pub fn followed_turn(&self) -> Option<(TaskId, ChatId)> {
+        let turns = self.positions();
+        let newest = turns.iter().find(|p| p.chat.is_some())?;
+        Some((newest.task.clone(), newest.chat.clone()?))
+    }
+
     /// Moves the position in `task` forward to `index` (frames up to it count as had).
     pub fn skip_to(&self, task: &TaskId, index: u64) {
         let mut turns = self.positions();
@@ -142,6 +155,9 @@ impl Device {
             return;
         }
         pos.index = index;
+        if pos.chat.is_none() {
+            pos.chat = turn_chat(msg);
+        }
         drop(turns);
         self.outbox.send(msg);
     }
@@ -177,12 +193,22 @@ fn position<'a>(turns: &'a mut VecDeque<TurnPosition>, task: &TaskId) -> &'a mut
             turns.push_front(TurnPosition {
                 task: task.clone(),
                 index: 0,
+                chat: None,
                 held: None,
             });
             0
         }
     };
     &mut turns[at]
+}
+
+/// The chat a turn frame names (the answer's frames all do).
+fn turn_chat(msg: &ServerMessage) -> Option<ChatId> {
+    match msg {
+        ServerMessage::AiMessageUpdate(u) => Some(u.chat_id.clone()),
+        ServerMessage::AiTypingStarted(t) => Some(t.chat_id.clone()),
+        _ => None,
+    }
 }
 
 /// Which of a user's devices a message goes to.
@@ -237,9 +263,14 @@ impl Hub {
         self.users.get(user).map(|d| d.clone()).unwrap_or_default()
     }
 
+    /// Every device on this node (a snapshot).
+    pub fn everyone(&self) -> Vec<Arc<Device>> {
+        self.users.iter().flat_map(|e| e.value().clone()).collect()
+    }
+
     /// Sends to every device on this node, encoding once; returns how many accepted it.
     pub fn send_everyone(&self, msg: &ServerMessage) -> usize {
-        let devices: Vec<Arc<Device>> = self.users.iter().flat_map(|e| e.value().clone()).collect();
+        let devices = self.everyone();
         let frame = EncodedFrame::new(msg);
         devices
             .iter()
@@ -249,7 +280,7 @@ impl Hub {
 
     /// Asks every device's writer to close its socket with `code` (shutdown); how many.
     pub fn close_everyone(&self, code: chatd_protocol::CloseCode) -> usize {
-        let devices: Vec<Arc<Device>> = self.users.iter().flat_map(|e| e.value().clone()).collect();
+        let devices = self.everyone();
         for d in &devices {
             d.outbox.close_with(code);
         }

@@ -14,6 +14,11 @@ use super::store::{TurnStore, TurnStoreError};
 use crate::crypto::{Keyring, OpenError, Purpose, SealError, UserHash};
 use crate::delivery::Audience;
 
+/// How long a frame waits for the log to be reachable again before it is skipped.
+pub const APPEND_PATIENCE: Duration = Duration::from_secs(5);
+/// How often a failed append is tried again meanwhile.
+const APPEND_RETRY: Duration = Duration::from_millis(50);
+
 /// One logged frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub enum LogEntry {
@@ -179,6 +184,31 @@ impl TurnLog {
             .store
             .log_append(chat, task, generation, sealed, self.max_len, self.keep)
             .await?)
+    }
+
+    /// [`TurnLog::append`], tried again every [`APPEND_RETRY`] while the store cannot be
+    /// reached, for at most [`APPEND_PATIENCE`] (a Redis restart, a connection cut for a
+    /// moment): the log keeps every frame in order (the frames behind it wait), so devices
+    /// on other nodes can catch up from it. Fenced and gone are final.
+    pub async fn append_patiently(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        task: &TaskId,
+        generation: u64,
+        plain: &[u8],
+    ) -> Result<u64, LogError> {
+        let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
+        loop {
+            match self.append(owner, chat, task, generation, plain).await {
+                Err(LogError::Store(
+                    TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_),
+                )) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(APPEND_RETRY).await;
+                }
+                done => return done,
+            }
+        }
     }
 
     /// The whole log, opened with `owner`'s key; `None` when there is no log, or an entry

@@ -1,12 +1,17 @@
 //! This node's side of the bus: frames from other nodes go to this node's devices, and
 //! requests to act on what runs here (a cancel for a turn or a skill) reach it.
 
+use std::collections::HashMap;
 use std::sync::Arc;
+
+use chatd_protocol::{ChatId, TaskId};
 
 use tokio::sync::mpsc;
 
 use super::deps::TurnDeps;
+use super::log::{self, Replay};
 use super::store::CancelReason;
+use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
 use crate::delivery::{Envelope, NodeControl};
 
@@ -36,10 +41,66 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 Err(e) => tracing::warn!(error = %e, "unreadable control message"),
             },
             Received::Reconnected => {
-                tracing::info!(
-                    "bus reconnected; devices that missed frames resume from the turn logs"
-                );
+                tracing::info!("bus reconnected; devices here catch up from the turn logs");
+                catch_up(&deps);
             }
         }
     }
 }
+
+/// After a bus outage: every device here holds the live frames of the turn it follows and
+/// gets what it missed of it from the turn's log (frames published while this node's
+/// subscription was down never arrive), in order, then the held ones. The holds start
+/// before the next publication is handled, so no live frame overtakes the replay.
+fn catch_up(deps: &Arc<TurnDeps>) {
+    let followed: Vec<_> = (deps.outlet.delivery.hub.everyone().into_iter())
+        .filter_map(|device| {
+            let (task, chat) = device.followed_turn()?;
+            device.begin_catch_up(&task);
+            Some((device, task, chat))
+        })
+        .collect();
+    if followed.is_empty() {
+        return;
+    }
+    let deps = deps.clone();
+    deps.tasks.clone().spawn(async move {
+        let mut read: HashMap<TaskId, Option<Replay>> = HashMap::new();
+        for (device, task, chat) in followed {
+            if !read.contains_key(&task) {
+                let log = read_log(&deps, &device.user_hash, &chat, &task).await;
+                read.insert(task.clone(), log.and_then(|l| log::replay(&l, 0)));
+            }
+            if let Some(Some(replay)) = read.get(&task) {
+                for (index, frame) in &replay.frames {
+                    device.replay(&task, *index, frame);
+                }
+            }
+            device.end_resume(&task);
+        }
+    });
+}
+
+/// The turn's log, read again while the store's own connection is still coming back (the
+/// first command after an outage may fail), for at most [`log::APPEND_PATIENCE`].
+async fn read_log(
+    deps: &TurnDeps,
+    owner: &UserHash,
+    chat: &ChatId,
+    task: &TaskId,
+) -> Option<log::Logged> {
+    let deadline = tokio::time::Instant::now() + log::APPEND_PATIENCE;
+    loop {
+        match deps.outlet.log.read(owner, chat, task).await {
+            Ok(read) => return read,
+            Err(e) if tokio::time::Instant::now() >= deadline => {
+                tracing::warn!(error = %e, "cannot read a turn log to catch up");
+                return None;
+            }
+            Err(_) => tokio::time::sleep(CATCH_UP_RETRY).await,
+        }
+    }
+}
+
+/// How often a catch-up's log read is tried again.
+const CATCH_UP_RETRY: std::time::Duration = std::time::Duration::from_millis(50);

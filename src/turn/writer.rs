@@ -334,8 +334,9 @@ impl TurnSink for TurnWriter {
 
 /// Seals and appends a turn's frames in order, then publishes each to the other nodes
 /// (so a device there that reads the log and then listens misses nothing); ends the log
-/// when the writer is gone. A failed append is logged and skipped (the frame reached this
-/// node's devices; a device resuming later finds the log incomplete and syncs); a fenced
+/// when the writer is gone. An append the store cannot take is tried again for a moment,
+/// then logged and skipped (the frame reached this node's devices; a device resuming later
+/// finds the log incomplete and syncs); a fenced
 /// one stops the turn's output to other nodes (the turn belongs to another generation).
 async fn flush(
     outlet: Arc<Outlet>,
@@ -366,7 +367,7 @@ async fn flush_one(outlet: &Outlet, key: &TurnKey, l: Logged, fenced: &mut bool)
     }
     match outlet
         .log
-        .append(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
+        .append_patiently(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
         .await
     {
         Ok(_) => {}

@@ -62,7 +62,7 @@ impl Shared {
         }
     }
 
-    fn server(&mut self) -> &mut RedisServer {
+    pub(crate) fn server(&mut self) -> &mut RedisServer {
         match self {
             Shared::Server(r) => r,
             Shared::Cluster(_) => panic!("this test restarts a single redis-server"),
@@ -162,6 +162,14 @@ lease = "2s"
     /// The Redis the nodes share.
     pub(crate) fn redis(&self) -> &Shared {
         &self.redis
+    }
+
+    pub(crate) fn node(&self, i: usize) -> &ChatdProcess {
+        &self.nodes[i]
+    }
+
+    pub(crate) fn redis_mut(&mut self) -> &mut Shared {
+        &mut self.redis
     }
 
     fn token(user: &str) -> String {

@@ -13,6 +13,7 @@ mod app_prefs;
 mod browser;
 mod browser_sign_in;
 mod bus_contract;
+mod bus_outage;
 mod cache_contract;
 mod cli;
 mod client_flows;

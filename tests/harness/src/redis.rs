@@ -69,6 +69,19 @@ impl RedisServer {
         }
     }
 
+    /// Writes its data to disk (`SAVE`) and SIGKILLs it: [`RedisServer::start_again`] brings
+    /// it back with that data.
+    pub async fn stop_keeping_data(&mut self) -> anyhow::Result<()> {
+        self.cli(&["SAVE"]).await?;
+        self.kill().await;
+        Ok(())
+    }
+
+    /// Starts a stopped server again on the same port (with what it saved).
+    pub async fn start_again(&mut self) -> anyhow::Result<()> {
+        self.spawn().await
+    }
+
     /// Starts it again on the same port, empty.
     pub async fn restart(&mut self) -> anyhow::Result<()> {
         self.kill().await;
