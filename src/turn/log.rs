@@ -10,7 +10,7 @@ use std::time::Duration;
 use chatd_protocol::{AiMessageUpdate, ChatId, ServerMessage, TaskId};
 use serde::{Deserialize, Serialize};
 
-use super::store::{TurnStore, TurnStoreError};
+use super::store::{LogSlot, TurnStore, TurnStoreError};
 use crate::crypto::{Keyring, OpenError, Purpose, SealError, UserHash};
 use crate::delivery::Audience;
 
@@ -169,7 +169,7 @@ impl TurnLog {
         owner: &UserHash,
         chat: &ChatId,
         task: &TaskId,
-        generation: u64,
+        slot: LogSlot,
         plain: &[u8],
     ) -> Result<u64, LogError> {
         let sealed = match &self.keyring {
@@ -182,7 +182,7 @@ impl TurnLog {
         };
         Ok(self
             .store
-            .log_append(chat, task, generation, sealed, self.max_len, self.keep)
+            .log_append(chat, task, slot, sealed, self.max_len, self.keep)
             .await?)
     }
 
@@ -195,12 +195,12 @@ impl TurnLog {
         owner: &UserHash,
         chat: &ChatId,
         task: &TaskId,
-        generation: u64,
+        slot: LogSlot,
         plain: &[u8],
     ) -> Result<u64, LogError> {
         let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
         loop {
-            match self.append(owner, chat, task, generation, plain).await {
+            match self.append(owner, chat, task, slot, plain).await {
                 Err(LogError::Store(
                     TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_),
                 )) if tokio::time::Instant::now() < deadline => {

@@ -124,6 +124,19 @@ pub enum TurnStoreError {
     Protocol(String),
 }
 
+/// Where a log entry goes: the writer's lease generation (fencing) and the frame's index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LogSlot {
+    pub generation: u64,
+    pub index: u64,
+}
+
+impl LogSlot {
+    pub fn new(generation: u64, index: u64) -> Self {
+        Self { generation, index }
+    }
+}
+
 pub trait TurnStore: Send + Sync {
     /// In one atomic step: starts the turn when the chat has no lease, otherwise queues
     /// the message (or refuses it when the queue is full, or when the running turn
@@ -180,15 +193,18 @@ pub trait TurnStore: Send + Sync {
         limit: usize,
     ) -> BoxFuture<'a, Result<Vec<Lease>, TurnStoreError>>;
 
-    /// Appends one entry to the log of `(chat, task)` and returns its index (1, 2, …).
-    /// Refused with `Fenced` when the log is fenced to a newer generation than
-    /// `generation`, or was ended. Keeps at most `max_len` entries (the oldest go first)
-    /// and expires `keep` after the newest append.
+    /// Appends one entry to the log of `(chat, task)` under the writer's index
+    /// (`slot.index`: 1, 2, … as the turn's frames are numbered) and returns it. An index
+    /// the log has passed is a repeat (a retried append that had landed): nothing is
+    /// written. So the log's numbering is the writer's even when the store lost entries (a
+    /// restart from an older snapshot, or without data). Refused with `Fenced` when the log
+    /// is fenced to a newer generation than `slot.generation`, or was ended. Keeps at most
+    /// `max_len` entries (the oldest go first) and expires `keep` after the newest append.
     fn log_append<'a>(
         &'a self,
         chat: &'a ChatId,
         task: &'a TaskId,
-        generation: u64,
+        slot: LogSlot,
         entry: Vec<u8>,
         max_len: usize,
         keep: Duration,

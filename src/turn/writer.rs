@@ -23,7 +23,7 @@ use tokio_util::task::TaskTracker;
 
 use super::lease_clock::LeaseClock;
 use super::log::{LogEntry, TurnLog};
-use super::store::TurnStoreError;
+use super::store::{LogSlot, TurnStoreError};
 use crate::crypto::UserHash;
 use crate::delivery::frames::{self, LostTurn, Notice};
 use crate::delivery::outbox::EncodedFrame;
@@ -236,10 +236,11 @@ impl TurnWriter {
         let Some(flusher) = &self.log else {
             // An in-process log appends at once (its store never waits).
             let k = &self.key;
+            let slot = LogSlot::new(k.generation, w.index);
             let appended = self
                 .outlet
                 .log
-                .append(&k.owner, &k.chat, &k.task, k.generation, &entry)
+                .append(&k.owner, &k.chat, &k.task, slot, &entry)
                 .now_or_never();
             if let Some(Err(e)) = appended {
                 tracing::warn!(error = %e, "could not log a turn frame");
@@ -365,9 +366,10 @@ async fn flush_one(outlet: &Outlet, key: &TurnKey, l: Logged, fenced: &mut bool)
     if *fenced {
         return;
     }
+    let slot = LogSlot::new(key.generation, l.index);
     match outlet
         .log
-        .append_patiently(&key.owner, &key.chat, &key.task, key.generation, &l.entry)
+        .append_patiently(&key.owner, &key.chat, &key.task, slot, &l.entry)
         .await
     {
         Ok(_) => {}

@@ -11,6 +11,7 @@ use chatd::crypto::UserHash;
 use chatd::ids::NodeId;
 use chatd::inbound::{Inbound, MessageOptions};
 use chatd::turn::log::LogEntry;
+use chatd::turn::store::LogSlot;
 use chatd::turn::{Admission, Turns};
 use chatd_protocol::{
     AiMessageUpdate, AiTypingStarted, ChatMessageAdded, ErrorCode, MessageId, ServerMessage,
@@ -83,14 +84,18 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
     );
     chunk.model_name = Some("ghost-model".into());
     let showing = chatd::delivery::Audience::Showing(chat.clone());
-    for (audience, frame, previous) in [
+    for (index, (audience, frame, previous)) in [
         (chatd::delivery::Audience::All, typing, ""),
         (showing, ServerMessage::AiMessageUpdate(chunk), ""),
-    ] {
+    ]
+    .into_iter()
+    .enumerate()
+    {
         let entry = LogEntry::encode(&audience, &frame, &frame.to_json(), previous);
+        let slot = LogSlot::new(ticket.lease.generation, index as u64 + 1);
         deps.outlet
             .log
-            .append(&owner, &chat, &task, ticket.lease.generation, &entry)
+            .append(&owner, &chat, &task, slot, &entry)
             .await
             .unwrap();
     }
@@ -141,7 +146,13 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
     assert!(
         deps.outlet
             .log
-            .append(&owner, &chat, &task, ticket.lease.generation, &late)
+            .append(
+                &owner,
+                &chat,
+                &task,
+                LogSlot::new(ticket.lease.generation, 9),
+                &late
+            )
             .await
             .is_err()
     );

@@ -11,7 +11,7 @@ use chatd::ids::NodeId;
 use chatd::turn::store::memory::MemoryTurnStore;
 use chatd::turn::store::redis::RedisTurnStore;
 use chatd::turn::store::{
-    Admit, Admitted, CancelReason, Finished, Lease, TurnStore, TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogSlot, TurnStore, TurnStoreError,
 };
 use chatd_protocol::{ChatId, MessageId, TaskId};
 use chatd_test_harness::redis::RedisServer;
@@ -227,7 +227,7 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
         s.log_append(
             &c,
             &lost.task,
-            lost.generation,
+            LogSlot::new(lost.generation, 1),
             b"before".to_vec(),
             100,
             LONG
@@ -255,15 +255,22 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
         Err(TurnStoreError::Fenced)
     ));
     assert!(matches!(
-        s.log_append(&c, &lost.task, lost.generation, b"late".to_vec(), 100, LONG)
-            .await,
+        s.log_append(
+            &c,
+            &lost.task,
+            LogSlot::new(lost.generation, 2),
+            b"late".to_vec(),
+            100,
+            LONG
+        )
+        .await,
         Err(TurnStoreError::Fenced)
     ));
     assert_eq!(
         s.log_append(
             &c,
             &lost.task,
-            won.generation,
+            LogSlot::new(won.generation, 2),
             b"node_lost".to_vec(),
             100,
             LONG
@@ -291,12 +298,57 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
     assert!(s.renew(&live, LONG).await.is_ok());
 }
 
+/// The log keeps the writer's numbering: a repeated index (a retried append that had
+/// landed) writes nothing, and after entries were lost (a store restarted from an older
+/// snapshot) the next frame keeps its own index, not the store's count.
+async fn logs_keep_the_writers_numbering(s: Arc<dyn TurnStore>) {
+    let (c, t) = (chat("c-numbered"), TaskId::random());
+    let append = |index: u64, text: &'static str| {
+        let s = s.clone();
+        let (c, t) = (c.clone(), t.clone());
+        async move {
+            s.log_append(
+                &c,
+                &t,
+                LogSlot::new(1, index),
+                text.as_bytes().to_vec(),
+                10,
+                LONG,
+            )
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(append(1, "one").await, 1);
+    assert_eq!(append(2, "two").await, 2);
+    assert_eq!(append(2, "two again").await, 2, "a repeat");
+    assert_eq!(append(5, "five").await, 5, "frames 3 and 4 were lost");
+    let read = s.log_read(&c, &t, 0).await.unwrap().unwrap();
+    let entries: Vec<(u64, Vec<u8>)> = read.entries;
+    assert_eq!(
+        entries,
+        [
+            (1, b"one".to_vec()),
+            (2, b"two".to_vec()),
+            (5, b"five".to_vec())
+        ]
+    );
+    assert_eq!(read.last, 5);
+}
+
 async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
     let (c, t) = (chat("c-log"), TaskId::random());
     assert_eq!(s.log_read(&c, &t, 0).await.unwrap(), None);
     for i in 1..=5u64 {
         let index = s
-            .log_append(&c, &t, 1, format!("e{i}").into_bytes(), 3, LONG)
+            .log_append(
+                &c,
+                &t,
+                LogSlot::new(1, i),
+                format!("e{i}").into_bytes(),
+                3,
+                LONG,
+            )
             .await
             .unwrap();
         assert_eq!(index, i);
@@ -321,8 +373,15 @@ async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
     s.log_end(&c, &t, 1, SHORT).await.unwrap();
     assert!(s.log_read(&c, &t, 0).await.unwrap().unwrap().ended);
     assert!(matches!(
-        s.log_append(&c, &t, 1, b"after the end".to_vec(), 3, LONG)
-            .await,
+        s.log_append(
+            &c,
+            &t,
+            LogSlot::new(1, 6),
+            b"after the end".to_vec(),
+            3,
+            LONG
+        )
+        .await,
         Err(TurnStoreError::Fenced)
     ));
     let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
@@ -390,4 +449,5 @@ contract!(
     cancel_requests_reach_the_renewal,
     expired_leases_are_taken_over_once,
     logs_number_trim_end_and_expire,
+    logs_keep_the_writers_numbering,
 );

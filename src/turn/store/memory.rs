@@ -10,7 +10,8 @@ use futures_util::future::{BoxFuture, ready};
 use tokio::time::Instant;
 
 use super::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogRead, Renewed, TurnStore, TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
+    TurnStoreError,
 };
 use crate::ids::NodeId;
 
@@ -273,11 +274,12 @@ impl TurnStore for MemoryTurnStore {
         &'a self,
         chat: &'a ChatId,
         task: &'a TaskId,
-        generation: u64,
+        slot: LogSlot,
         entry: Vec<u8>,
         max_len: usize,
         keep: Duration,
     ) -> Res<'a, u64> {
+        let generation = slot.generation;
         let now = Instant::now();
         let mut s = self.lock();
         s.sweep(now);
@@ -310,7 +312,10 @@ impl TurnStore for MemoryTurnStore {
             return Box::pin(ready(Err(TurnStoreError::Fenced)));
         }
         log.fence = generation;
-        log.last += 1;
+        if slot.index <= log.last {
+            return Box::pin(ready(Ok(slot.index)));
+        }
+        log.last = slot.index;
         log.entries.push_back((log.last, entry));
         while log.entries.len() > max_len.max(1) {
             log.entries.pop_front();

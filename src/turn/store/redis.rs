@@ -21,7 +21,8 @@ use futures_util::future::BoxFuture;
 
 use self::reply::{lease_at, number, strings, text};
 use super::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogRead, Renewed, TurnStore, TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
+    TurnStoreError,
 };
 use crate::ids::NodeId;
 use crate::redis::{Redis, RedisError};
@@ -291,14 +292,12 @@ impl TurnStore for RedisTurnStore {
         &'a self,
         chat: &'a ChatId,
         task: &'a TaskId,
-        generation: u64,
+        slot: LogSlot,
         entry: Vec<u8>,
         max_len: usize,
         keep: Duration,
     ) -> Res<'a, u64> {
-        Box::pin(logs::append(
-            self, chat, task, generation, entry, max_len, keep,
-        ))
+        Box::pin(logs::append(self, chat, task, slot, entry, max_len, keep))
     }
 
     fn log_read<'a>(

@@ -5,16 +5,17 @@ use std::time::Duration;
 
 use chatd_protocol::{ChatId, TaskId};
 
-use super::super::{LogRead, TurnStoreError};
+use super::super::{LogRead, LogSlot, TurnStoreError};
 use super::reply::{number, strings};
 use super::{RedisTurnStore, log_keys};
 
-/// Appends `entry` to the turn's log (fenced by `generation`); returns its index.
+/// Appends `entry` to the turn's log at `slot.index` (fenced by `slot.generation`; a
+/// repeat of an index the log has passed writes nothing); returns the index.
 pub(super) async fn append(
     store: &RedisTurnStore,
     chat: &ChatId,
     task: &TaskId,
-    generation: u64,
+    slot: LogSlot,
     entry: Vec<u8>,
     max_len: usize,
     keep: Duration,
@@ -23,10 +24,11 @@ pub(super) async fn append(
     let (stream, meta) = log_keys(chat, task);
     let mut call = store.log_append.key(stream);
     call.key(meta)
-        .arg(generation)
+        .arg(slot.generation)
         .arg(entry)
         .arg(max_len.max(1))
-        .arg(keep.as_millis() as u64);
+        .arg(keep.as_millis() as u64)
+        .arg(slot.index);
     let index: i64 = store.redis.run(call.invoke_async(&mut conn)).await?;
     u64::try_from(index).map_err(|_| TurnStoreError::Fenced)
 }

@@ -124,18 +124,22 @@ if ARGV[3] == '1' then redis.call('DEL', KEYS[2], KEYS[3]) end
 return 1
 "#;
 
-/// KEYS: stream, meta. ARGV: gen, entry, max len, keep ms. Appends under the fence.
+/// KEYS: stream, meta. ARGV: gen, entry, max len, keep ms, index. Appends under the fence at
+/// the writer's index (an index the log has passed is a repeat: nothing written).
 pub const LOG_APPEND: &str = r#"
 if redis.call('HGET', KEYS[2], 'ended') == '1' then return -1 end
 local fence = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
 local gen = tonumber(ARGV[1])
 if gen < fence then return -1 end
 if gen > fence then redis.call('HSET', KEYS[2], 'fence', gen) end
-local last = redis.call('HINCRBY', KEYS[2], 'last', 1)
-redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], last .. '-0', 'v', ARGV[2])
+local index = tonumber(ARGV[5])
+local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0')
+if index <= last then return index end
+redis.call('HSET', KEYS[2], 'last', index)
+redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], index .. '-0', 'v', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
 redis.call('PEXPIRE', KEYS[2], ARGV[4])
-return last
+return index
 "#;
 
 /// KEYS: stream, meta. ARGV: after. → {last, ended, first, id1, v1, id2, v2, ...} or {}.
