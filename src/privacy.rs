@@ -15,6 +15,7 @@ mod restore;
 
 use std::borrow::Cow;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 
 use serde::{Deserialize, Serialize};
@@ -109,6 +110,11 @@ impl Pseudonyms {
 
     pub fn is_empty(&self) -> bool {
         self.entries.is_empty()
+    }
+
+    /// Whether the user marked names private in this chat.
+    pub fn has_marked(&self) -> bool {
+        !self.marked.is_empty()
     }
 
     /// `text` with every piece of personal data `detector` finds replaced by its
@@ -257,6 +263,8 @@ pub struct ChatPrivacy {
     /// the main call, its tool rounds), each message is scanned once. Valid for the turn:
     /// the table only grows, so a value keeps its placeholder.
     seen: Mutex<HashMap<String, Option<String>>>,
+    /// The chat has names the user marked (every text must be scanned for them).
+    marked: AtomicBool,
 }
 
 /// The most texts a turn remembers hiding.
@@ -271,15 +279,21 @@ impl std::fmt::Debug for ChatPrivacy {
 
 impl ChatPrivacy {
     pub fn new(detector: Arc<Detector>, table: Pseudonyms) -> Arc<Self> {
+        let marked = AtomicBool::new(table.has_marked());
         Arc::new(Self {
             detector,
             table: Mutex::new(table),
             seen: Mutex::new(HashMap::new()),
+            marked,
         })
     }
 
     /// `text` hidden: the remembered result, or a new scan (remembered).
     fn hidden(&self, text: &str) -> Option<String> {
+        // Most texts cannot hold anything the detectors look for: no scan, nothing kept.
+        if !self.detector.may_hold(text) && !self.marked.load(Ordering::Relaxed) {
+            return None;
+        }
         let mut seen = self.seen.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(known) = seen.get(text) {
             return known.clone();
@@ -315,9 +329,15 @@ impl ChatPrivacy {
     pub fn mark(&self, names: &[String]) {
         if !names.is_empty() {
             self.lock().mark(names);
+            self.marked.store(true, Ordering::Relaxed);
             // Texts scanned before the marks may hold them.
             self.seen.lock().unwrap_or_else(|p| p.into_inner()).clear();
         }
+    }
+
+    /// Whether the chat's table holds no value yet (nothing to restore).
+    pub fn is_empty(&self) -> bool {
+        self.lock().is_empty()
     }
 
     /// The table to save when a value was added since it was read.

@@ -51,6 +51,10 @@ impl LlmClient for PrivateClient {
         let privacy = self.privacy.clone();
         Box::pin(async move {
             let stream = self.inner.stream(request).await?;
+            // A chat without personal data (most) has nothing to restore: the stream as it is.
+            if privacy.is_empty() {
+                return Ok(stream);
+            }
             Ok(reveal(stream, privacy, own_function))
         })
     }

@@ -89,6 +89,15 @@ impl Detector {
         (!config.pseudonymize.is_empty()).then(|| std::sync::Arc::new(Self::new(config)))
     }
 
+    /// Whether `text` may hold anything the configured kinds find (a digit or an `@` for
+    /// the patterned kinds; always, while names are configured): a cheap test before a
+    /// scan.
+    pub fn may_hold(&self, text: &str) -> bool {
+        let names = self.on(PersonalData::Name) && !self.names.is_empty();
+        let patterned = self.kinds.iter().any(|k| *k != PersonalData::Name);
+        names || (patterned && text.bytes().any(|c| c.is_ascii_digit() || c == b'@'))
+    }
+
     fn on(&self, kind: PersonalData) -> bool {
         self.kinds.contains(&kind)
     }
