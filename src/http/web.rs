@@ -1,9 +1,10 @@
 //! The browser side served by chatd: the demo page at `/` and its assets, the reference
-//! client at `/chatd-client.js` (all compiled in from `protocol/js/`), each with a
-//! Content-Security-Policy that allows no inline script; the ways in the page may offer,
-//! `GET /v1/auth/config` (public: the development sign-in's switch and the identity
-//! provider's issuer, the page's client id and scopes); and the development sign-in
-//! `POST /v1/dev/token` (`web.dev_login`), which mints a session token for a user name.
+//! client at `/chatd-client.js` with the modules it imports under `/chatd-client/` (all
+//! compiled in from `protocol/js/`), each with a Content-Security-Policy that allows no
+//! inline script; the ways in the page may offer, `GET /v1/auth/config` (public: the
+//! development sign-in's switch and the identity provider's issuer, the page's client id and
+//! scopes); and the development sign-in `POST /v1/dev/token` (`web.dev_login`), which mints
+//! a session token for a user name.
 
 use std::sync::Arc;
 
@@ -25,35 +26,44 @@ struct Asset {
     body: &'static str,
 }
 
-/// The reference client, also served when the demo page is off (frontends import it).
-const CLIENT: Asset = Asset {
-    path: "/chatd-client.js",
-    content_type: "text/javascript; charset=utf-8",
-    body: include_str!("../../protocol/js/chatd-client.js"),
-};
+/// A JavaScript module of `protocol/js/`, served at its path there.
+macro_rules! script {
+    ($file:literal) => {
+        Asset {
+            path: concat!("/", $file),
+            content_type: "text/javascript; charset=utf-8",
+            body: include_str!(concat!("../../protocol/js/", $file)),
+        }
+    };
+}
+
+/// The reference client, also served when the demo page is off (frontends import it): the
+/// entry module and the parts it imports (`protocol/js/chatd-client/`).
+const CLIENT: [Asset; 9] = [
+    script!("chatd-client.js"),
+    script!("chatd-client/crypto.js"),
+    script!("chatd-client/store.js"),
+    script!("chatd-client/keys.js"),
+    script!("chatd-client/connection.js"),
+    script!("chatd-client/local.js"),
+    script!("chatd-client/sync.js"),
+    script!("chatd-client/answers.js"),
+    script!("chatd-client/capabilities.js"),
+];
 
 /// The demo page and its assets (`protocol/js/demo/`).
-const DEMO: [Asset; 5] = [
+const DEMO: [Asset; 8] = [
     Asset {
         path: "/",
         content_type: "text/html; charset=utf-8",
         body: include_str!("../../protocol/js/demo/index.html"),
     },
-    Asset {
-        path: "/demo/demo.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../protocol/js/demo/demo.js"),
-    },
-    Asset {
-        path: "/demo/markdown.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../protocol/js/demo/markdown.js"),
-    },
-    Asset {
-        path: "/demo/sign-in.js",
-        content_type: "text/javascript; charset=utf-8",
-        body: include_str!("../../protocol/js/demo/sign-in.js"),
-    },
+    script!("demo/demo.js"),
+    script!("demo/page.js"),
+    script!("demo/messages.js"),
+    script!("demo/panels.js"),
+    script!("demo/markdown.js"),
+    script!("demo/sign-in.js"),
     Asset {
         path: "/demo/demo.css",
         content_type: "text/css; charset=utf-8",
@@ -88,20 +98,18 @@ fn provider_origin(app: &AppState) -> Option<String> {
 
 /// Bytes of every asset the demo page loads (the page, its scripts and styles, the client).
 pub fn demo_asset_bytes() -> usize {
-    DEMO.iter().map(|a| a.body.len()).sum::<usize>() + CLIENT.body.len()
+    DEMO.iter().chain(&CLIENT).map(|a| a.body.len()).sum()
 }
 
 /// The routes `[web]` turns on.
 pub fn routes(app: &AppState) -> Router<Arc<AppState>> {
     let policy = HeaderValue::from_str(&csp(provider_origin(app).as_deref()))
         .unwrap_or_else(|_| HeaderValue::from_static("default-src 'none'"));
-    let client_policy = policy.clone();
-    let mut router = Router::new()
-        .route(
-            CLIENT.path,
-            get(move || async move { serve(&CLIENT, client_policy) }),
-        )
-        .route("/v1/auth/config", get(auth_config));
+    let mut router = Router::new().route("/v1/auth/config", get(auth_config));
+    for asset in &CLIENT {
+        let policy = policy.clone();
+        router = router.route(asset.path, get(move || async move { serve(asset, policy) }));
+    }
     if app.config.demo_enabled() {
         for asset in &DEMO {
             let policy = policy.clone();

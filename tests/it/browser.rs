@@ -474,7 +474,9 @@ async fn the_page_is_served_with_its_security_headers() {
     for (path, kind) in [
         ("/", "text/html"),
         ("/chatd-client.js", "text/javascript"),
+        ("/chatd-client/sync.js", "text/javascript"),
         ("/demo/demo.js", "text/javascript"),
+        ("/demo/messages.js", "text/javascript"),
         ("/demo/markdown.js", "text/javascript"),
         ("/demo/sign-in.js", "text/javascript"),
         ("/demo/demo.css", "text/css"),
@@ -501,6 +503,24 @@ async fn the_page_is_served_with_its_security_headers() {
             && page.contains(r#"<script type="module" src="/demo/demo.js">"#)
     );
     assert!(chatd::http::web::demo_asset_bytes() < 150 * 1024);
+    // Every module the page's scripts import (the client's parts too) is served.
+    let mut modules = vec!["/demo/demo.js".to_string()];
+    let mut seen = std::collections::BTreeSet::new();
+    while let Some(path) = modules.pop() {
+        if !seen.insert(path.clone()) {
+            continue;
+        }
+        let res = http.get(app.http_url(&path)).send().await.unwrap();
+        assert_eq!(res.status(), 200, "{path} is imported but not served");
+        let text = res.text().await.unwrap();
+        let imports = text.lines().map(str::trim_end);
+        for line in imports.filter(|l| l.contains(" from '") && l.ends_with("';")) {
+            let spec = line.rsplit(['\'', '"']).nth(1).unwrap();
+            let base = url::Url::parse(&app.http_url(&path)).unwrap();
+            modules.push(base.join(spec).unwrap().path().to_string());
+        }
+    }
+    assert!(seen.len() >= 15, "modules the page loads: {seen:?}");
 
     let own = format!("http://{}", app.addr);
     let mint = |origin: &str| {

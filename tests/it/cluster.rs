@@ -172,6 +172,11 @@ lease = "2s"
         &mut self.redis
     }
 
+    /// SIGKILLs node `i`: its sockets drop and its turns' leases are no longer renewed.
+    pub(crate) async fn kill(&mut self, i: usize) {
+        self.nodes[i].kill().await;
+    }
+
     fn token(user: &str) -> String {
         chatd::auth::TokenKeys::from_secret(SECRET.as_bytes())
             .mint(
