@@ -17,7 +17,7 @@ pub mod outbox;
 use std::collections::HashMap;
 use std::sync::Arc;
 
-use chatd_protocol::{ServerMessage, SkillTaskId, TaskId};
+use chatd_protocol::{ChatId, ServerMessage, SkillTaskId, TaskId};
 use serde::{Deserialize, Serialize};
 use tokio::sync::mpsc;
 
@@ -41,6 +41,22 @@ pub enum Envelope {
     CancelSkill {
         origin: NodeId,
         skill_task_id: SkillTaskId,
+    },
+}
+
+/// What a publication from another node asks of the caller.
+pub enum Inbound {
+    /// Nothing (delivered here, or not for this node).
+    Done,
+    /// A `cancel_skill` for the skill named, from one of the user's devices.
+    CancelSkill(SkillTaskId),
+    /// Devices here that missed frames of `task` (in `chat`) before this one: they hold
+    /// the turn's frames until a catch-up from the turn's log ends with
+    /// [`Device::end_resume`].
+    Missed {
+        task: TaskId,
+        chat: ChatId,
+        devices: Vec<Arc<Device>>,
     },
 }
 
@@ -225,9 +241,13 @@ impl Delivery {
         }
     }
 
-    /// A publication from the user's channel: frames go to this node's devices; a request
-    /// for this node to act comes back to the caller. This node's own are dropped.
-    pub async fn receive(&self, user: &UserHash, payload: &[u8]) -> Option<Envelope> {
+    /// A publication from the user's channel: frames go to this node's devices; what the
+    /// caller must do comes back. This node's own are dropped.
+    pub async fn receive(&self, user: &UserHash, payload: &[u8]) -> Inbound {
+        self.open(user, payload).await.unwrap_or(Inbound::Done)
+    }
+
+    async fn open(&self, user: &UserHash, payload: &[u8]) -> Option<Inbound> {
         let link = self.link.as_ref()?;
         let plain = match link
             .keyring
@@ -254,9 +274,17 @@ impl Delivery {
                 ..
             } => {
                 let encoded = outbox::EncodedFrame::new(frame);
-                self.hub
-                    .send_turn(user, audience, task, *index, encoded, frame);
-                None
+                let hub = &self.hub;
+                let devices = hub.send_turn_from_peer(user, audience, task, *index, encoded, frame);
+                let chat = match &**frame {
+                    ServerMessage::AiMessageUpdate(u) if !devices.is_empty() => u.chat_id.clone(),
+                    _ => return None,
+                };
+                Some(Inbound::Missed {
+                    task: task.clone(),
+                    chat,
+                    devices,
+                })
             }
             Envelope::Frame {
                 audience,
@@ -267,7 +295,9 @@ impl Delivery {
                 self.hub.send(user, audience, frame);
                 None
             }
-            Envelope::CancelSkill { .. } => Some(envelope),
+            Envelope::CancelSkill { skill_task_id, .. } => {
+                Some(Inbound::CancelSkill(skill_task_id.clone()))
+            }
         }
     }
 }

@@ -31,6 +31,8 @@ struct TurnPosition {
     task: TaskId,
     /// The newest log index delivered.
     index: u64,
+    /// The `sequence` of the newest `ai_message_update` delivered (0: none yet).
+    sequence: u64,
     /// The turn's chat, once a frame naming it was delivered.
     chat: Option<ChatId>,
     /// While resuming: live frames held back, in order.
@@ -88,15 +90,32 @@ impl Device {
         self.turns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Delivers a turn frame unless the device already had it; held while resuming.
-    fn send_turn(&self, task: &TaskId, index: u64, frame: EncodedFrame, msg: &ServerMessage) {
+    /// Delivers a turn frame unless the device already had it; held while resuming. With
+    /// `hold_gaps`, an `ai_message_update` that skips a sequence the device has not had
+    /// starts holding the turn's frames instead (true: the caller catches the device up
+    /// from the log and ends the hold with [`Device::end_resume`]).
+    fn send_turn(
+        &self,
+        task: &TaskId,
+        index: u64,
+        frame: EncodedFrame,
+        msg: &ServerMessage,
+        hold_gaps: bool,
+    ) -> bool {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
         if index <= pos.index {
-            return;
+            return false;
         }
         if pos.chat.is_none() {
             pos.chat = turn_chat(msg);
+        }
+        let gap = hold_gaps
+            && pos.held.is_none()
+            && pos.sequence > 0
+            && update_sequence(msg).is_some_and(|s| s > pos.sequence + 1);
+        if gap {
+            pos.held = Some(Vec::new());
         }
         if let Some(held) = &mut pos.held {
             if held.len() < RESUME_BUFFER {
@@ -107,11 +126,12 @@ impl Device {
                 self.outbox
                     .close_with(chatd_protocol::CloseCode::SlowConsumer);
             }
-            return;
+            return gap;
         }
-        pos.index = index;
+        pos.advance(index, msg);
         drop(turns);
         self.outbox.send_encoded(frame, msg);
+        false
     }
 
     /// Starts a resume of `task` from the start (`resume_ai_task`): live frames of the task
@@ -121,6 +141,7 @@ impl Device {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
         pos.index = 0;
+        pos.sequence = 0;
         pos.held.get_or_insert_with(Vec::new);
     }
 
@@ -154,7 +175,7 @@ impl Device {
         if index <= pos.index {
             return;
         }
-        pos.index = index;
+        pos.advance(index, msg);
         if pos.chat.is_none() {
             pos.chat = turn_chat(msg);
         }
@@ -170,7 +191,7 @@ impl Device {
         let mut out = Vec::new();
         for (index, frame, msg) in held {
             if index > pos.index {
-                pos.index = index;
+                pos.advance(index, &msg);
                 out.push((frame, msg));
             }
         }
@@ -178,6 +199,23 @@ impl Device {
         for (frame, msg) in out {
             self.outbox.send_encoded(frame, &msg);
         }
+    }
+}
+
+impl TurnPosition {
+    /// The device had frame `index` (`msg`).
+    fn advance(&mut self, index: u64, msg: &ServerMessage) {
+        self.index = index;
+        if let Some(s) = update_sequence(msg) {
+            self.sequence = self.sequence.max(s);
+        }
+    }
+}
+
+fn update_sequence(msg: &ServerMessage) -> Option<u64> {
+    match msg {
+        ServerMessage::AiMessageUpdate(u) => Some(u.sequence),
+        _ => None,
     }
 }
 
@@ -193,6 +231,7 @@ fn position<'a>(turns: &'a mut VecDeque<TurnPosition>, task: &TaskId) -> &'a mut
             turns.push_front(TurnPosition {
                 task: task.clone(),
                 index: 0,
+                sequence: 0,
                 chat: None,
                 held: None,
             });
@@ -312,7 +351,29 @@ impl Hub {
         msg: &ServerMessage,
     ) {
         for device in self.devices(user).iter().filter(|d| audience.includes(d)) {
-            device.send_turn(task, index, frame.clone(), msg);
+            device.send_turn(task, index, frame.clone(), msg, false);
         }
     }
+
+    /// [`Hub::send_turn`] for a frame from another node: the devices it would reach past
+    /// an update they have not had (frames lost on the way, e.g. while Redis restarted)
+    /// hold the turn's frames from it on and are returned, for a catch-up from the log.
+    pub fn send_turn_from_peer(
+        &self,
+        user: &UserHash,
+        audience: &Audience,
+        task: &TaskId,
+        index: u64,
+        frame: EncodedFrame,
+        msg: &ServerMessage,
+    ) -> Vec<Arc<Device>> {
+        let devices = self.devices(user);
+        (devices.into_iter())
+            .filter(|d| audience.includes(d))
+            .filter(|d| d.send_turn(task, index, frame.clone(), msg, true))
+            .collect()
+    }
 }
+
+#[cfg(test)]
+mod tests;

@@ -13,7 +13,7 @@ use super::log::{self, Replay};
 use super::store::CancelReason;
 use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
-use crate::delivery::{Envelope, NodeControl};
+use crate::delivery::{Device, Inbound, NodeControl};
 
 /// Handles what the bus delivers until shutdown or until the bus is gone.
 pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
@@ -27,11 +27,20 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
         };
         match received {
             Received::User { user, payload } => {
-                if let Some(Envelope::CancelSkill { skill_task_id, .. }) =
-                    deps.outlet.delivery.receive(&user, &payload).await
-                {
+                match deps.outlet.delivery.receive(&user, &payload).await {
+                    Inbound::Done => {}
                     // Sealed with the user's key: the request is the user's own.
-                    deps.skills.cancels().cancel_for(&user, &skill_task_id);
+                    Inbound::CancelSkill(skill) => {
+                        deps.skills.cancels().cancel_for(&user, &skill);
+                    }
+                    Inbound::Missed {
+                        task,
+                        chat,
+                        devices,
+                    } => {
+                        let followed = devices.into_iter().map(|d| (d, task.clone(), chat.clone()));
+                        replay_missed(&deps, followed.collect());
+                    }
                 }
             }
             Received::Node { payload } => match serde_json::from_slice(&payload) {
@@ -60,6 +69,13 @@ fn catch_up(deps: &Arc<TurnDeps>) {
             Some((device, task, chat))
         })
         .collect();
+    replay_missed(deps, followed);
+}
+
+/// Devices that hold the live frames of a turn get what they missed of it from the turn's
+/// log, in order, then the held frames. A frame from another node is published after its
+/// log append, so the log read here holds every frame up to the newest one held.
+fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatId)>) {
     if followed.is_empty() {
         return;
     }

@@ -122,6 +122,11 @@ pub enum TurnStoreError {
     Timeout(Duration),
     #[error("turn store answered something unexpected: {0}")]
     Protocol(String),
+    /// A [`LogSlot::contiguous`] append found the log's newest entry at `last`, before the
+    /// slot's index − 1: the log lost entries (the store restarted from an older snapshot,
+    /// or without its data). Nothing was appended.
+    #[error("the turn log lost entries after {last}")]
+    Behind { last: u64 },
 }
 
 /// Where a log entry goes: the writer's lease generation (fencing) and the frame's index.
@@ -129,11 +134,26 @@ pub enum TurnStoreError {
 pub struct LogSlot {
     pub generation: u64,
     pub index: u64,
+    /// The entry must follow the log's newest one: a log whose newest is older than
+    /// `index − 1` refuses it with [`TurnStoreError::Behind`].
+    pub contiguous: bool,
 }
 
 impl LogSlot {
     pub fn new(generation: u64, index: u64) -> Self {
-        Self { generation, index }
+        Self {
+            generation,
+            index,
+            contiguous: false,
+        }
+    }
+
+    /// The slot, refused when the log does not reach `index − 1`.
+    pub fn contiguous(self) -> Self {
+        Self {
+            contiguous: true,
+            ..self
+        }
     }
 }
 

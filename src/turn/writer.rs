@@ -12,6 +12,8 @@
 //! (`TurnEvent::FollowUp`) goes to the outlet's follow-up hook, which the runner gives
 //! (admission as a follow-up message, [`super::follow_up`]).
 
+mod flush;
+
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
 use chatd_protocol::{ChatId, MessageId, ServerMessage, TaskId};
@@ -23,7 +25,7 @@ use tokio_util::task::TaskTracker;
 
 use super::lease_clock::LeaseClock;
 use super::log::{LogEntry, TurnLog};
-use super::store::{LogSlot, TurnStoreError};
+use super::store::LogSlot;
 use crate::crypto::UserHash;
 use crate::delivery::frames::{self, LostTurn, Notice};
 use crate::delivery::outbox::EncodedFrame;
@@ -156,7 +158,7 @@ impl TurnWriter {
             let (tx, rx) = mpsc::unbounded_channel();
             outlet
                 .tasks
-                .spawn(flush(outlet.clone(), key.clone(), rx, flushed_tx));
+                .spawn(flush::flush(outlet.clone(), key.clone(), rx, flushed_tx));
             Some(tx)
         };
         let writer = Arc::new(Self {
@@ -330,71 +332,5 @@ impl TurnSink for TurnWriter {
         for (audience, msg) in frames::map(ctx, event, sequence) {
             self.write(&mut w, audience, msg);
         }
-    }
-}
-
-/// Seals and appends a turn's frames in order, then publishes each to the other nodes
-/// (so a device there that reads the log and then listens misses nothing); ends the log
-/// when the writer is gone. An append the store cannot take is tried again for a moment,
-/// then logged and skipped (the frame reached this node's devices; a device resuming later
-/// finds the log incomplete and syncs); a fenced
-/// one stops the turn's output to other nodes (the turn belongs to another generation).
-async fn flush(
-    outlet: Arc<Outlet>,
-    key: Arc<TurnKey>,
-    mut rx: mpsc::UnboundedReceiver<Logged>,
-    flushed: watch::Sender<u64>,
-) {
-    let log = &outlet.log;
-    let mut fenced = false;
-    let mut batch = Vec::new();
-    // Frames queued meanwhile are taken together (one wake-up for a burst).
-    while rx.recv_many(&mut batch, 64).await > 0 {
-        for l in batch.drain(..) {
-            let index = l.index;
-            flush_one(&outlet, &key, l, &mut fenced).await;
-            flushed.send_replace(index);
-        }
-    }
-    if !fenced && let Err(e) = log.end(&key.chat, &key.task, key.generation).await {
-        tracing::warn!(error = %e, "could not end the turn log");
-    }
-}
-
-/// One frame: into the log, then to the other nodes.
-async fn flush_one(outlet: &Outlet, key: &TurnKey, l: Logged, fenced: &mut bool) {
-    if *fenced {
-        return;
-    }
-    let slot = LogSlot::new(key.generation, l.index);
-    match outlet
-        .log
-        .append_patiently(&key.owner, &key.chat, &key.task, slot, &l.entry)
-        .await
-    {
-        Ok(_) => {}
-        Err(super::log::LogError::Store(TurnStoreError::Fenced)) => {
-            tracing::warn!("turn log fenced: another node took the turn over");
-            *fenced = true;
-            return;
-        }
-        Err(e) => {
-            tracing::warn!(error = %e, "could not log a turn frame");
-            // Held for the log and the log cannot be reached: not for this node's devices.
-            if l.local.is_some() {
-                return;
-            }
-        }
-    }
-    if let Some((audience, msg)) = &l.local {
-        let frame = EncodedFrame::new(msg);
-        let hub = &outlet.delivery.hub;
-        hub.send_turn(&key.owner, audience, &key.task, l.index, frame, msg);
-    }
-    if let Some((audience, frame)) = l.publish {
-        outlet
-            .delivery
-            .publish_turn(&key.owner, audience, &key.task, l.index, frame)
-            .await;
     }
 }

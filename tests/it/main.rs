@@ -11,6 +11,7 @@ mod support;
 
 mod app_prefs;
 mod browser;
+mod browser_cluster;
 mod browser_sign_in;
 mod bus_contract;
 mod bus_outage;
@@ -31,6 +32,7 @@ mod focus;
 mod history;
 mod http_surface;
 mod links;
+mod log_refill;
 mod mcp;
 mod mcp_everything;
 mod mcp_shipped;

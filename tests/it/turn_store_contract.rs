@@ -334,6 +334,22 @@ async fn logs_keep_the_writers_numbering(s: Arc<dyn TurnStore>) {
         ]
     );
     assert_eq!(read.last, 5);
+    // A writer that wants no hole asks for the next index: a log behind it says where it is.
+    let strict = |index: u64| {
+        let s = s.clone();
+        let (c, t) = (c.clone(), t.clone());
+        async move {
+            let slot = LogSlot::new(1, index).contiguous();
+            s.log_append(&c, &t, slot, b"x".to_vec(), 10, LONG).await
+        }
+    };
+    assert!(matches!(
+        strict(7).await,
+        Err(TurnStoreError::Behind { last: 5 })
+    ));
+    assert_eq!(strict(6).await.unwrap(), 6);
+    assert_eq!(strict(6).await.unwrap(), 6, "a repeat is still a repeat");
+    assert_eq!(s.log_read(&c, &t, 0).await.unwrap().unwrap().last, 6);
 }
 
 async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {

@@ -315,6 +315,10 @@ impl TurnStore for MemoryTurnStore {
         if slot.index <= log.last {
             return Box::pin(ready(Ok(slot.index)));
         }
+        if slot.contiguous && slot.index > log.last + 1 {
+            let last = log.last;
+            return Box::pin(ready(Err(TurnStoreError::Behind { last })));
+        }
         log.last = slot.index;
         log.entries.push_back((log.last, entry));
         while log.entries.len() > max_len.max(1) {

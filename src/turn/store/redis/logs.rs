@@ -10,7 +10,8 @@ use super::reply::{number, strings};
 use super::{RedisTurnStore, log_keys};
 
 /// Appends `entry` to the turn's log at `slot.index` (fenced by `slot.generation`; a
-/// repeat of an index the log has passed writes nothing); returns the index.
+/// repeat of an index the log has passed writes nothing; a contiguous slot after a hole
+/// writes nothing either: `Behind`); returns the index.
 pub(super) async fn append(
     store: &RedisTurnStore,
     chat: &ChatId,
@@ -28,9 +29,17 @@ pub(super) async fn append(
         .arg(entry)
         .arg(max_len.max(1))
         .arg(keep.as_millis() as u64)
-        .arg(slot.index);
+        .arg(slot.index)
+        .arg(if slot.contiguous { "1" } else { "0" });
     let index: i64 = store.redis.run(call.invoke_async(&mut conn)).await?;
-    u64::try_from(index).map_err(|_| TurnStoreError::Fenced)
+    match index {
+        -1 => Err(TurnStoreError::Fenced),
+        // The script's answer to a contiguous slot the log does not reach: -2 - last.
+        i if i < -1 => Err(TurnStoreError::Behind {
+            last: i.unsigned_abs() - 2,
+        }),
+        i => Ok(i.unsigned_abs()),
+    }
 }
 
 /// The turn's log after index `after`; `None` when there is no log.

@@ -124,8 +124,10 @@ if ARGV[3] == '1' then redis.call('DEL', KEYS[2], KEYS[3]) end
 return 1
 "#;
 
-/// KEYS: stream, meta. ARGV: gen, entry, max len, keep ms, index. Appends under the fence at
-/// the writer's index (an index the log has passed is a repeat: nothing written).
+/// KEYS: stream, meta. ARGV: gen, entry, max len, keep ms, index, contiguous ('1'). Appends
+/// under the fence at the writer's index (an index the log has passed is a repeat: nothing
+/// written). → the index; -1 fenced; -2 - last when contiguous and the log's newest is
+/// older than index - 1 (nothing written).
 pub const LOG_APPEND: &str = r#"
 if redis.call('HGET', KEYS[2], 'ended') == '1' then return -1 end
 local fence = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
@@ -135,6 +137,7 @@ if gen > fence then redis.call('HSET', KEYS[2], 'fence', gen) end
 local index = tonumber(ARGV[5])
 local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0')
 if index <= last then return index end
+if ARGV[6] == '1' and index > last + 1 then return -2 - last end
 redis.call('HSET', KEYS[2], 'last', index)
 redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], index .. '-0', 'v', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])

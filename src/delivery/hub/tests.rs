@@ -1,0 +1,80 @@
+use std::time::Duration;
+
+use chatd_protocol::{AiMessageUpdate, MessageId};
+
+use super::*;
+use crate::delivery::outbox::{OutboxReceiver, OutboxSettings, StreamMode, outbox};
+use crate::metrics::Metrics;
+
+fn device(hub: &Hub) -> (Arc<Device>, OutboxReceiver) {
+    let settings = OutboxSettings {
+        capacity: 64,
+        max_bytes: 1 << 20,
+        grace: Duration::from_secs(5),
+        mode: StreamMode::Cumulative,
+    };
+    let (out, rx) = outbox(settings, Arc::new(Metrics::new()));
+    let user = UserId::parse("bob").unwrap();
+    let d = Arc::new(Device::new("s".into(), user, out));
+    hub.register(d.clone());
+    (d, rx)
+}
+
+fn update(sequence: u64) -> ServerMessage {
+    ServerMessage::AiMessageUpdate(AiMessageUpdate::new(
+        TaskId::parse("t1").unwrap(),
+        ChatId::parse("c1").unwrap(),
+        MessageId::parse("m1").unwrap(),
+        format!("text {sequence}"),
+        sequence,
+        false,
+    ))
+}
+
+/// The sequences of the updates queued for the device.
+fn sequences(rx: &OutboxReceiver) -> Vec<u64> {
+    rx.drain()
+        .iter()
+        .filter_map(|f| match serde_json::from_str(f.text.as_str()) {
+            Ok(ServerMessage::AiMessageUpdate(u)) => Some(u.sequence),
+            _ => None,
+        })
+        .collect()
+}
+
+#[test]
+fn a_peer_frame_past_a_missed_update_holds_the_turn_for_a_catch_up() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
+    let send = |index: u64, sequence: u64| {
+        let msg = update(sequence);
+        let frame = EncodedFrame::new(&msg);
+        hub.send_turn_from_peer(&user, &Audience::All, &task, index, frame, &msg)
+    };
+    // Index 2 is a frame for other devices only: no gap, the updates follow each other.
+    assert!(send(1, 1).is_empty());
+    assert!(send(3, 2).is_empty());
+    assert_eq!(sequences(&rx), [1, 2]);
+    // Update 3 never came (lost on the bus): update 4 is held, the device is named.
+    let missed = send(5, 4);
+    assert_eq!(missed.len(), 1);
+    assert!(send(6, 5).is_empty(), "held, not named again");
+    assert!(sequences(&rx).is_empty());
+    // The catch-up replays what the log has, then the held frames follow.
+    d.replay(&task, 4, &update(3));
+    d.replay(&task, 5, &update(4));
+    d.end_resume(&task);
+    assert_eq!(sequences(&rx), [3, 4, 5]);
+    // This node's own frames never hold.
+    let msg = update(7);
+    hub.send_turn(
+        &user,
+        &Audience::All,
+        &task,
+        8,
+        EncodedFrame::new(&msg),
+        &msg,
+    );
+    assert_eq!(sequences(&rx), [7]);
+}

@@ -1,0 +1,96 @@
+//! Redis comes back from a snapshot older than a running turn's newest frames (killed and
+//! started again from its last `SAVE`): the log has lost them. The writer finds the log
+//! behind its next frame and appends the lost ones again before it, so a device that
+//! resumes the turn on another node gets every update in order and the whole text
+//! (issue 37: the gaps left after a Redis restart).
+
+use chatd_protocol::ServerMessage;
+use chatd_test_harness::fake_llm::{Gate, Reply};
+use chatd_test_harness::redis::RedisServer;
+
+use crate::cluster::{Cluster, Shared};
+use crate::support::{answer_task, replayed_from_start, user_message};
+
+const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
+
+fn text(chunks: &[&str]) -> Vec<String> {
+    chunks.iter().map(|c| c.to_string()).collect()
+}
+
+#[tokio::test]
+async fn frames_a_restarted_redis_lost_are_logged_again_in_their_place() {
+    let redis = Shared::Server(RedisServer::start().await.unwrap());
+    let mut c = Cluster::start_with(2, redis, "").await;
+    let chat = "chat-log-refill";
+    let (first, second) = (Gate::new(), Gate::new());
+    c.fake.push(Reply::Stall {
+        chunks: text(&["First part.\n\n"]),
+        gate: first.clone(),
+        then: Box::new(Reply::Stall {
+            chunks: text(&["Second part.\n\n"]),
+            gate: second.clone(),
+            then: Box::new(Reply::Text {
+                chunks: text(&["Third part.\n\n", "The end."]),
+                delay: std::time::Duration::ZERO,
+                usage: None,
+            }),
+        }),
+    });
+    let mut here = c.connect_showing(0, "bob", chat).await;
+    let mut there = c.connect_showing(1, "bob", chat).await;
+    here.send(&user_message(chat, "m1", "go on")).await;
+    first.reached().await;
+    let text_is = |want: &'static str| {
+        move |m: &ServerMessage| match m {
+            ServerMessage::AiMessageUpdate(u) if u.full_content_so_far.ends_with(want) => {
+                Some(u.task_id.clone())
+            }
+            _ => None,
+        }
+    };
+    // The other node's device has the first part: it went through the log and the bus.
+    there.recv_until(text_is("First part.\n\n")).await;
+    // The snapshot Redis will come back from, then a frame logged after it.
+    c.redis_mut().server().cli(&["SAVE"]).await.unwrap();
+    first.release();
+    second.reached().await;
+    let task = there.recv_until(text_is("Second part.\n\n")).await;
+
+    // Redis dies without saving and comes back from the snapshot: the second part is gone
+    // from the log. The rest of the answer follows.
+    c.redis_mut().server().kill().await;
+    c.redis_mut().server().start_again().await.unwrap();
+    second.release();
+    here.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(()),
+        _ => None,
+    })
+    .await;
+
+    // A device resuming the turn from its start on the other node reads it from the log.
+    let mut late = c.connect_showing(1, "bob", chat).await;
+    let frames = replayed_from_start(&mut late, chat, &task).await;
+    assert_eq!(answer_task(&frames), task);
+    let updates: Vec<_> = frames
+        .iter()
+        .filter_map(|f| match f {
+            ServerMessage::AiMessageUpdate(u) => Some(u),
+            _ => None,
+        })
+        .collect();
+    let sequences: Vec<u64> = updates.iter().map(|u| u.sequence).collect();
+    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+    assert_eq!(
+        sequences, expected,
+        "every update in order, none lost: {updates:#?}"
+    );
+    let texts: Vec<&str> = updates
+        .iter()
+        .map(|u| u.full_content_so_far.as_str())
+        .collect();
+    assert!(
+        texts.iter().any(|t| t.ends_with("Second part.\n\n")),
+        "the lost update is back: {texts:?}"
+    );
+    assert_eq!(texts.last(), Some(&WHOLE));
+}
