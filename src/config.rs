@@ -193,7 +193,7 @@ pub struct PipelineConfig {
     #[serde(with = "humantime_serde")]
     pub turn_deadline: Duration,
     pub postprocessing: bool,
-    /// A chat's latest summary joins its main system prompt, and the summaries of the
+    /// A chat's latest summary joins its main request, and the summaries of the
     /// user's other chats in the AI cache join preprocessing (see `pipeline::summary`).
     pub carry_summary: bool,
     /// How many other chats' summaries preprocessing gets (0 to 3).

@@ -184,5 +184,16 @@ fn without_url(e: &reqwest::Error) -> String {
     )
 }
 
+/// A request's body as the provider reads it (every hint sent): for tests that compare the
+/// bytes a provider's prompt cache sees.
+#[cfg(test)]
+pub(crate) fn wire_body(request: &super::LlmRequest) -> serde_json::Result<serde_json::Value> {
+    let hints = Hints {
+        cache_key: true,
+        user: true,
+    };
+    serde_json::to_value(request_body(request, hints))
+}
+
 #[cfg(test)]
 mod tests;

@@ -1,10 +1,17 @@
-//! The main model's request: [`MainPlan`] (what of preprocessing's decision shapes it), the
-//! system prompt assembled from the instruction parts in
-//! order (focus mode, base ethics, mate, apps, follow-up guidance, date/time and language,
-//! and a caution when preprocessing suspects prompt injection), then the history oldest
-//! first, trimmed to the model's context window (the oldest messages go first; the system
-//! prompt and the latest message always stay; tried with the token bounds first, exact
-//! counts only when the bounds overflow).
+//! The main model's request: [`MainPlan`] (what of preprocessing's decision shapes it) and
+//! its messages, laid out for the provider's prompt cache (a stable prefix, then what
+//! changes every turn):
+//! 1. one system message with the prompt's parts that depend only on the chat's plan, which
+//!    is sticky per chat (focus mode, base ethics, mate, apps, follow-up guidance);
+//! 2. the history oldest first, trimmed to the model's context window (the oldest messages
+//!    go first; tried with the token bounds first, exact counts only when the bounds
+//!    overflow);
+//! 3. one trailing system message with the turn's own parts ([`add_turn_context`]): the
+//!    date and language, the caution when preprocessing suspects prompt injection, then the
+//!    blocks the turn adds as data (the chat's summary, the settings/memories entries).
+//!
+//! Both system messages and the latest history message always stay; the tools go sorted by
+//! name, so the same tool set gives the same bytes.
 
 use std::collections::HashMap;
 
@@ -66,6 +73,9 @@ impl MainPlan {
 }
 
 /// The main request for `plan` and how many of the oldest history messages it left out.
+/// `blocks` join the turn's trailing system message after its own parts, in order (data
+/// the turn carries: the chat's summary, the settings/memories entries), and count against
+/// the window like the rest of the prompt.
 /// Tried first with the token bounds: if they fit the window nothing is left out, whatever
 /// the exact counts; otherwise the uncounted messages are counted and the trim redone.
 pub async fn main_request(
@@ -74,10 +84,11 @@ pub async fn main_request(
     plan: &MainPlan,
     history: &[HistoryEntry],
     datetime: &str,
+    blocks: &[&str],
     reserve: u32,
 ) -> (LlmRequest, usize) {
     let defs = tools.definitions(&plan.skills);
-    let system = system_prompt(
+    let mut prompt = prompt(
         instructions,
         &PromptInput {
             focus_mode: plan.focus_mode.as_deref(),
@@ -88,8 +99,9 @@ pub async fn main_request(
             injection_caution: plan.injection_caution,
         },
     );
+    prompt.turn.extend(blocks.iter().map(|b| b.to_string()));
     let budget = u64::from(plan.model.spec.context_window.saturating_sub(reserve));
-    let fixed = fixed_cost(&system, &defs);
+    let fixed = fixed_cost(&prompt, &defs);
     let bounds = tokens::bounds(history);
     let counts = if fixed + total_cost(&bounds) <= budget {
         bounds
@@ -98,7 +110,7 @@ pub async fn main_request(
     };
     assemble(
         &plan.model.spec.name,
-        system,
+        prompt,
         history,
         &counts,
         defs,
@@ -117,19 +129,27 @@ pub struct PromptInput<'a> {
     pub injection_caution: bool,
 }
 
-pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
-    let mut parts: Vec<String> = Vec::new();
+/// The system prompt in its two places: `stable` (the first message) depends only on the
+/// chat's plan, `turn` (the parts of the trailing message, in order) changes between turns.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Prompt {
+    pub stable: String,
+    pub turn: Vec<String>,
+}
+
+pub fn prompt(i: &Instructions, p: &PromptInput<'_>) -> Prompt {
+    let mut stable: Vec<String> = Vec::new();
     if let Some(f) = p.focus_mode.and_then(|id| i.focus_mode(id)) {
-        parts.push(f.instruction.trim().to_string());
+        stable.push(f.instruction.trim().to_string());
     }
-    parts.push(i.prompts.base_ethics.trim().to_string());
+    stable.push(i.prompts.base_ethics.trim().to_string());
     if let Some(m) = i.mate(p.category) {
-        parts.push(m.instruction.trim().to_string());
+        stable.push(m.instruction.trim().to_string());
     }
     if p.with_tools {
-        parts.push(i.prompts.apps.trim().to_string());
+        stable.push(i.prompts.apps.trim().to_string());
     }
-    parts.push(i.prompts.follow_up.trim().to_string());
+    stable.push(i.prompts.follow_up.trim().to_string());
     let values = HashMap::from([
         ("datetime", p.datetime.to_string()),
         (
@@ -138,11 +158,14 @@ pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
         ),
         ("language", p.language.to_string()),
     ]);
-    parts.push(instructions::fill(i.prompts.date_language.trim(), &values));
+    let mut turn = vec![instructions::fill(i.prompts.date_language.trim(), &values)];
     if p.injection_caution {
-        parts.push(i.prompts.injection_caution.trim().to_string());
+        turn.push(i.prompts.injection_caution.trim().to_string());
     }
-    parts.join("\n\n")
+    Prompt {
+        stable: stable.join("\n\n"),
+        turn,
+    }
 }
 
 /// The request and how many of the oldest history messages were left out to fit
@@ -150,7 +173,7 @@ pub fn system_prompt(i: &Instructions, p: &PromptInput<'_>) -> String {
 /// `counts` are the history's token counts (exact, or upper bounds).
 pub fn build_main_request(
     model: &str,
-    system: String,
+    prompt: Prompt,
     history: &[HistoryEntry],
     counts: &[u32],
     tools: Vec<ToolDef>,
@@ -158,10 +181,10 @@ pub fn build_main_request(
     reserve: u32,
 ) -> (LlmRequest, usize) {
     let budget = u64::from(window.saturating_sub(reserve));
-    let fixed = fixed_cost(&system, &tools);
+    let fixed = fixed_cost(&prompt, &tools);
     assemble(
         model,
-        system,
+        prompt,
         history,
         counts,
         tools,
@@ -169,13 +192,14 @@ pub fn build_main_request(
     )
 }
 
-/// The request with the oldest history messages left out until the rest fits `room`.
+/// The request with the oldest history messages left out until the rest fits `room` (the
+/// latest history message and both system messages always stay).
 fn assemble(
     model: &str,
-    system: String,
+    prompt: Prompt,
     history: &[HistoryEntry],
     counts: &[u32],
-    tools: Vec<ToolDef>,
+    mut tools: Vec<ToolDef>,
     room: u64,
 ) -> (LlmRequest, usize) {
     let mut total = total_cost(counts);
@@ -184,23 +208,48 @@ fn assemble(
         total -= counts.get(dropped).map_or(0, |&c| cost(c));
         dropped += 1;
     }
-    let mut messages = Vec::with_capacity(history.len() - dropped + 1);
-    messages.push(LlmMessage::System(system));
+    let mut messages = Vec::with_capacity(history.len() - dropped + 2);
+    messages.push(LlmMessage::System(prompt.stable));
     messages.extend(
         history[dropped..]
             .iter()
             .map(|h| h.role.message(h.content.clone())),
     );
     let mut request = LlmRequest::chat(model, messages);
+    for part in &prompt.turn {
+        add_turn_context(&mut request, part);
+    }
+    tools.sort_by(|a, b| a.name.cmp(&b.name));
     request.tools = tools;
     (request, dropped)
 }
 
-/// The prompt and tool definitions change every turn (date, tools) and are small next to
-/// the window: a byte-based estimate instead of a BPE pass per turn (profiling showed that
-/// recount at ~9% of chatd's CPU under load).
-fn fixed_cost(system: &str, tools: &[ToolDef]) -> u64 {
-    u64::from(tokens::estimate(system))
+/// Adds `block` to the turn's trailing system message (after the history, see the module
+/// doc), which it opens when the request has none yet. The one way a part that changes
+/// between turns joins the main request: the first message and the history stay the
+/// prefix the provider has cached. Call it before the answer adds its tool rounds.
+pub fn add_turn_context(request: &mut LlmRequest, block: &str) {
+    match request.messages.as_mut_slice() {
+        [_, .., LlmMessage::System(turn)] => {
+            turn.push_str("\n\n");
+            turn.push_str(block);
+        }
+        _ => request.messages.push(LlmMessage::System(block.to_string())),
+    }
+}
+
+/// The prompt and tool definitions (the turn's parts change every turn, the tools with the
+/// plan) are small next to the window: a byte-based estimate instead of a BPE pass per turn
+/// (profiling showed that recount at ~9% of chatd's CPU under load). Both system messages
+/// count, with their framing.
+fn fixed_cost(prompt: &Prompt, tools: &[ToolDef]) -> u64 {
+    cost(tokens::estimate(&prompt.stable))
+        + cost(0)
+        + prompt
+            .turn
+            .iter()
+            .map(|part| u64::from(tokens::estimate(part)) + 1)
+            .sum::<u64>()
         + tools
             .iter()
             .map(|t| {
@@ -231,167 +280,4 @@ pub fn build_request(model: &str, history: &[HistoryEntry]) -> LlmRequest {
 }
 
 #[cfg(test)]
-mod tests {
-    use super::*;
-    use crate::pipeline::HistoryRole;
-
-    fn entry(role: HistoryRole, text: &str) -> HistoryEntry {
-        HistoryEntry {
-            role,
-            content: text.into(),
-            created_at: 0,
-            tokens: tokens::Tokens::Counted(tokens::count(text)),
-        }
-    }
-
-    #[test]
-    fn trimming_keeps_system_prompt_and_latest_message() {
-        let long = "lorem ipsum ".repeat(400);
-        let history = vec![
-            entry(HistoryRole::User, &long),
-            entry(HistoryRole::Assistant, &long),
-            entry(HistoryRole::User, "latest question"),
-        ];
-        let counts = tokens::bounds(&history);
-        let (req, dropped) = build_main_request(
-            "m",
-            "system".into(),
-            &history,
-            &counts,
-            Vec::new(),
-            1000,
-            200,
-        );
-        assert_eq!(dropped, 2);
-        assert_eq!(req.messages.len(), 2);
-        assert_eq!(req.messages[0], LlmMessage::System("system".into()));
-        assert_eq!(req.messages[1], LlmMessage::User("latest question".into()));
-        let (req, dropped) = build_main_request(
-            "m",
-            "system".into(),
-            &history,
-            &counts,
-            Vec::new(),
-            100_000,
-            200,
-        );
-        assert_eq!((dropped, req.messages.len()), (0, 4));
-    }
-
-    struct NoTools;
-    impl ToolRunner for NoTools {
-        fn skills(&self) -> Vec<super::super::tools::SkillInfo> {
-            Vec::new()
-        }
-        fn always_include(&self) -> Vec<String> {
-            Vec::new()
-        }
-        fn definitions(&self, _: &[String]) -> Vec<ToolDef> {
-            Vec::new()
-        }
-        fn prepare(
-            &self,
-            _: crate::llm::ToolCall,
-            _: &super::super::TurnContext,
-            _: &std::sync::Arc<dyn super::super::TurnSink>,
-            _: tokio_util::sync::CancellationToken,
-        ) -> super::super::tools::PreparedCall {
-            unreachable!("no tools are offered")
-        }
-    }
-
-    fn plan(window: u32) -> MainPlan {
-        let client: std::sync::Arc<dyn crate::llm::LlmClient> =
-            std::sync::Arc::new(crate::llm::SimulatedClient::new(std::time::Duration::ZERO));
-        MainPlan {
-            model: Model {
-                spec: std::sync::Arc::new(super::super::models::ModelSpec {
-                    id: "m".into(),
-                    name: "m".into(),
-                    context_window: window,
-                    capabilities: Vec::new(),
-                    cost_tier: 1,
-                }),
-                client,
-            },
-            category: "general_knowledge".into(),
-            language: "en".into(),
-            skills: Vec::new(),
-            focus_mode: None,
-            injection_caution: false,
-        }
-    }
-
-    #[tokio::test]
-    async fn uncounted_history_is_counted_only_when_its_bound_overflows_the_window() {
-        let i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
-        // 2,400 bytes each but far fewer tokens: the byte bounds overflow the window chosen
-        // below, the exact counts do not.
-        let long = "lorem ipsum ".repeat(200);
-        let uncounted = |role, text: &str| HistoryEntry {
-            role,
-            content: text.into(),
-            created_at: 0,
-            tokens: tokens::Tokens::of(text, None),
-        };
-        let history = vec![
-            uncounted(HistoryRole::User, &long),
-            uncounted(HistoryRole::Assistant, &long),
-            uncounted(HistoryRole::User, "latest"),
-        ];
-        let p = plan(0);
-        let system = system_prompt(
-            &i,
-            &PromptInput {
-                focus_mode: None,
-                category: &p.category,
-                with_tools: false,
-                language: &p.language,
-                datetime: "now",
-                injection_caution: false,
-            },
-        );
-        let fixed = fixed_cost(&system, &[]);
-        let exact = u64::from(tokens::count(&long));
-        let window = fixed + 2 * cost(tokens::count(&long)) + cost(1) + 20;
-        assert!(fixed + 2 * cost(tokens::Tokens::of(&long, None).bound()) > window);
-        let window = u32::try_from(window).unwrap();
-        let (_, dropped) = main_request(&i, &NoTools, &plan(window), &history, "now", 0).await;
-        assert_eq!(
-            dropped, 0,
-            "exact counts ({exact} each) fit: nothing is left out"
-        );
-        // A window the exact counts overflow too: the oldest goes.
-        let (req, dropped) =
-            main_request(&i, &NoTools, &plan(window - 100), &history, "now", 0).await;
-        assert_eq!(dropped, 1);
-        assert_eq!(
-            req.messages.last(),
-            Some(&LlmMessage::User("latest".into()))
-        );
-    }
-
-    #[test]
-    fn system_prompt_parts_come_in_order() {
-        let mut i = Instructions::parse(instructions::DEFAULT_YAML).unwrap();
-        i.focus_modes.push(instructions::FocusMode {
-            id: "docs-deep_dive".into(),
-            instruction: "Focus mode \"deep dive\": answer thoroughly.".into(),
-        });
-        let p = PromptInput {
-            focus_mode: Some("docs-deep_dive"),
-            category: "software_development",
-            with_tools: true,
-            language: "de",
-            datetime: "2026-01-01T00:00:00Z",
-            injection_caution: true,
-        };
-        let s = system_prompt(&i, &p);
-        let pos = |needle: &str| s.find(needle).unwrap_or_else(|| panic!("{needle} missing"));
-        assert!(pos("deep dive") < pos("helpful, honest"));
-        assert!(pos("helpful, honest") < pos("You are Max"));
-        assert!(pos("You are Max") < pos("call the tools"));
-        assert!(pos("call the tools") < pos("2026-01-01"));
-        assert!(pos("`de`") < pos("CAUTION"));
-    }
-}
+mod tests;

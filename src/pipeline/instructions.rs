@@ -32,9 +32,10 @@ pub struct Prompts {
     pub base_ethics: String,
     pub apps: String,
     pub follow_up: String,
-    /// `{date}` (or `{datetime}`) and `{language}` are filled in per turn. `{date}` keeps
-    /// the system prompt the same all day, so a provider's prompt cache holds a chat's
-    /// history from one turn to the next; `{datetime}` changes it every second.
+    /// `{date}` (or `{datetime}`) and `{language}` are filled in per turn. It goes in the
+    /// turn's own system message after the history (as does `injection_caution`), so a
+    /// provider's prompt cache holds a chat's history from one turn to the next whatever it
+    /// says (see `pipeline::context`).
     pub date_language: String,
     pub injection_caution: String,
     /// `{categories}`, `{skills}` and `{focus_modes}` are filled in per turn.

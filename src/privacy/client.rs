@@ -21,8 +21,8 @@ impl PrivateClient {
         Arc::new(Self { inner, privacy })
     }
 
-    /// The request's text with the chat's personal data replaced (the system prompt too:
-    /// it carries the user's settings, memories and summaries).
+    /// The request's text with the chat's personal data replaced (the system messages too:
+    /// the main request's per-turn one carries the user's settings, memories and summary).
     fn hide(&self, request: &mut LlmRequest) {
         let p = &self.privacy;
         for message in &mut request.messages {

@@ -87,7 +87,7 @@ async fn the_history_resend_quotes_system_messages_as_user_notices_and_skips_emp
     assert_eq!(outcome(&mut ws).await.answer().full_content_so_far, ANSWER);
 
     let seen = messages(&fake.requests()[0]);
-    let tail: Vec<_> = seen.iter().skip_while(|(r, _)| r == "system").collect();
+    let tail: Vec<_> = seen.iter().filter(|(r, _)| r != "system").collect();
     let notice = pair("user", &chatd::pipeline::quoted_notice(refusal));
     assert!(notice.1.contains(&format!("> {refusal}")));
     assert_eq!(
@@ -103,8 +103,8 @@ async fn the_history_resend_quotes_system_messages_as_user_notices_and_skips_emp
     );
     assert_eq!(
         seen.iter().filter(|(r, _)| r == "system").count(),
-        1,
-        "only chatd's own prompt is a system message"
+        2,
+        "only chatd's own prompt (first) and the turn's context (last) are system messages"
     );
 
     // The re-sent history was cached: the next message is a hit with the same context.
@@ -113,7 +113,10 @@ async fn the_history_resend_quotes_system_messages_as_user_notices_and_skips_emp
     outcome(&mut ws).await.answer();
     let next = messages(&fake.requests()[1]);
     assert!(next.contains(&notice));
-    assert_eq!(next.last(), Some(&pair("user", "thanks")));
+    assert_eq!(
+        next.iter().rfind(|(r, _)| r != "system"),
+        Some(&pair("user", "thanks"))
+    );
 }
 
 #[tokio::test]
@@ -130,7 +133,7 @@ async fn a_duplicated_chat_sends_its_history_at_the_top_level() {
     ws.send_json(first).await;
     outcome(&mut ws).await.answer();
     let seen = messages(&fake.requests()[0]);
-    let tail: Vec<_> = seen.iter().skip_while(|(r, _)| r == "system").collect();
+    let tail: Vec<_> = seen.iter().filter(|(r, _)| r != "system").collect();
     assert_eq!(
         tail,
         vec![
@@ -430,7 +433,10 @@ async fn an_embed_the_cache_lacks_is_asked_for_and_used_once_it_comes() {
     }]);
     ws.send_json(again).await;
     outcome(&mut ws).await.answer();
-    let seen = messages(&fake.requests()[0]).pop().unwrap().1;
+    let seen = crate::support::conversation(&fake.requests()[0])
+        .pop()
+        .unwrap()
+        .1;
     assert!(
         seen.contains("summary: Ferris is the Rust mascot"),
         "{seen}"

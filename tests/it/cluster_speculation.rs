@@ -90,9 +90,7 @@ fn held_preprocessing(fake: &FakeLlm, gate: &Gate) {
 }
 
 fn french(request: &Value) -> bool {
-    request["messages"][0]["content"]
-        .as_str()
-        .is_some_and(|s| s.contains("`fr`"))
+    crate::support::turn_context(request).contains("`fr`")
 }
 
 async fn metrics(node: &ChatdProcess) -> String {

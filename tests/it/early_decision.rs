@@ -8,7 +8,7 @@ use chatd_protocol::{PreprocessingStepKind, RejectionReason, ServerMessage};
 use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
+use crate::support::{TestApp, collect_answer, spawn_app, turn_context, use_llm, user_message};
 
 /// The decision fields, as a model following the schema writes them first.
 fn decision(language: &str) -> Value {
@@ -101,7 +101,7 @@ async fn the_answer_starts_once_the_decision_fields_are_in_and_the_title_follows
     // The title is still being written, yet the decided main call has gone out.
     gate.reached().await;
     fake.wait_for_requests(1).await;
-    assert!(system_prompt(&fake.requests()[0]).contains("`de`"));
+    assert!(turn_context(&fake.requests()[0]).contains("`de`"));
     assert!(system_prompt(&fake.requests()[0]).contains("You are Max"));
     // ... and its first paragraph reaches the client before the title exists.
     let mut before_title = Vec::new();
@@ -196,7 +196,7 @@ async fn fields_in_another_order_wait_for_the_one_still_missing() {
     let requests = fake.requests();
     assert_eq!(requests.len(), 1);
     assert!(
-        system_prompt(&requests[0]).contains("`fr`"),
+        turn_context(&requests[0]).contains("`fr`"),
         "the main call waited for the language"
     );
     // Decided with the whole reply: the title came with the first steps, as before.

@@ -191,7 +191,7 @@ async fn entries_are_asked_confirmed_later_used_next_turn_and_evicted_with_the_c
     assert_eq!(request.message_id.as_str(), "m1");
     assert_eq!(request.system_message.role, chatd_protocol::Role::System);
     assert!(request.system_message.content.ends_with("travel:trips"));
-    assert!(!system_prompt(&fake.requests()[0]).contains("app_settings_memories"));
+    assert!(!crate::support::turn_context(&fake.requests()[0]).contains("app_settings_memories"));
 
     ws.send(&confirm(
         "chat-trip",
@@ -222,8 +222,15 @@ async fn entries_are_asked_confirmed_later_used_next_turn_and_evicted_with_the_c
     relevant(&fake, &["travel-trips"]);
     let (_, again) = turn(&mut ws, &fake, "chat-trip", "m2", "What should I pack?").await;
     assert!(again.is_none(), "a cached category is not asked for");
-    let prompt = system_prompt(&fake.requests()[1]);
+    // The entries change from turn to turn: data in the per-turn system message after the
+    // history, never in the system prompt (the prefix the provider caches).
+    let prompt = crate::support::turn_context(&fake.requests()[1]);
     assert!(prompt.contains("never instructions"), "{prompt}");
+    assert!(!system_prompt(&fake.requests()[1]).contains("Lisbon"));
+    assert!(crate::support::extends_prefix(
+        &fake.requests()[0],
+        &fake.requests()[1]
+    ));
     assert!(
         prompt.contains("Lisbon") && prompt.contains("```toon"),
         "{prompt}"
@@ -232,7 +239,7 @@ async fn entries_are_asked_confirmed_later_used_next_turn_and_evicted_with_the_c
         !crate::support::conversation(&fake.requests()[1])
             .iter()
             .any(|(_, c)| c.contains("Lisbon")),
-        "the entries are data in the system prompt, not a conversation message"
+        "the entries are data in a system message, not a conversation message"
     );
 
     for (chat, id) in [("chat-b", "b1"), ("chat-c", "c1"), ("chat-d", "d1")] {

@@ -175,7 +175,7 @@ async fn a_long_history_is_preprocessed_in_concurrent_blocks_and_merged() {
     // The language of the last block (the last user message) wins; the category too.
     let main = fake.requests();
     assert_eq!(main.len(), 1);
-    assert!(system_prompt(&main[0]).contains("`fr`"));
+    assert!(crate::support::turn_context(&main[0]).contains("`fr`"));
     assert_eq!(typing(&frames).category.as_deref(), Some("science"));
     assert_eq!(answer.rejection_reason, None);
 
@@ -627,7 +627,17 @@ async fn the_context_is_trimmed_oldest_first_keeping_system_prompt_and_latest() 
     let (_, last) = collect_answer(&mut ws).await;
     let request = &fake.requests()[0];
     let conv = conversation(request);
-    assert_eq!(request["messages"][0]["role"], "system");
+    let messages = request["messages"].as_array().unwrap();
+    assert_eq!(messages[0]["role"], "system");
+    // The per-turn system message (date, language) follows the latest, never trimmed.
+    let turn = messages.last().unwrap();
+    assert_eq!(turn["role"], "system");
+    assert!(
+        turn["content"]
+            .as_str()
+            .unwrap()
+            .starts_with("Current date")
+    );
     assert_eq!(
         conv.last().unwrap(),
         &("user".to_string(), "the latest question".to_string())

@@ -10,7 +10,7 @@ use chatd_protocol::{RejectionReason, ServerMessage};
 use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply, function_reply};
 use serde_json::{Value, json};
 
-use crate::support::{TestApp, collect_answer, spawn_app, use_llm, user_message};
+use crate::support::{TestApp, collect_answer, spawn_app, turn_context, use_llm, user_message};
 
 fn text(chunks: &[&str]) -> Reply {
     Reply::Text {
@@ -30,13 +30,6 @@ fn held_preprocessing(fake: &FakeLlm, gate: &Gate, arguments: Value) {
             then: Box::new(function_reply("preprocess", arguments)),
         },
     );
-}
-
-fn system_prompt(request: &Value) -> String {
-    request["messages"][0]["content"]
-        .as_str()
-        .unwrap_or_default()
-        .to_string()
 }
 
 async fn speculating_app(fake: &FakeLlm) -> TestApp {
@@ -96,7 +89,7 @@ async fn a_different_decision_drops_the_early_call_and_sends_the_decided_one() {
     let early_gate = Gate::new();
     let held = early_gate.clone();
     fake.set_responder(move |body| {
-        Some(if system_prompt(body).contains("`fr`") {
+        Some(if turn_context(body).contains("`fr`") {
             text(&["Bonjour."])
         } else {
             Reply::Stall {
@@ -120,8 +113,8 @@ async fn a_different_decision_drops_the_early_call_and_sends_the_decided_one() {
     fake.wait_for_disconnect().await;
     let requests = fake.requests();
     assert_eq!(requests.len(), 2);
-    assert!(!system_prompt(&requests[0]).contains("`fr`"));
-    assert!(system_prompt(&requests[1]).contains("`fr`"));
+    assert!(!turn_context(&requests[0]).contains("`fr`"));
+    assert!(turn_context(&requests[1]).contains("`fr`"));
     assert!(speculation_count(&app, "wasted"));
     early_gate.release();
 }
@@ -188,7 +181,7 @@ async fn the_next_message_is_guessed_from_the_chats_previous_plan() {
         app.state.metrics.render()
     );
     let last_request = fake.requests().last().cloned().unwrap_or_default();
-    assert!(system_prompt(&last_request).contains("`fr`"));
+    assert!(turn_context(&last_request).contains("`fr`"));
 }
 
 /// The default, `auto`, speculates for a model that costs nothing per request: here the

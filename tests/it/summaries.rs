@@ -1,6 +1,7 @@
 //! Summaries carried forward (`pipeline.carry_summary`, issue 34 item 2): the summary
-//! postprocessing writes after a chat's answer joins that chat's next main system prompt,
-//! quoted as data (the speculative call's request included), and preprocessing in another
+//! postprocessing writes after a chat's answer joins that chat's next main request, quoted
+//! as data in its per-turn system message after the history (the speculative call's
+//! request included; the messages before it are the previous request's, byte for byte), and preprocessing in another
 //! chat of the same user gets it, never another user's. Assertions are on the requests the
 //! fake LLM received; every step waits for `post_processing_completed`, after which the
 //! summary is kept.
@@ -12,7 +13,8 @@ use chatd_test_harness::ws_client::WsClient;
 use serde_json::{Value, json};
 
 use crate::support::{
-    TestApp, collect_answer, spawn_app, use_llm, user_message, user_message_with,
+    TestApp, collect_answer, extends_prefix, spawn_app, turn_context, use_llm, user_message,
+    user_message_with,
 };
 
 fn system_prompt(request: &Value) -> String {
@@ -71,7 +73,7 @@ async fn a_chats_summary_joins_its_next_main_prompt_as_quoted_data() {
         "Alice plans a trip to Lisbon",
     )
     .await;
-    assert!(!system_prompt(&fake.requests()[0]).contains(CHAT_HEADER));
+    assert!(!turn_context(&fake.requests()[0]).contains(CHAT_HEADER));
 
     // The client sends its (older) copy back; the server's own is newer and wins.
     summarise(&fake, "Alice plans a trip to Lisbon in May");
@@ -89,7 +91,7 @@ async fn a_chats_summary_joins_its_next_main_prompt_as_quoted_data() {
         metrics.contains("chatd_speculative_main_calls_total{outcome=\"used\"} 2"),
         "{metrics}"
     );
-    let prompt = system_prompt(&requests[1]);
+    let prompt = turn_context(&requests[1]);
     let quoted = format!("{CHAT_HEADER}\n> Alice plans a trip to Lisbon");
     assert!(prompt.contains(&quoted), "{prompt}");
     assert!(
@@ -97,6 +99,13 @@ async fn a_chats_summary_joins_its_next_main_prompt_as_quoted_data() {
         "the last part"
     );
     assert!(!prompt.contains("an older client copy"));
+    assert!(
+        !system_prompt(&requests[1]).contains("Lisbon"),
+        "not in the prefix"
+    );
+    // The summary changed the per-turn message only: the second request repeats the
+    // first's messages before it, byte for byte (the provider's cached prefix).
+    assert!(extends_prefix(&requests[0], &requests[1]), "{requests:#?}");
     // Postprocessing extended the same summary.
     let post = &fake.stage_requests("postprocess")[1];
     assert!(system_prompt(post).contains("Alice plans a trip to Lisbon"));
@@ -177,7 +186,7 @@ async fn with_carrying_switched_off_no_summary_joins_a_prompt() {
     turn(&app, &fake, "alice", "chat-c", "m1", "s").await;
 
     for request in fake.requests() {
-        let prompt = system_prompt(&request);
+        let prompt = format!("{}\n{}", system_prompt(&request), turn_context(&request));
         assert!(!prompt.contains(CHAT_HEADER), "{prompt}");
         assert!(!prompt.contains("Lisbon") && !prompt.contains("client's copy"));
     }

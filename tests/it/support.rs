@@ -295,6 +295,32 @@ pub fn conversation(request: &serde_json::Value) -> Vec<(String, String)> {
         .collect()
 }
 
+/// The main request's per-turn system message (date, language, caution, the chat's summary,
+/// settings/memories data): the first system message after the system prompt, which
+/// follows the history (tool rounds and a reprocessing caution come after it).
+pub fn turn_context(request: &serde_json::Value) -> String {
+    let messages = request["messages"].as_array().map(Vec::as_slice);
+    let after_prompt = messages.unwrap_or_default().iter().skip(1);
+    after_prompt
+        .filter(|m| m["role"] == "system")
+        .find_map(|m| m["content"].as_str())
+        .unwrap_or_default()
+        .to_string()
+}
+
+/// Whether `later` (a chat's next main request) starts with every message of `earlier`
+/// before its per-turn system message, byte for byte: the prefix a provider's prompt cache
+/// keeps.
+pub fn extends_prefix(earlier: &serde_json::Value, later: &serde_json::Value) -> bool {
+    let (earlier, later) = (&earlier["messages"], &later["messages"]);
+    let (Some(earlier), Some(later)) = (earlier.as_array(), later.as_array()) else {
+        return false;
+    };
+    let turn = earlier.iter().skip(1).position(|m| m["role"] == "system");
+    let prefix = turn.map_or(earlier.len(), |p| p + 1);
+    later.len() > prefix && earlier[..prefix] == later[..prefix]
+}
+
 pub fn ping() -> ClientMessage {
     ClientMessage::Ping(chatd_protocol::Empty {})
 }

@@ -267,8 +267,13 @@ async fn a_turn_through_the_fake_llm_over_http() {
     assert_eq!(body["stream"], true);
     let messages = body["messages"].as_array().unwrap();
     assert_eq!(messages[0]["role"], "system");
-    assert_eq!(messages.last().unwrap()["role"], "user");
-    assert_eq!(messages.last().unwrap()["content"], "Hi model");
+    // The user's message, then the turn's own context (date, language) after it.
+    let [.., user, turn] = messages.as_slice() else {
+        panic!("{messages:?}")
+    };
+    assert_eq!(user["role"], "user");
+    assert_eq!(user["content"], "Hi model");
+    assert_eq!(turn["role"], "system");
 }
 
 #[tokio::test]

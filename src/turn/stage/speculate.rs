@@ -12,11 +12,11 @@ use crate::config::Speculation;
 use crate::crypto::UserHash;
 use crate::llm::LlmRequest;
 use crate::memories::recall::Recalled;
+use crate::pipeline::HistoryEntry;
 use crate::pipeline::context::{self, MainPlan};
 use crate::pipeline::speculation::Recall;
 use crate::pipeline::speculation::record::Snapshot;
 use crate::pipeline::tools::ToolRunner;
-use crate::pipeline::{HistoryEntry, summary, tokens};
 use crate::turn::TurnDeps;
 use crate::turn::report::speculation_outcome;
 
@@ -44,35 +44,35 @@ pub(super) struct Requests<'p> {
 }
 
 impl Requests<'_> {
-    /// The request and how many history messages it left out; `recalled` settings/memories
-    /// join it as data (only the confirmed call carries them).
+    /// The request and how many history messages it left out; the chat's summary and the
+    /// `recalled` settings/memories (only the confirmed call carries them) join the turn's
+    /// trailing system message as data, after the history (see [`context`]).
     pub(super) async fn build(
         &self,
         plan: &MainPlan,
         recalled: Option<&Recalled>,
     ) -> (LlmRequest, usize) {
         let app = self.deps;
-        let block = self.summary.as_deref();
-        let extra = block.map_or(0, tokens::estimate);
-        let reserve = app.pipeline.answer_reserve_tokens.saturating_add(extra);
+        let data = recalled.and_then(Recalled::data_block);
+        let blocks: Vec<&str> = self
+            .summary
+            .iter()
+            .chain(&data)
+            .map(String::as_str)
+            .collect();
         let (mut request, dropped) = context::main_request(
             &app.instructions,
             self.tools,
             plan,
             self.history,
             &self.datetime,
-            reserve,
+            &blocks,
+            app.pipeline.answer_reserve_tokens,
         )
         .await;
-        if let Some(block) = block {
-            summary::join(&mut request, block);
-        }
         request.max_tokens = Some(app.max_output_tokens);
         request.cache_key = Some(self.cache_key.clone());
         request.user = Some(self.user.clone());
-        if let Some(recalled) = recalled {
-            recalled.decorate(&mut request);
-        }
         (request, dropped)
     }
 }
