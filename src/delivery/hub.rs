@@ -161,11 +161,13 @@ impl Device {
         Some((newest.task.clone(), newest.chat.clone()?))
     }
 
-    /// Moves the position in `task` forward to `index` (frames up to it count as had).
-    pub fn skip_to(&self, task: &TaskId, index: u64) {
+    /// Moves the position in `task` forward to `index` and the `ai_message_update` numbered
+    /// `sequence` (frames up to them count as had).
+    pub fn skip_to(&self, task: &TaskId, index: u64, sequence: u64) {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
         pos.index = pos.index.max(index);
+        pos.sequence = pos.sequence.max(sequence);
     }
 
     /// Sends a replayed frame of a resume (in log order) and moves the position to it.

@@ -36,7 +36,8 @@ impl Session {
         if let Some(replayed) = replayed {
             // What the device had: a live copy of it (another node's frame that arrived
             // after the log was read) is not sent again.
-            self.device.skip_to(&m.task_id, replayed.after);
+            let had = (replayed.after, m.last_sequence);
+            self.device.skip_to(&m.task_id, had.0, had.1);
             for (index, frame) in replayed.frames {
                 self.device.replay(&m.task_id, index, &frame);
             }
@@ -74,18 +75,17 @@ impl Session {
         let Some(read) = self.read_log(chat, &task).await else {
             return self.device.end_resume(&task);
         };
-        let (frames, _) = log::latest(&read);
+        let (frames, last) = log::latest(&read);
         for (index, frame) in frames {
             self.device.replay(&task, index, &frame);
         }
-        self.device
-            .skip_to(&task, read.entries.last().map_or(0, |(i, _)| *i));
+        self.device.skip_to(&task, last, 0);
         self.device.end_resume(&task);
     }
 
     /// [`Session::read_log`], read again while the device is ahead of the log (it had a
-    /// frame from the node running the turn whose log write has not landed yet), for at most
-    /// [`LOG_CATCH_UP`].
+    /// frame from the node running the turn whose log write has not landed yet, or the log
+    /// was lost and is being written again), for at most [`LOG_CATCH_UP`].
     async fn read_log_reaching(
         &self,
         chat: &ChatId,
@@ -95,7 +95,12 @@ impl Session {
         let deadline = tokio::time::Instant::now() + LOG_CATCH_UP;
         loop {
             let read = self.read_log(chat, task).await;
-            let ahead = read.as_ref().is_some_and(|l| log::behind(l, last_sequence));
+            // No log yet while the device had a frame: the store lost it (Redis came back
+            // empty) and the writer puts it back with its next frame.
+            let ahead = match &read {
+                Some(l) => log::behind(l, last_sequence),
+                None => last_sequence > 0,
+            };
             if !ahead || tokio::time::Instant::now() >= deadline {
                 return read;
             }
@@ -104,11 +109,13 @@ impl Session {
     }
 
     /// Waits until the frames this node wrote are in the log and reads it (`None`: no log,
-    /// or not this user's). The device holds the task's live frames meanwhile.
+    /// or not this user's), again while the store cannot be reached for a moment. The
+    /// device holds the task's live frames meanwhile.
     async fn read_log(&self, chat: &ChatId, task: &TaskId) -> Option<Logged> {
         let outlet = &self.app.outlet;
         outlet.flushed(task).await;
-        match outlet.log.read(&self.device.user_hash, chat, task).await {
+        let owner = &self.device.user_hash;
+        match outlet.log.read_patiently(owner, chat, task).await {
             Ok(read) => read,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot read a turn log");

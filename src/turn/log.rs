@@ -250,6 +250,28 @@ impl TurnLog {
         }))
     }
 
+    /// [`TurnLog::read`], tried again every [`APPEND_RETRY`] while the store cannot be
+    /// reached, for at most [`APPEND_PATIENCE`] (the first commands after a Redis restart or
+    /// a cut connection may fail while the connection comes back).
+    pub async fn read_patiently(
+        &self,
+        owner: &UserHash,
+        chat: &ChatId,
+        task: &TaskId,
+    ) -> Result<Option<Logged>, LogError> {
+        let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
+        loop {
+            match self.read(owner, chat, task).await {
+                Err(LogError::Store(
+                    TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_),
+                )) if tokio::time::Instant::now() < deadline => {
+                    tokio::time::sleep(APPEND_RETRY).await;
+                }
+                done => return done,
+            }
+        }
+    }
+
     /// Ends the log (refused with `Fenced` when another node took the turn over).
     pub async fn end(&self, chat: &ChatId, task: &TaskId, generation: u64) -> Result<(), LogError> {
         Ok(self

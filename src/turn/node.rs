@@ -97,26 +97,18 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
     });
 }
 
-/// The turn's log, read again while the store's own connection is still coming back (the
-/// first command after an outage may fail), for at most [`log::APPEND_PATIENCE`].
+/// The turn's log (read again while the store's connection comes back after the outage).
 async fn read_log(
     deps: &TurnDeps,
     owner: &UserHash,
     chat: &ChatId,
     task: &TaskId,
 ) -> Option<log::Logged> {
-    let deadline = tokio::time::Instant::now() + log::APPEND_PATIENCE;
-    loop {
-        match deps.outlet.log.read(owner, chat, task).await {
-            Ok(read) => return read,
-            Err(e) if tokio::time::Instant::now() >= deadline => {
-                tracing::warn!(error = %e, "cannot read a turn log to catch up");
-                return None;
-            }
-            Err(_) => tokio::time::sleep(CATCH_UP_RETRY).await,
+    match deps.outlet.log.read_patiently(owner, chat, task).await {
+        Ok(read) => read,
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a turn log to catch up");
+            None
         }
     }
 }
-
-/// How often a catch-up's log read is tried again.
-const CATCH_UP_RETRY: std::time::Duration = std::time::Duration::from_millis(50);

@@ -2,7 +2,8 @@
 //! stopped renewing them ([`TurnStore::take_over_expired`] gives each to exactly one node,
 //! fencing the old node's writes). The taker ends the lost turn for every device with a
 //! final `ai_message_update` holding the text logged so far and `error_code: node_lost`
-//! (unless its log shows it had ended), then runs the messages queued behind it.
+//! (unless its log shows it had ended or holds the final answer), then runs the messages
+//! queued behind it.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -54,12 +55,24 @@ async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
         .ok()
         .flatten()
         .unwrap_or_default();
-    if !logged.ended {
+    // A log that ended, or holds the answer's final frame (Redis came back from a snapshot
+    // taken before the turn let its lease go), tells every device how the turn ended.
+    if !logged.ended && !answered(&logged) {
         write_node_lost(deps, &lease, &logged);
     }
     if let Some((user, ticket)) = deps.turns.finish_lost(&lease, &deps.shutdown).await {
         super::spawn(deps.clone(), user, lease.chat.clone(), ticket);
     }
+}
+
+/// Whether the log holds the answer's final `ai_message_update`.
+fn answered(logged: &Logged) -> bool {
+    logged.entries.iter().any(|(_, entry)| {
+        matches!(entry, log::LogEntry::Frame {
+            frame: ServerMessage::AiMessageUpdate(u),
+            ..
+        } if u.is_final_chunk)
+    })
 }
 
 /// The lost turn's last frames, continuing its log under the taken-over generation.
@@ -81,7 +94,6 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         task: lease.task.clone(),
         message: lease.message.clone(),
         generation: lease.generation,
-        lease: None,
     };
     let writer = TurnWriter::continuing(deps.outlet.clone(), key, last_index, sequence);
     writer.end_lost(LostTurn {

@@ -1,11 +1,13 @@
 //! The one writer of a turn's frames. Every event of a turn (the pipeline's, its skills',
 //! and the turn's own: started, history request, refusal) passes through here in order:
 //! the writer numbers it (a log index for every frame, a `sequence` for every
-//! `ai_message_update`), maps it to frames in the one mapper ([`crate::delivery::frames`]),
-//! delivers them to this node's devices at once, and hands them to its flusher, an owned
-//! task that seals and appends them to the turn's log in the same order. Nothing else
-//! assigns a sequence. When the last handle on the writer goes (the turn, its
-//! postprocessing and its skills are done), the flusher ends the log.
+//! `ai_message_update`), maps it to frames in the one mapper ([`crate::delivery::frames`])
+//! and logs them. With the log in this process (embedded mode) this node's devices get
+//! them at once; with a log outside it (cluster mode) its flusher, an owned task, seals and
+//! appends them in the same order and hands each to the devices here and on the other nodes
+//! once the log took it, so no device sees a frame its log lacks. Nothing else assigns a
+//! sequence. When the last handle on the writer goes (the turn, its postprocessing and its
+//! skills are done), the flusher ends the log.
 //!
 //! The writer is a leaf: it writes to its [`Outlet`] (the devices, the other nodes, the log,
 //! the metrics) and starts nothing. A skill result that arrives after the answer
@@ -23,7 +25,6 @@ use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
 
-use super::lease_clock::LeaseClock;
 use super::log::{LogEntry, TurnLog};
 use super::store::LogSlot;
 use crate::crypto::UserHash;
@@ -96,8 +97,6 @@ struct Written {
     suggestions: Vec<String>,
     /// The answer's text as the newest chunk had it (chunks are logged as what they add).
     text: String,
-    /// The lease lapsed by this node's clock: frames reach its devices after the log.
-    after_log: bool,
     /// When the turn started, until its first chunk is timed
     /// (`chatd_turn_first_chunk_seconds`).
     first_chunk_from: Option<std::time::Instant>,
@@ -106,14 +105,16 @@ struct Written {
     speculation: Option<&'static str>,
 }
 
-/// A frame on its way to the log and to the other nodes.
+/// A frame on its way to the log, then to this node's devices and the other nodes.
 struct Logged {
     index: u64,
     /// The log entry in its stored form (see [`LogEntry::encode`]).
     entry: Vec<u8>,
-    publish: Option<(Audience, ServerMessage)>,
-    /// For this node's devices, once the log took it (the lease lapsed by the clock).
-    local: Option<(Audience, ServerMessage)>,
+    audience: Audience,
+    frame: EncodedFrame,
+    msg: ServerMessage,
+    /// For the other nodes too (there are some).
+    publish: bool,
 }
 
 /// Which turn a writer writes, and where its log goes.
@@ -125,8 +126,6 @@ pub struct TurnKey {
     pub message: MessageId,
     /// The lease generation the log appends are fenced with.
     pub generation: u64,
-    /// The turn's lease by this node's clock (`None`: a writer that only ends a turn).
-    pub lease: Option<Arc<LeaseClock>>,
 }
 
 pub struct TurnWriter {
@@ -172,7 +171,6 @@ impl TurnWriter {
                 text: String::new(),
                 first_chunk_from: None,
                 speculation: None,
-                after_log: false,
             }),
             log,
             flushed,
@@ -223,25 +221,17 @@ impl TurnWriter {
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
-        // The lease lapsed by this node's clock (the turn may be another node's now): from
-        // here on this node's devices get the frames through the log, which fences.
-        let k = &self.key;
-        w.after_log |= self.log.is_some() && k.lease.as_ref().is_some_and(|c| !c.holds());
-        let local = w.after_log.then(|| (audience.clone(), msg.clone()));
-        if local.is_none() {
-            let hub = &self.outlet.delivery.hub;
-            hub.send_turn(&k.owner, &audience, &k.task, w.index, encoded, &msg);
-        }
         if let ServerMessage::AiMessageUpdate(u) = &msg {
             w.text.clone_from(&u.full_content_so_far);
         }
+        let k = &self.key;
         let Some(flusher) = &self.log else {
-            // An in-process log appends at once (its store never waits).
-            let k = &self.key;
+            // An in-process log appends at once (its store never waits), and nobody else
+            // can take the turn over: this node's devices get the frame at once.
+            let hub = &self.outlet.delivery.hub;
+            hub.send_turn(&k.owner, &audience, &k.task, w.index, encoded, &msg);
             let slot = LogSlot::new(k.generation, w.index);
-            let appended = self
-                .outlet
-                .log
+            let appended = (self.outlet.log)
                 .append(&k.owner, &k.chat, &k.task, slot, &entry)
                 .now_or_never();
             if let Some(Err(e)) = appended {
@@ -249,14 +239,19 @@ impl TurnWriter {
             }
             return;
         };
-        // Other nodes get the frame after the log (kept only when there are other nodes).
-        let publish = self.outlet.delivery.has_peers().then_some((audience, msg));
-        // The flusher is gone only at shutdown; the frame was delivered here anyway.
+        // A log outside this process: every device, here and on the other nodes, gets the
+        // frame once the log took it. A frame the log never takes (this node cut off from
+        // Redis while another node takes the turn over) reaches no device, so every device
+        // sees the turn the way its log tells it.
+        let publish = self.outlet.delivery.has_peers();
+        // The flusher is gone only at shutdown.
         let _ = flusher.send(Logged {
             index: w.index,
             entry,
+            audience,
+            frame: encoded,
+            msg,
             publish,
-            local,
         });
     }
 

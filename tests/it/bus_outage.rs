@@ -1,7 +1,8 @@
 //! A node cut off the bus for a moment (Redis down, its data kept) misses the frames other
 //! nodes publish meanwhile; once its subscription is back, its devices get them from the
 //! turn's log, in order, before the live ones (issue 37's sequence gaps). The node running
-//! the turn keeps its log whole across the outage (its appends wait for Redis).
+//! the turn keeps its log whole across the outage (its appends, and the frames behind them,
+//! wait for Redis).
 
 use std::time::Duration;
 
@@ -43,18 +44,21 @@ async fn frames_published_while_a_node_was_off_the_bus_reach_its_devices_in_orde
     };
     let first_on_there = there.recv_until(first).await;
 
-    // Redis goes away (its data kept) while the rest of the answer is written: the device
-    // on the turn's node sees it at once, the other node hears nothing of it.
+    // Redis goes away (its data kept) while the rest of the answer is written: the frames
+    // wait for the log (no device sees a frame its log lacks), and the other node's
+    // subscription is down meanwhile.
     c.redis_mut().server().stop_keeping_data().await.unwrap();
     gate.release();
+    c.redis_mut().server().start_again().await.unwrap();
+    // The device on the turn's node gets the whole answer once the log has it.
     here.recv_until(|m| match m {
-        ServerMessage::AiMessageUpdate(u) if u.full_content_so_far.ends_with("The end.") => {
+        ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => {
+            assert_eq!(u.full_content_so_far, WHOLE);
             Some(())
         }
         _ => None,
     })
     .await;
-    c.redis_mut().server().start_again().await.unwrap();
 
     // The other node's device gets every update after the one it had, in order, to the
     // final one with the whole answer.

@@ -12,14 +12,14 @@ use chatd::ids::NodeId;
 use chatd::inbound::{Inbound, MessageOptions};
 use chatd::turn::log::LogEntry;
 use chatd::turn::store::LogSlot;
-use chatd::turn::{Admission, Turns};
+use chatd::turn::{Admission, TurnTicket, Turns};
 use chatd_protocol::{
     AiMessageUpdate, AiTypingStarted, ChatMessageAdded, ErrorCode, MessageId, ServerMessage,
 };
 use chatd_test_harness::fake_llm::FakeLlm;
 use tokio_util::sync::CancellationToken;
 
-use crate::support::{chat_id, collect_answer, spawn_app, use_llm, user_message};
+use crate::support::{TestApp, chat_id, collect_answer, spawn_app, use_llm, user_message};
 
 #[tokio::test]
 async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
@@ -29,76 +29,10 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         c.cluster.lease = Duration::from_secs(1);
     })
     .await;
+    let (ghost, ticket) = ghost_turn(&app, false).await;
     let deps = &app.state.turn;
-    let alice = UserId::parse("alice").unwrap();
-    let owner = UserHash::of(&alice);
-    let chat = chat_id("chat-lost");
-
-    // The lost node started a turn and logged its first paragraph, then went silent.
-    let ghost = Turns::new(
-        deps.turns.store().clone(),
-        None,
-        NodeId::parse("ghost").unwrap(),
-        Duration::from_secs(1),
-        10,
-    );
-    let added = ChatMessageAdded::user(
-        chat.clone(),
-        MessageId::parse("m1").unwrap(),
-        "first".into(),
-        1,
-    );
-    let inbound = Inbound {
-        message: added.message,
-        embeds: Vec::new(),
-        conn: 1,
-        prior_messages: 0,
-        history_requested: false,
-        options: MessageOptions::default(),
-    };
-    let Ok(Admission::Start(ticket)) = ghost
-        .admit(&alice, &chat, inbound, &CancellationToken::new())
-        .await
-    else {
-        panic!("the ghost starts the turn")
-    };
-    let task = ticket.task_id.clone();
-    let typing = ServerMessage::AiTypingStarted(AiTypingStarted {
-        chat_id: chat.clone(),
-        message_id: MessageId::from(task.clone()),
-        user_message_id: MessageId::parse("m1").unwrap(),
-        model_name: "ghost-model".into(),
-        category: None,
-        title: None,
-        icon_names: Vec::new(),
-        is_continuation: false,
-        encrypted_chat_key: None,
-    });
-    let mut chunk = AiMessageUpdate::new(
-        task.clone(),
-        chat.clone(),
-        MessageId::parse("m1").unwrap(),
-        "Partial answer.\n\n".into(),
-        1,
-        false,
-    );
-    chunk.model_name = Some("ghost-model".into());
-    let showing = chatd::delivery::Audience::Showing(chat.clone());
-    for (index, (audience, frame, previous)) in [
-        (chatd::delivery::Audience::All, typing, ""),
-        (showing, ServerMessage::AiMessageUpdate(chunk), ""),
-    ]
-    .into_iter()
-    .enumerate()
-    {
-        let entry = LogEntry::encode(&audience, &frame, &frame.to_json(), previous);
-        let slot = LogSlot::new(ticket.lease.generation, index as u64 + 1);
-        deps.outlet
-            .log
-            .append(&owner, &chat, &task, slot, &entry)
-            .await
-            .unwrap();
-    }
+    let (task, chat) = (ticket.task_id.clone(), chat_id("chat-lost"));
+    let owner = UserHash::of(&UserId::parse("alice").unwrap());
 
     // Alice's next message waits behind the ghost's turn.
     let mut ws = app.connect_showing("alice", "chat-lost").await;
@@ -156,4 +90,128 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
             .await
             .is_err()
     );
+}
+
+/// Redis came back from a snapshot taken before the turn let its lease go: the lease comes
+/// back and expires, but the log holds the final answer. The taker sends no `node_lost`
+/// (the devices had the answer) and answers the queued message.
+#[tokio::test]
+async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.cluster.lease = Duration::from_secs(1);
+    })
+    .await;
+    let (_ghost, ticket) = ghost_turn(&app, true).await;
+    let mut ws = app.connect_showing("alice", "chat-lost").await;
+    ws.send(&user_message("chat-lost", "m2", "second")).await;
+    let mut frames = Vec::new();
+    let answer = loop {
+        let (seen, answer) = collect_answer(&mut ws).await;
+        frames.extend(seen);
+        if answer.task_id != ticket.task_id {
+            break answer;
+        }
+    };
+    assert_eq!(answer.user_message_id.as_str(), "m2");
+    assert_eq!(answer.error_code, None);
+    let lost = frames.iter().any(|f| match f {
+        ServerMessage::Error(e) => e.code == ErrorCode::NodeLost,
+        ServerMessage::AiMessageUpdate(u) => u.error_code == Some(ErrorCode::NodeLost),
+        _ => false,
+    });
+    assert!(
+        !lost,
+        "no node_lost for a turn that had answered: {frames:#?}"
+    );
+    assert_eq!(
+        app.state.metrics.lost_turns.get(),
+        1,
+        "taken over all the same"
+    );
+}
+
+/// The lost node started a turn in alice's `chat-lost` and logged its first paragraph (with
+/// `answered`, the whole answer's final frame too), then went silent.
+async fn ghost_turn(app: &TestApp, answered: bool) -> (Turns, Box<TurnTicket>) {
+    let deps = &app.state.turn;
+    let alice = UserId::parse("alice").unwrap();
+    let owner = UserHash::of(&alice);
+    let chat = chat_id("chat-lost");
+
+    // The lost node started a turn and logged its first paragraph, then went silent.
+    let ghost = Turns::new(
+        deps.turns.store().clone(),
+        None,
+        NodeId::parse("ghost").unwrap(),
+        Duration::from_secs(1),
+        10,
+    );
+    let added = ChatMessageAdded::user(
+        chat.clone(),
+        MessageId::parse("m1").unwrap(),
+        "first".into(),
+        1,
+    );
+    let inbound = Inbound {
+        message: added.message,
+        embeds: Vec::new(),
+        conn: 1,
+        prior_messages: 0,
+        history_requested: false,
+        options: MessageOptions::default(),
+    };
+    let Ok(Admission::Start(ticket)) = ghost
+        .admit(&alice, &chat, inbound, &CancellationToken::new())
+        .await
+    else {
+        panic!("the ghost starts the turn")
+    };
+    let task = ticket.task_id.clone();
+    let typing = ServerMessage::AiTypingStarted(AiTypingStarted {
+        chat_id: chat.clone(),
+        message_id: MessageId::from(task.clone()),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        model_name: "ghost-model".into(),
+        category: None,
+        title: None,
+        icon_names: Vec::new(),
+        is_continuation: false,
+        encrypted_chat_key: None,
+    });
+    let mut chunk = AiMessageUpdate::new(
+        task.clone(),
+        chat.clone(),
+        MessageId::parse("m1").unwrap(),
+        "Partial answer.\n\n".into(),
+        1,
+        false,
+    );
+    chunk.model_name = Some("ghost-model".into());
+    let showing = chatd::delivery::Audience::Showing(chat.clone());
+    let mut frames = vec![
+        (chatd::delivery::Audience::All, typing),
+        (showing, ServerMessage::AiMessageUpdate(chunk.clone())),
+    ];
+    if answered {
+        let mut last = chunk;
+        (last.sequence, last.is_final_chunk) = (2, true);
+        frames.push((
+            chatd::delivery::Audience::All,
+            ServerMessage::AiMessageUpdate(last),
+        ));
+    }
+    for (index, (audience, frame)) in frames.into_iter().enumerate() {
+        let previous = "";
+        let entry = LogEntry::encode(&audience, &frame, &frame.to_json(), previous);
+        let slot = LogSlot::new(ticket.lease.generation, index as u64 + 1);
+        deps.outlet
+            .log
+            .append(&owner, &chat, &task, slot, &entry)
+            .await
+            .unwrap();
+    }
+
+    (ghost, ticket)
 }

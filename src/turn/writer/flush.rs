@@ -1,13 +1,14 @@
 //! A turn writer's flusher: an owned task that seals and appends the turn's frames to its
-//! log in order, then publishes each to the other nodes (so a device there that reads the
-//! log and then listens misses nothing), and ends the log when the writer is gone.
+//! log in order, and hands each to this node's devices and the other nodes once the log took
+//! it (so a device here, or there after reading the log, misses nothing and sees nothing
+//! the log lacks); it ends the log when the writer is gone.
 //!
-//! An append the store cannot take is tried again for a moment, then logged and skipped
-//! (the frame reached this node's devices; a device resuming later finds the log
-//! incomplete and syncs); a fenced one stops the turn's output to other nodes (the turn
-//! belongs to another generation). The flusher keeps its newest entries ([`Recent`]): a
-//! log that lost some (Redis came back from an older snapshot, or without its data)
-//! refuses the next append as `Behind`, and gets them again before it.
+//! A frame the store cannot take (after [`super::super::log::APPEND_PATIENCE`]) waits, with
+//! the frames behind it, for the next try (the next frame, or the end); a fenced append
+//! stops the turn's output (the turn belongs to another generation, whose log tells the
+//! devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
+//! lost some (Redis came back from an older snapshot, or without its data) refuses the next
+//! append as `Behind`, and gets them again before it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -17,11 +18,12 @@ use tokio::sync::{mpsc, watch};
 use super::super::log::LogError;
 use super::super::store::{LogSlot, TurnStoreError};
 use super::{Logged, Outlet, TurnKey};
-use crate::delivery::outbox::EncodedFrame;
 
 /// The most entries, and bytes of them, a flusher keeps to refill its log.
 const RECENT_ENTRIES: usize = 256;
 const RECENT_BYTES: usize = 256 * 1024;
+/// The most frames that wait for a store that cannot be reached (the oldest are dropped).
+const MAX_WAITING: usize = 4096;
 
 pub(super) async fn flush(
     outlet: Arc<Outlet>,
@@ -34,6 +36,7 @@ pub(super) async fn flush(
         key: &key,
         fenced: false,
         recent: Recent::default(),
+        waiting: VecDeque::new(),
     };
     let mut batch = Vec::new();
     // Frames queued meanwhile are taken together (one wake-up for a burst).
@@ -43,6 +46,13 @@ pub(super) async fn flush(
             flusher.one(l).await;
             flushed.send_replace(index);
         }
+    }
+    if !flusher.waiting.is_empty() {
+        flusher.drain().await;
+    }
+    if !flusher.waiting.is_empty() {
+        let lost = flusher.waiting.len();
+        tracing::warn!(lost, "turn frames the log could not take reached no device");
     }
     if !flusher.fenced
         && let Err(e) = outlet.log.end(&key.chat, &key.task, key.generation).await
@@ -56,39 +66,64 @@ struct Flusher<'a> {
     key: &'a TurnKey,
     fenced: bool,
     recent: Recent,
+    /// Frames not in the log yet, oldest first (more than one only while the store cannot
+    /// be reached).
+    waiting: VecDeque<Logged>,
 }
 
 impl Flusher<'_> {
-    /// One frame: into the log, then to the other nodes.
+    /// One frame: after those waiting, into the log, then to the devices.
     async fn one(&mut self, l: Logged) {
         if self.fenced {
             return;
         }
-        match self.append(l.index, &l.entry).await {
-            Ok(()) => self.recent.keep(l.index, l.entry),
-            Err(LogError::Store(TurnStoreError::Fenced)) => {
-                tracing::warn!("turn log fenced: another node took the turn over");
-                self.fenced = true;
-                return;
-            }
-            Err(e) => {
-                tracing::warn!(error = %e, "could not log a turn frame");
-                // Held for the log and the log cannot be reached: not for this node's devices.
-                if l.local.is_some() {
+        if self.waiting.len() >= MAX_WAITING {
+            self.waiting.pop_front();
+        }
+        self.waiting.push_back(l);
+        self.drain().await;
+    }
+
+    /// Logs and hands on the waiting frames in order, until one cannot be logged.
+    async fn drain(&mut self) {
+        while let Some(l) = self.waiting.front() {
+            match self.append(l.index, &l.entry).await {
+                Ok(()) => {}
+                Err(LogError::Store(TurnStoreError::Fenced)) => {
+                    tracing::warn!("turn log fenced: another node took the turn over");
+                    self.fenced = true;
+                    self.waiting.clear();
+                    return;
+                }
+                Err(e) => {
+                    tracing::warn!(error = %e, "could not log a turn frame; it waits");
                     return;
                 }
             }
+            let Some(l) = self.waiting.pop_front() else {
+                return;
+            };
+            self.hand_on(&l).await;
+            self.recent.keep(l.index, l.entry);
         }
-        let (outlet, key) = (self.outlet, self.key);
-        if let Some((audience, msg)) = &l.local {
-            let frame = EncodedFrame::new(msg);
-            let hub = &outlet.delivery.hub;
-            hub.send_turn(&key.owner, audience, &key.task, l.index, frame, msg);
-        }
-        if let Some((audience, frame)) = l.publish {
-            outlet
-                .delivery
-                .publish_turn(&key.owner, audience, &key.task, l.index, frame)
+    }
+
+    /// A logged frame to this node's devices and the other nodes.
+    async fn hand_on(&self, l: &Logged) {
+        let (k, delivery) = (self.key, &self.outlet.delivery);
+        let hub = &delivery.hub;
+        hub.send_turn(
+            &k.owner,
+            &l.audience,
+            &k.task,
+            l.index,
+            l.frame.clone(),
+            &l.msg,
+        );
+        if l.publish {
+            let (audience, msg) = (l.audience.clone(), l.msg.clone());
+            delivery
+                .publish_turn(&k.owner, audience, &k.task, l.index, msg)
                 .await;
         }
     }
