@@ -18,6 +18,7 @@ mod chat_state;
 mod embeds;
 mod focus;
 mod pseudonyms;
+mod sealed;
 mod summary;
 use crate::crypto::{KeyError, Keyring, OpenError, Purpose, SealError, UserHash};
 pub use chat_state::MessageSeen;

@@ -6,7 +6,7 @@ use chatd_protocol::AppPreferencesSet;
 
 use super::super::backend::keys;
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 /// The scope the sealed value is bound to (there is one per user).
 const SCOPE: &str = "app_preferences";
@@ -18,18 +18,9 @@ impl AiCache {
         &self,
         user: &UserHash,
     ) -> Result<Option<AppPreferencesSet>, CacheFault> {
-        let Some(sealed) = self.backend.kv_get(&keys::app_preferences(user)).await? else {
-            return Ok(None);
-        };
-        match self
-            .keyring
-            .open(user, SCOPE, Purpose::AppPreferences, &sealed)
-            .await
-        {
-            Ok(plain) => Ok(serde_json::from_slice(&plain).ok()),
-            Err(OpenError::Failed) => Ok(None),
-            Err(OpenError::Unavailable(e)) => Err(e.into()),
-        }
+        let key = keys::app_preferences(user);
+        let plain = (self.get_sealed(user, SCOPE, Purpose::AppPreferences, &key)).await?;
+        Ok(plain.and_then(|p| serde_json::from_slice(&p).ok()))
     }
 
     pub async fn set_app_preferences(
@@ -38,14 +29,8 @@ impl AiCache {
         prefs: &AppPreferencesSet,
     ) -> Result<(), CacheFault> {
         let plain = serde_json::to_vec(prefs).unwrap_or_default();
-        let sealed = self
-            .keyring
-            .seal(user, SCOPE, Purpose::AppPreferences, &plain)
-            .await?;
-        Ok(self
-            .backend
-            .kv_put(&keys::app_preferences(user), sealed, self.policy.ttl)
-            .await?)
+        let key = keys::app_preferences(user);
+        (self.put_sealed(user, SCOPE, Purpose::AppPreferences, &key, &plain)).await
     }
 }
 

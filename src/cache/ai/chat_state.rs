@@ -6,7 +6,7 @@ use chatd_protocol::{ChatId, MessageId};
 
 use super::super::backend::{CacheError, keys};
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 /// What the cache knows of a message id in a chat.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -91,15 +91,8 @@ impl AiCache {
     pub async fn pending(&self, user: &UserHash) -> Result<Vec<Vec<u8>>, CacheFault> {
         let mut out = Vec::new();
         for (_, sealed) in self.backend.pending_list(user).await? {
-            match self
-                .keyring
-                .open(user, "pending", Purpose::PendingAnswer, &sealed)
-                .await
-            {
-                Ok(plain) => out.push(plain),
-                Err(OpenError::Failed) => {}
-                Err(OpenError::Unavailable(e)) => return Err(e.into()),
-            }
+            let plain = self.open_sealed(user, "pending", Purpose::PendingAnswer, &sealed);
+            out.extend(plain.await?);
         }
         Ok(out)
     }

@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::backend::CacheError;
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 /// An embed as cached for the model: its type, TOON content and version.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -164,14 +164,7 @@ impl AiCache {
         let Ok(sealed) = B64.decode(&env.sealed) else {
             return Ok(None);
         };
-        match self
-            .keyring
-            .open(user, embed.as_str(), Purpose::Embed, &sealed)
-            .await
-        {
-            Ok(plain) => Ok(serde_json::from_slice(&plain).ok()),
-            Err(OpenError::Failed) => Ok(None),
-            Err(OpenError::Unavailable(e)) => Err(e.into()),
-        }
+        let plain = (self.open_sealed(user, embed.as_str(), Purpose::Embed, &sealed)).await?;
+        Ok(plain.and_then(|p| serde_json::from_slice(&p).ok()))
     }
 }

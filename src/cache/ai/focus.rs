@@ -9,7 +9,7 @@ use serde::{Deserialize, Serialize};
 
 use super::super::backend::keys;
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 /// What the server knows of a chat's focus mode.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
@@ -27,18 +27,10 @@ impl AiCache {
         chat: &ChatId,
     ) -> Result<Option<FocusRecord>, CacheFault> {
         let key = keys::chat_focus(user, chat.as_str());
-        let Some(sealed) = self.backend.kv_get(&key).await? else {
-            return Ok(None);
-        };
-        match self
-            .keyring
-            .open(user, chat.as_str(), Purpose::FocusState, &sealed)
-            .await
-        {
-            Ok(plain) => Ok(serde_json::from_slice(&plain).ok()),
-            Err(OpenError::Failed) => Ok(None),
-            Err(OpenError::Unavailable(e)) => Err(e.into()),
-        }
+        let plain = self
+            .get_sealed(user, chat.as_str(), Purpose::FocusState, &key)
+            .await?;
+        Ok(plain.and_then(|p| serde_json::from_slice(&p).ok()))
     }
 
     /// Records the chat's focus mode (`None`: none, on purpose).
@@ -49,12 +41,9 @@ impl AiCache {
         record: &FocusRecord,
     ) -> Result<(), CacheFault> {
         let plain = serde_json::to_vec(record).unwrap_or_default();
-        let sealed = self
-            .keyring
-            .seal(user, chat.as_str(), Purpose::FocusState, &plain)
-            .await?;
         let key = keys::chat_focus(user, chat.as_str());
-        Ok(self.backend.kv_put(&key, sealed, self.policy.ttl).await?)
+        self.put_sealed(user, chat.as_str(), Purpose::FocusState, &key, &plain)
+            .await
     }
 }
 

@@ -8,7 +8,7 @@ use chatd_protocol::ChatId;
 
 use super::super::backend::keys;
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 impl AiCache {
     /// The chat's table; `None` when the cache has none (never written, expired, or a value
@@ -19,18 +19,8 @@ impl AiCache {
         chat: &ChatId,
     ) -> Result<Option<Vec<u8>>, CacheFault> {
         let key = keys::chat_pseudonyms(user, chat.as_str());
-        let Some(sealed) = self.backend.kv_get(&key).await? else {
-            return Ok(None);
-        };
-        match self
-            .keyring
-            .open(user, chat.as_str(), Purpose::Pseudonyms, &sealed)
+        self.get_sealed(user, chat.as_str(), Purpose::Pseudonyms, &key)
             .await
-        {
-            Ok(plain) => Ok(Some(plain)),
-            Err(OpenError::Failed) => Ok(None),
-            Err(OpenError::Unavailable(e)) => Err(e.into()),
-        }
     }
 
     /// Replaces the chat's table.
@@ -40,12 +30,9 @@ impl AiCache {
         chat: &ChatId,
         table: &[u8],
     ) -> Result<(), CacheFault> {
-        let sealed = self
-            .keyring
-            .seal(user, chat.as_str(), Purpose::Pseudonyms, table)
-            .await?;
         let key = keys::chat_pseudonyms(user, chat.as_str());
-        Ok(self.backend.kv_put(&key, sealed, self.policy.ttl).await?)
+        self.put_sealed(user, chat.as_str(), Purpose::Pseudonyms, &key, table)
+            .await
     }
 }
 

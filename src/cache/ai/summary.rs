@@ -8,7 +8,7 @@ use chatd_protocol::ChatId;
 
 use super::super::backend::keys;
 use super::{AiCache, CacheFault};
-use crate::crypto::{OpenError, Purpose, UserHash};
+use crate::crypto::{Purpose, UserHash};
 
 /// The summaries a turn reads, opened.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -27,12 +27,15 @@ impl AiCache {
         chat: &ChatId,
         text: &str,
     ) -> Result<(), CacheFault> {
-        let sealed = self
-            .keyring
-            .seal(user, chat.as_str(), Purpose::ChatSummary, text.as_bytes())
-            .await?;
         let key = keys::chat_summary(user, chat.as_str());
-        Ok(self.backend.kv_put(&key, sealed, self.policy.ttl).await?)
+        self.put_sealed(
+            user,
+            chat.as_str(),
+            Purpose::ChatSummary,
+            &key,
+            text.as_bytes(),
+        )
+        .await
     }
 
     /// The chat's summary and those of up to `others` other chats the cache holds, in one
@@ -64,15 +67,8 @@ impl AiCache {
         chat: &ChatId,
         sealed: &[u8],
     ) -> Result<Option<String>, CacheFault> {
-        match self
-            .keyring
-            .open(user, chat.as_str(), Purpose::ChatSummary, sealed)
-            .await
-        {
-            Ok(plain) => Ok(String::from_utf8(plain).ok()),
-            Err(OpenError::Failed) => Ok(None),
-            Err(OpenError::Unavailable(e)) => Err(e.into()),
-        }
+        let plain = (self.open_sealed(user, chat.as_str(), Purpose::ChatSummary, sealed)).await?;
+        Ok(plain.and_then(|p| String::from_utf8(p).ok()))
     }
 }
 
