@@ -29,7 +29,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
         c.cluster.lease = Duration::from_secs(1);
     })
     .await;
-    let (ghost, ticket) = ghost_turn(&app, false).await;
+    let (ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
     let deps = &app.state.turn;
     let (task, chat) = (ticket.task_id.clone(), chat_id("chat-lost"));
     let owner = UserHash::of(&UserId::parse("alice").unwrap());
@@ -103,7 +103,7 @@ async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
         c.cluster.lease = Duration::from_secs(1);
     })
     .await;
-    let (_ghost, ticket) = ghost_turn(&app, true).await;
+    let (_ghost, ticket) = ghost_turn(&app, Wrote::Answer).await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
     ws.send(&user_message("chat-lost", "m2", "second")).await;
     let mut frames = Vec::new();
@@ -132,9 +132,49 @@ async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
     );
 }
 
-/// The lost node started a turn in alice's `chat-lost` and logged its first paragraph (with
-/// `answered`, the whole answer's final frame too), then went silent.
-async fn ghost_turn(app: &TestApp, answered: bool) -> (Turns, Box<TurnTicket>) {
+/// The lost node was killed right after it took the message (nothing logged), and the
+/// device sends it again on a node that lives: it learns the running task, and the taker
+/// ends that task with `node_lost` for it (chaos seed 5 saw neither).
+#[tokio::test]
+async fn a_resent_message_whose_node_died_before_writing_gets_node_lost() {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.cluster.lease = Duration::from_secs(1);
+    })
+    .await;
+    let (_ghost, ticket) = ghost_turn(&app, Wrote::Nothing).await;
+    let mut ws = app.connect_showing("alice", "chat-lost").await;
+    ws.send(&user_message("chat-lost", "m1", "first")).await;
+    let initiated = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskInitiated(t) => Some(t.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(initiated.ai_task_id, ticket.task_id);
+    let last = ws
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(last.task_id, ticket.task_id);
+    assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
+}
+
+/// What the lost node logged of its turn before it went silent.
+#[derive(PartialEq)]
+enum Wrote {
+    Nothing,
+    Paragraph,
+    /// The first paragraph, then the answer's final frame.
+    Answer,
+}
+
+/// The lost node started a turn in alice's `chat-lost` answering `m1` and logged `wrote`,
+/// then went silent.
+async fn ghost_turn(app: &TestApp, wrote: Wrote) -> (Turns, Box<TurnTicket>) {
     let deps = &app.state.turn;
     let alice = UserId::parse("alice").unwrap();
     let owner = UserHash::of(&alice);
@@ -194,7 +234,10 @@ async fn ghost_turn(app: &TestApp, answered: bool) -> (Turns, Box<TurnTicket>) {
         (chatd::delivery::Audience::All, typing),
         (showing, ServerMessage::AiMessageUpdate(chunk.clone())),
     ];
-    if answered {
+    if wrote == Wrote::Nothing {
+        frames.clear();
+    }
+    if wrote == Wrote::Answer {
         let mut last = chunk;
         (last.sequence, last.is_final_chunk) = (2, true);
         frames.push((
