@@ -194,7 +194,13 @@ async fn a_long_history_is_preprocessed_in_concurrent_blocks_and_merged() {
         refused.rejection_reason,
         Some(RejectionReason::HarmfulOrIllegalDetected)
     );
-    assert_eq!(fake.stage_requests("preprocess").len(), 4);
+    // The refusing block decides at once (early decision): the other block's call may be
+    // stopped before it was even sent.
+    let pre = fake.stage_requests("preprocess").len();
+    assert!(
+        (3..=4).contains(&pre),
+        "one or two more preprocessing calls: {pre}"
+    );
     assert_eq!(
         fake.requests().len(),
         1,
