@@ -5,7 +5,9 @@
 //!
 //! A turn frame carries its index in the turn's log. A device drops a turn frame it has
 //! already had (index not above its position in that task), and while it resumes a task,
-//! live frames of that task wait in its buffer until the replay from the log is done.
+//! live frames of that task wait in its buffer until the replay from the log is done. A
+//! frame from another node that skips an update the device never had starts such a wait
+//! too ([`Hub::send_turn_from_peer`]: the caller catches the device up from the log).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -352,9 +354,7 @@ impl Hub {
         frame: EncodedFrame,
         msg: &ServerMessage,
     ) {
-        for device in self.devices(user).iter().filter(|d| audience.includes(d)) {
-            device.send_turn(task, index, frame.clone(), msg, false);
-        }
+        self.deliver_turn(user, audience, (task, index), frame, msg, false);
     }
 
     /// [`Hub::send_turn`] for a frame from another node: the devices it would reach past
@@ -369,10 +369,22 @@ impl Hub {
         frame: EncodedFrame,
         msg: &ServerMessage,
     ) -> Vec<Arc<Device>> {
-        let devices = self.devices(user);
-        (devices.into_iter())
+        self.deliver_turn(user, audience, (task, index), frame, msg, true)
+    }
+
+    /// The devices that started holding the turn (none without `hold_gaps`).
+    fn deliver_turn(
+        &self,
+        user: &UserHash,
+        audience: &Audience,
+        (task, index): (&TaskId, u64),
+        frame: EncodedFrame,
+        msg: &ServerMessage,
+        hold_gaps: bool,
+    ) -> Vec<Arc<Device>> {
+        (self.devices(user).into_iter())
             .filter(|d| audience.includes(d))
-            .filter(|d| d.send_turn(task, index, frame.clone(), msg, true))
+            .filter(|d| d.send_turn(task, index, frame.clone(), msg, hold_gaps))
             .collect()
     }
 }

@@ -23,12 +23,7 @@ use crate::support::{TestApp, chat_id, collect_answer, spawn_app, use_llm, user_
 
 #[tokio::test]
 async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
-    let fake = FakeLlm::start().await.unwrap();
-    let app = spawn_app(|c| {
-        use_llm(c, fake.base_url());
-        c.cluster.lease = Duration::from_secs(1);
-    })
-    .await;
+    let (_fake, app) = app_with_short_leases().await;
     let (ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
     let deps = &app.state.turn;
     let (task, chat) = (ticket.task_id.clone(), chat_id("chat-lost"));
@@ -97,12 +92,7 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
 /// (the devices had the answer) and answers the queued message.
 #[tokio::test]
 async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
-    let fake = FakeLlm::start().await.unwrap();
-    let app = spawn_app(|c| {
-        use_llm(c, fake.base_url());
-        c.cluster.lease = Duration::from_secs(1);
-    })
-    .await;
+    let (_fake, app) = app_with_short_leases().await;
     let (_ghost, ticket) = ghost_turn(&app, Wrote::Answer).await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
     ws.send(&user_message("chat-lost", "m2", "second")).await;
@@ -137,12 +127,7 @@ async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
 /// ends that task with `node_lost` for it (chaos seed 5 saw neither).
 #[tokio::test]
 async fn a_resent_message_whose_node_died_before_writing_gets_node_lost() {
-    let fake = FakeLlm::start().await.unwrap();
-    let app = spawn_app(|c| {
-        use_llm(c, fake.base_url());
-        c.cluster.lease = Duration::from_secs(1);
-    })
-    .await;
+    let (_fake, app) = app_with_short_leases().await;
     let (_ghost, ticket) = ghost_turn(&app, Wrote::Nothing).await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
     ws.send(&user_message("chat-lost", "m1", "first")).await;
@@ -161,6 +146,17 @@ async fn a_resent_message_whose_node_died_before_writing_gets_node_lost() {
         .await;
     assert_eq!(last.task_id, ticket.task_id);
     assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
+}
+
+/// An app (the node that lives) with a one-second lease, over a fake LLM.
+async fn app_with_short_leases() -> (FakeLlm, TestApp) {
+    let fake = FakeLlm::start().await.unwrap();
+    let app = spawn_app(|c| {
+        use_llm(c, fake.base_url());
+        c.cluster.lease = Duration::from_secs(1);
+    })
+    .await;
+    (fake, app)
 }
 
 /// What the lost node logged of its turn before it went silent.

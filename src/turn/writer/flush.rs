@@ -18,6 +18,9 @@ use tokio::sync::{mpsc, watch};
 use super::super::log::LogError;
 use super::super::store::{LogSlot, TurnStoreError};
 use super::{Logged, Outlet, TurnKey};
+use crate::delivery::Audience;
+use crate::delivery::outbox::EncodedFrame;
+use chatd_protocol::ServerMessage;
 
 /// The most entries, and bytes of them, a flusher keeps to refill its log.
 const RECENT_ENTRIES: usize = 256;
@@ -103,27 +106,26 @@ impl Flusher<'_> {
             let Some(l) = self.waiting.pop_front() else {
                 return;
             };
-            self.hand_on(&l).await;
             self.recent.keep(l.index, l.entry);
+            self.hand_on(l.index, l.audience, l.frame, l.msg, l.publish)
+                .await;
         }
     }
 
     /// A logged frame to this node's devices and the other nodes.
-    async fn hand_on(&self, l: &Logged) {
+    async fn hand_on(
+        &self,
+        index: u64,
+        audience: Audience,
+        frame: EncodedFrame,
+        msg: ServerMessage,
+        publish: bool,
+    ) {
         let (k, delivery) = (self.key, &self.outlet.delivery);
-        let hub = &delivery.hub;
-        hub.send_turn(
-            &k.owner,
-            &l.audience,
-            &k.task,
-            l.index,
-            l.frame.clone(),
-            &l.msg,
-        );
-        if l.publish {
-            let (audience, msg) = (l.audience.clone(), l.msg.clone());
+        (delivery.hub).send_turn(&k.owner, &audience, &k.task, index, frame, &msg);
+        if publish {
             delivery
-                .publish_turn(&k.owner, audience, &k.task, l.index, msg)
+                .publish_turn(&k.owner, audience, &k.task, index, msg)
                 .await;
         }
     }
