@@ -27,6 +27,7 @@ pub mod ids;
 pub mod inbound;
 pub mod links;
 pub mod llm;
+pub mod logging;
 pub mod memories;
 pub mod metrics;
 pub mod net_guard;

@@ -170,38 +170,9 @@ fn run(cli: Cli) -> anyhow::Result<()> {
     }
 }
 
-/// Libraries whose debug and trace output holds whole frames, headers or bodies (message
-/// text, session tokens, API keys): capped at `info` whatever the filter asks.
-const PRIVATE_TARGETS: &[&str] = &[
-    "tungstenite",
-    "tokio_tungstenite",
-    "axum::extract::ws",
-    "hyper",
-    "hyper_util",
-    "h2",
-    "reqwest",
-    "eventsource_stream",
-    "vaultrs",
-    "rustify",
-];
-
-/// `CHATD_LOG`, else `RUST_LOG`, else `info`; the private targets capped in every case.
-fn log_filter() -> tracing_subscriber::EnvFilter {
-    use tracing_subscriber::EnvFilter;
-    let mut filter = EnvFilter::try_from_env("CHATD_LOG")
-        .or_else(|_| EnvFilter::try_from_env("RUST_LOG"))
-        .unwrap_or_else(|_| EnvFilter::new("info"));
-    for target in PRIVATE_TARGETS {
-        if let Ok(directive) = format!("{target}=info").parse() {
-            filter = filter.add_directive(directive);
-        }
-    }
-    filter
-}
-
 async fn serve(config: Config) -> anyhow::Result<()> {
     tracing_subscriber::fmt()
-        .with_env_filter(log_filter())
+        .with_env_filter(chatd::logging::filter())
         .with_writer(std::io::stderr)
         .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()))
         .init();

@@ -12,6 +12,7 @@ mod nemesis;
 mod pg;
 mod proxy;
 mod report;
+mod resources;
 mod rng;
 mod services;
 mod turn;
@@ -55,6 +56,10 @@ pub struct Args {
     /// Mean seconds between two faults.
     #[arg(long, default_value_t = 15)]
     pub every: u64,
+    /// Every kind of fault in its own lane at once, this many of each spread over the
+    /// run (instead of one fault every `--every` seconds).
+    #[arg(long)]
+    pub each: Option<u32>,
     /// No faults: the same clients and checks on a calm cluster.
     #[arg(long)]
     pub calm: bool,
@@ -62,7 +67,7 @@ pub struct Args {
     #[arg(long)]
     pub steady: bool,
     /// Only these faults (comma-separated): kill_node, pause_node, redis_restart_keep,
-    /// redis_restart_empty, cut_redis, pause_postgres; default all.
+    /// redis_restart_empty, cut_redis, pause_postgres, kill_postgres; default all.
     #[arg(long, default_value = "")]
     pub faults: String,
 }
@@ -75,14 +80,20 @@ impl Args {
 
 /// Everything the run started; dropped (stopped) at its end.
 struct Cluster {
-    pg: Postgres,
+    pg: Arc<Mutex<Postgres>>,
     redis: Arc<Mutex<Redis>>,
     proxies: Arc<Vec<Proxy>>,
     nodes: Arc<Vec<Node>>,
     _llm: Arc<Server>,
 }
 
-async fn start(n: usize, tasks: &mut JoinSet<()>) -> anyhow::Result<Cluster> {
+/// Starts the services; node `i` appends its log to `logs/node-{i}.log`.
+async fn start(
+    n: usize,
+    logs: &std::path::Path,
+    tasks: &mut JoinSet<()>,
+) -> anyhow::Result<Cluster> {
+    std::fs::create_dir_all(logs)?;
     let pg = Postgres::start().await?;
     pg.create_database("chaos").await?;
     let redis = Redis::start().await?;
@@ -98,12 +109,13 @@ async fn start(n: usize, tasks: &mut JoinSet<()>) -> anyhow::Result<Cluster> {
     let mut nodes = Vec::new();
     for i in 0..n {
         let proxy = Proxy::start(redis.addr(), tasks).await?;
-        let env = node_env(i, &proxy.url(), &pg.url("chaos"));
+        let log = logs.join(format!("node-{i}.log"));
+        let env = node_env(i, &proxy.url(), &pg.url("chaos"), &log);
         nodes.push(Node::start(env, llm.clone()).await?);
         proxies.push(proxy);
     }
     Ok(Cluster {
-        pg,
+        pg: Arc::new(Mutex::new(pg)),
         redis: Arc::new(Mutex::new(redis)),
         proxies: Arc::new(proxies),
         nodes: Arc::new(nodes),
@@ -113,7 +125,9 @@ async fn start(n: usize, tasks: &mut JoinSet<()>) -> anyhow::Result<Cluster> {
 
 pub async fn run(p: Args, out: &std::path::Path) -> anyhow::Result<()> {
     let mut background = JoinSet::new();
-    let cluster = start(p.nodes.max(1), &mut background).await?;
+    let logs = out.join("chaos").join("nodes");
+    let cluster = start(p.nodes.max(1), &logs, &mut background).await?;
+    let started = humantime::format_rfc3339_millis(std::time::SystemTime::now()).to_string();
     let rec = Recorder::new();
     let ctx = Ctx {
         rec: rec.clone(),
@@ -145,14 +159,18 @@ pub async fn run(p: Args, out: &std::path::Path) -> anyhow::Result<()> {
             rng: rng.fork(u64::MAX),
             rec: rec.clone(),
             nodes: cluster.nodes.clone(),
+            node_locks: Arc::new(cluster.nodes.iter().map(|_| Mutex::new(())).collect()),
             proxies: cluster.proxies.clone(),
             redis: cluster.redis.clone(),
-            pg_port: cluster.pg.port(),
+            pg: cluster.pg.clone(),
             kinds: nemesis::kinds(&p.faults)?,
             every: Duration::from_secs(p.every.max(1)),
             pause: Duration::from_secs(6),
         };
-        nemesis.run(deadline).await;
+        match p.each {
+            Some(each) => nemesis.run_lanes(deadline, each).await,
+            None => nemesis.run(deadline).await,
+        }
     } else {
         tokio::time::sleep_until(deadline).await;
     }
@@ -160,9 +178,10 @@ pub async fn run(p: Args, out: &std::path::Path) -> anyhow::Result<()> {
     tokio::time::sleep(Duration::from_secs(5)).await;
     let _ = calm_tx.send(true);
     while users.join_next().await.is_some() {}
+    let held = resources::measure(&cluster.nodes).await;
     let events = rec.take();
     let (redis_keys, redis_hits) = cluster.redis.lock().await.find(MARKER).await?;
-    let pg_hits = pg_marker(&cluster.pg).await?;
+    let pg_hits = pg_marker(&*cluster.pg.lock().await).await?;
     for node in cluster.nodes.iter() {
         node.stop().await;
     }
@@ -175,8 +194,13 @@ pub async fn run(p: Args, out: &std::path::Path) -> anyhow::Result<()> {
         redis_keys,
         redis_hits,
         pg_hits,
+        held,
+        started,
     };
-    let failed = verdict.violations.len() + extra.redis_hits.len() + extra.pg_hits.len();
+    let failed = verdict.violations.len()
+        + extra.redis_hits.len()
+        + extra.pg_hits.len()
+        + extra.held.iter().filter(|h| !h.ok()).count();
     write_out(out, &events, &verdict, &extra)?;
     background.shutdown().await;
     anyhow::ensure!(
@@ -208,6 +232,8 @@ fn write_out(
             "VIOLATION plaintext_in_postgres: table {table} holds the marker\n"
         ));
     }
+    let (_, held) = resources::report(&extra.held);
+    marker.push_str(&held);
     let summary = report::summary(verdict, extra);
     print!("{violations}{marker}{summary}");
     let history: String = events.iter().map(|e| report::line(e) + "\n").collect();

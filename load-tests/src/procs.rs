@@ -232,6 +232,25 @@ pub enum ServeKind {
     },
 }
 
+/// `CHATD_LOAD_LOG=PATH`: the chatd child appends its log (chatd's own filter) to PATH,
+/// so a run that found something keeps what each node did (`chatd-load chaos` sets it).
+fn log_to_file() -> anyhow::Result<()> {
+    let Ok(path) = std::env::var("CHATD_LOAD_LOG") else {
+        return Ok(());
+    };
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&path)
+        .with_context(|| format!("opening the log {path}"))?;
+    tracing_subscriber::fmt()
+        .with_env_filter(chatd::logging::filter())
+        .with_writer(std::sync::Mutex::new(file))
+        .with_ansi(false)
+        .init();
+    Ok(())
+}
+
 /// The child side: bind, print `LISTEN addr`, serve until stdin closes.
 pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
     let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -266,6 +285,7 @@ pub fn serve_child(kind: ServeKind) -> anyhow::Result<()> {
             }
             ServeKind::Floor { llm, calls } => crate::floor::serve(&llm, calls, any).await?,
             ServeKind::Chatd { llm } => {
+                log_to_file()?;
                 let dir = tempfile::tempdir()?;
                 let mut config = chatd::config::Config::load(None)?;
                 config.server.listen = any;

@@ -1,36 +1,43 @@
 //! The nemesis: on a seeded schedule, one fault at a time, each recorded with how long it
 //! lasted. Kinds: SIGKILL a node and restart it; SIGSTOP a node for longer than the lease,
 //! then SIGCONT; restart Redis keeping its data, or empty; cut one node's Redis connection
-//! (its proxy) and restore it; freeze PostgreSQL for a few seconds.
+//! (its proxy) and restore it; freeze PostgreSQL for a few seconds; kill PostgreSQL (every
+//! process, as a crash would) and start it again.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::sync::Mutex;
+use tokio::task::JoinSet;
 use tokio::time::Instant;
+
+use chatd_test_harness::postgres::Postgres;
 
 use super::history::Recorder;
 use super::proxy::Proxy;
 use super::rng::Rng;
 use super::services::{Node, Redis, signal};
 
-pub const KINDS: [&str; 6] = [
+pub const KINDS: [&str; 7] = [
     "kill_node",
     "pause_node",
     "redis_restart_keep",
     "redis_restart_empty",
     "cut_redis",
     "pause_postgres",
+    "kill_postgres",
 ];
 
 pub struct Nemesis {
     pub rng: Rng,
     pub rec: Recorder,
     pub nodes: Arc<Vec<Node>>,
+    /// One per node: a node's faults (kill, pause) wait for each other.
+    pub node_locks: Arc<Vec<Mutex<()>>>,
     /// Shared with the run: a proxy lives as long as its node's Redis connection.
     pub proxies: Arc<Vec<Proxy>>,
     pub redis: Arc<Mutex<Redis>>,
-    pub pg_port: u16,
+    pub pg: Arc<Mutex<Postgres>>,
     /// The kinds of fault to inject (all of [`KINDS`] by default).
     pub kinds: Vec<&'static str>,
     /// Mean time between two faults' starts.
@@ -54,7 +61,8 @@ impl Nemesis {
         plan
     }
 
-    /// Injects faults until `deadline`; every fault is over when this returns.
+    /// Injects faults until `deadline`, one at a time; every fault is over when this
+    /// returns.
     pub async fn run(mut self, deadline: Instant) {
         let count = (deadline.saturating_duration_since(Instant::now()).as_secs()
             / self.every.as_secs().max(1)) as usize;
@@ -68,17 +76,68 @@ impl Nemesis {
             if Instant::now() >= deadline {
                 break;
             }
-            let started = Instant::now();
-            let n = self.rng.below(self.nodes.len() as u64) as usize;
-            let detail = match self.inject(kind, n).await {
-                Ok(d) => d,
-                Err(e) => format!("failed: {e:#}"),
-            };
-            let lasted = started.elapsed().as_millis() as u64;
-            eprintln!("chaos: {kind} ({detail}), {lasted} ms");
-            self.rec.fault(kind, n, detail, lasted);
+            self.strike(kind).await;
         }
         tokio::time::sleep_until(deadline).await;
+    }
+
+    /// Injects faults until `deadline`, every kind in its own lane at once: each lane
+    /// `each` faults of its kind, spread evenly over the run. Faults of one node wait for
+    /// each other, and so do Redis's and PostgreSQL's. Every fault is over when this
+    /// returns.
+    pub async fn run_lanes(mut self, deadline: Instant, each: u32) {
+        let start = Instant::now();
+        let interval = deadline.saturating_duration_since(start) / each.max(1);
+        let mut lanes = JoinSet::new();
+        for (i, kind) in self.kinds.clone().into_iter().enumerate() {
+            let mut lane = Nemesis {
+                rng: self.rng.fork(i as u64),
+                kinds: vec![kind],
+                ..self.share()
+            };
+            lanes.spawn(async move {
+                for f in 0..each {
+                    let jitter = lane.rng.below(interval.as_millis() as u64 / 2 + 1);
+                    let at = start + interval * f + Duration::from_millis(jitter);
+                    if at >= deadline {
+                        break;
+                    }
+                    tokio::time::sleep_until(at).await;
+                    lane.strike(kind).await;
+                }
+            });
+        }
+        while lanes.join_next().await.is_some() {}
+        tokio::time::sleep_until(deadline).await;
+    }
+
+    /// A copy sharing the targets (its own rng and kinds set by the caller).
+    fn share(&self) -> Nemesis {
+        Nemesis {
+            rng: Rng::new(0),
+            rec: self.rec.clone(),
+            nodes: self.nodes.clone(),
+            node_locks: self.node_locks.clone(),
+            proxies: self.proxies.clone(),
+            redis: self.redis.clone(),
+            pg: self.pg.clone(),
+            kinds: Vec::new(),
+            every: self.every,
+            pause: self.pause,
+        }
+    }
+
+    /// One fault of `kind` on a random node, recorded with how long it lasted.
+    async fn strike(&mut self, kind: &'static str) {
+        let started = Instant::now();
+        let n = self.rng.below(self.nodes.len() as u64) as usize;
+        let detail = match self.inject(kind, n).await {
+            Ok(d) => d,
+            Err(e) => format!("failed: {e:#}"),
+        };
+        let lasted = started.elapsed().as_millis() as u64;
+        eprintln!("chaos: {kind} ({detail}), {lasted} ms");
+        self.rec.fault(kind, n, detail, lasted);
     }
 
     async fn inject(&mut self, kind: &str, n: usize) -> anyhow::Result<String> {
@@ -88,6 +147,7 @@ impl Nemesis {
             .ok_or_else(|| anyhow::anyhow!("no node {n}"))?;
         match kind {
             "kill_node" => {
+                let _node = self.node_locks[n].lock().await;
                 node.kill().await?;
                 let down = self.rng.range(500, 3000);
                 tokio::time::sleep(Duration::from_millis(down)).await;
@@ -95,6 +155,7 @@ impl Nemesis {
                 Ok(format!("node {n} down {down} ms"))
             }
             "pause_node" => {
+                let _node = self.node_locks[n].lock().await;
                 let pid = node
                     .pid()
                     .await
@@ -121,12 +182,25 @@ impl Nemesis {
                 Ok(format!("node {n} cut off {cut} ms"))
             }
             "pause_postgres" => {
-                let pids = super::pg::processes(self.pg_port);
+                let pg = self.pg.lock().await;
+                let pids = super::pg::processes(pg.port());
                 super::pg::signal_all(&pids, "STOP").await?;
                 let pause = self.rng.range(1000, 5000);
                 tokio::time::sleep(Duration::from_millis(pause)).await;
                 super::pg::signal_all(&pids, "CONT").await?;
                 Ok(format!("{} processes frozen {pause} ms", pids.len()))
+            }
+            "kill_postgres" => {
+                let mut pg = self.pg.lock().await;
+                let pids = super::pg::processes(pg.port());
+                super::pg::signal_all(&pids, "KILL").await?;
+                let started = Instant::now();
+                pg.crash_and_restart().await?;
+                Ok(format!(
+                    "{} processes killed, back in {} ms",
+                    pids.len(),
+                    started.elapsed().as_millis()
+                ))
             }
             other => anyhow::bail!("unknown fault {other}"),
         }

@@ -1,6 +1,6 @@
-//! PostgreSQL as a fault target: the harness's server cannot be restarted from outside,
-//! so its fault here is a freeze (SIGSTOP of the postmaster and every backend, then
-//! SIGCONT): to chatd, a store that stops answering, then comes back.
+//! PostgreSQL as a fault target: its processes (the postmaster and every backend), for a
+//! freeze (SIGSTOP, then SIGCONT: to chatd, a store that stops answering, then comes back)
+//! or a crash (SIGKILL of all, then the harness starts it again on the same data).
 
 use super::services::signal;
 

@@ -97,14 +97,18 @@ pub struct Extra {
     pub redis_keys: usize,
     pub redis_hits: Vec<String>,
     pub pg_hits: Vec<String>,
+    /// Each surviving node's descriptors and memory, at its start and after the run.
+    pub held: Vec<super::resources::Held>,
+    /// When the run started (wall clock; history times count from here, node logs use it).
+    pub started: String,
 }
 
 pub fn summary(verdict: &Verdict, x: &Extra) -> String {
     let mut s = String::new();
     let _ = writeln!(
         s,
-        "chaos: seed {}, {} s, {} users, {} devices, 3 nodes",
-        x.seed, x.seconds, x.users, x.devices
+        "chaos: seed {}, {} s, {} users, {} devices, 3 nodes, started {} (node logs: nodes/)",
+        x.seed, x.seconds, x.users, x.devices, x.started
     );
     let _ = writeln!(s, "| figure | value |\n| --- | --- |");
     let row = |s: &mut String, k: &str, v: String| {
@@ -167,10 +171,16 @@ pub fn summary(verdict: &Verdict, x: &Extra) -> String {
         "PostgreSQL tables holding the marker",
         x.pg_hits.len().to_string(),
     );
+    for (k, v) in super::resources::report(&x.held).0 {
+        row(&mut s, &k, v);
+    }
     for (kind, n) in verdict.by_kind() {
         row(&mut s, &format!("violations: {kind}"), n.to_string());
     }
-    let total = verdict.violations.len() + x.redis_hits.len() + x.pg_hits.len();
+    let total = verdict.violations.len()
+        + x.redis_hits.len()
+        + x.pg_hits.len()
+        + x.held.iter().filter(|h| !h.ok()).count();
     row(&mut s, "violations", total.to_string());
     s
 }

@@ -126,16 +126,55 @@ impl Redis {
     }
 }
 
-/// One chatd node: its environment (fixed) and the child while it runs.
+/// One chatd node: its environment (fixed), the child while it runs, and what the child
+/// held when it had just started (its baseline).
 pub struct Node {
     env: Vec<(String, String)>,
     llm: Arc<Server>,
     server: RwLock<Option<Server>>,
+    baseline: std::sync::Mutex<Option<Usage>>,
 }
 
-/// The cluster settings of node `index` (its Redis through `redis_url`).
-pub fn node_env(index: usize, redis_url: &str, pg_url: &str) -> Vec<(String, String)> {
+/// Resident memory and open descriptors of a process: all of them, those connected to
+/// the services it uses (pooled) and the other TCP connections (clients).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Usage {
+    pub rss: u64,
+    pub fds: usize,
+    pub pooled: usize,
+    pub clients: usize,
+}
+
+impl Usage {
+    fn of(server: &Server, services: &[(u16, &'static str)]) -> anyhow::Result<Usage> {
+        let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))?.count();
+        let (_, pooled, clients) = super::resources::describe(server.pid(), services);
+        Ok(Usage {
+            rss: server.rss_bytes()?,
+            fds,
+            pooled,
+            clients,
+        })
+    }
+}
+
+/// The port of a `scheme://host:port/...` URL.
+fn url_port(url: &str) -> Option<u16> {
+    let rest = url.split_once("://")?.1;
+    let host_port = rest.split('/').next()?;
+    host_port.rsplit(':').next()?.parse().ok()
+}
+
+/// The cluster settings of node `index` (its Redis through `redis_url`); it appends its
+/// log to `log`.
+pub fn node_env(
+    index: usize,
+    redis_url: &str,
+    pg_url: &str,
+    log: &std::path::Path,
+) -> Vec<(String, String)> {
     [
+        ("CHATD_LOAD_LOG", log.display().to_string()),
         ("CHATD__CLUSTER__ENABLED", "true".to_string()),
         ("CHATD__CLUSTER__NODE_ID", format!("chaos-{index}")),
         ("CHATD__CLUSTER__LEASE", "2s".into()),
@@ -159,6 +198,7 @@ impl Node {
             env,
             llm,
             server: RwLock::new(None),
+            baseline: std::sync::Mutex::new(None),
         };
         node.spawn().await?;
         Ok(node)
@@ -167,8 +207,35 @@ impl Node {
     async fn spawn(&self) -> anyhow::Result<()> {
         let (llm, env) = (self.llm.clone(), self.env.clone());
         let server = tokio::task::spawn_blocking(move || Server::chatd_with(&llm, &env)).await??;
+        let usage = Usage::of(&server, &self.services())?;
         *self.server.write().await = Some(server);
+        if let Ok(mut baseline) = self.baseline.lock() {
+            *baseline = Some(usage);
+        }
         Ok(())
+    }
+
+    /// The services the node connects to: (port, name).
+    pub fn services(&self) -> Vec<(u16, &'static str)> {
+        let mut out = vec![(self.llm.addr.port(), "model")];
+        for (key, name) in [
+            ("CHATD__CACHE__REDIS_URL", "redis"),
+            ("CHATD__STORE__URL", "postgres"),
+        ] {
+            let url = self.env.iter().find(|(k, _)| k == key).map(|(_, v)| v);
+            if let Some(port) = url.and_then(|u| url_port(u)) {
+                out.push((port, name));
+            }
+        }
+        out
+    }
+
+    /// What the running child held when it started, and what it holds now (None while
+    /// it is down).
+    pub async fn usage(&self) -> Option<(Usage, Usage)> {
+        let now = Usage::of(self.server.read().await.as_ref()?, &self.services()).ok()?;
+        let baseline = (*self.baseline.lock().ok()?)?;
+        Some((baseline, now))
     }
 
     /// Where clients connect (None while it is down).
@@ -191,8 +258,18 @@ impl Node {
         Ok(())
     }
 
+    /// Starts it again, retrying as a supervisor (systemd, Kubernetes) would while it
+    /// exits at start-up (its store or Redis down at that moment): every 500 ms, 20 tries.
     pub async fn restart(&self) -> anyhow::Result<()> {
-        self.spawn().await
+        let mut tries = 0;
+        loop {
+            match self.spawn().await {
+                Ok(()) => return Ok(()),
+                Err(e) if tries >= 20 => return Err(e),
+                Err(_) => tries += 1,
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
     }
 
     /// Closes every node at the end of the run.

@@ -86,32 +86,61 @@ impl Postgres {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
-        let child = pg
+        pg.serve().await?;
+        Ok(pg)
+    }
+
+    /// Starts the server on the cluster's data directory and port, and waits until it
+    /// answers a query.
+    async fn serve(&mut self) -> anyhow::Result<()> {
+        let child = self
             .command("postgres")
             .arg("-D")
-            .arg(&data)
-            .args(["-p", &pg.port.to_string()])
+            .arg(self._dir.path().join("data"))
+            .args(["-p", &self.port.to_string()])
             .args(["-c", "listen_addresses=127.0.0.1"])
             .arg("-k")
-            .arg(pg._dir.path())
+            .arg(self._dir.path())
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
             .kill_on_drop(true)
             .spawn()
             .context("starting postgres")?;
-        pg.child = Some(child);
-        let port = pg.port;
+        self.child = Some(child);
+        let port = self.port;
         wait_until("postgres", || async move { port_open(port).await }).await?;
         // Accepting TCP precedes accepting logins: ready once a query answers (a query, not
         // a `createdb`: an attempt the server finished but the client saw fail would make
         // every later one fail with "already exists").
-        let pg_ref = &pg;
+        let me = &*self;
         wait_until("postgres logins", || async move {
-            pg_ref.psql("postgres", "SELECT 1").await.is_ok()
+            me.psql("postgres", "SELECT 1").await.is_ok()
         })
-        .await?;
-        Ok(pg)
+        .await
+    }
+
+    /// A crash and a restart: SIGKILLs the postmaster (the caller kills its backends too,
+    /// as a machine crash would), then starts it again on the same data and port; it
+    /// recovers from its WAL. Retries while the old processes still hold the shared memory.
+    pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill().await;
+        }
+        let mut last = None;
+        for _ in 0..20 {
+            match self.serve().await {
+                Ok(()) => return Ok(()),
+                Err(e) => {
+                    if let Some(mut child) = self.child.take() {
+                        let _ = child.kill().await;
+                    }
+                    last = Some(e);
+                    tokio::time::sleep(std::time::Duration::from_millis(250)).await;
+                }
+            }
+        }
+        Err(last.unwrap_or_else(|| anyhow::anyhow!("postgres did not restart")))
     }
 
     /// A PostgreSQL binary, run as the `postgres` user when we are root.
