@@ -187,6 +187,14 @@ impl Device {
         self.outbox.send(msg);
     }
 
+    /// Nothing more of `task` reaches the device (`recovered: false`): held or later.
+    pub fn drop_turn(&self, task: &TaskId) {
+        let mut turns = self.positions();
+        let pos = position(&mut turns, task);
+        pos.index = u64::MAX;
+        pos.held = None;
+    }
+
     /// Ends a resume: the held live frames newer than the replay go out, in order.
     pub fn end_resume(&self, task: &TaskId) {
         let mut turns = self.positions();

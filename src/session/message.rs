@@ -42,36 +42,46 @@ impl Session {
         self.admit(m.chat_id, message_id, inbound).await;
     }
 
+    /// An error answering the message (named by chat and id, so every device can tell
+    /// which message failed).
+    fn message_error(
+        &self,
+        code: ErrorCode,
+        text: impl Into<String>,
+        chat: &ChatId,
+        message: &MessageId,
+    ) {
+        let mut p = ErrorPayload::new(code, text);
+        p.chat_id = Some(chat.clone());
+        p.message_id = Some(message.clone());
+        self.reply(ServerMessage::Error(p));
+    }
+
     /// The message's shape (a user's, with content in bounds and a history in bounds) and
     /// a server that is not stopping; false after answering the error.
     fn message_acceptable(&self, chat: &ChatId, msg: &UserMessage) -> bool {
         if msg.role != Role::User {
-            self.error(ErrorCode::InvalidPayload, "message.role must be \"user\"");
+            let text = "message.role must be \"user\"";
+            self.message_error(ErrorCode::InvalidPayload, text, chat, &msg.message_id);
             return false;
         }
         if msg.content.trim().is_empty() || msg.content.len() > MAX_CONTENT_BYTES {
-            self.error(
-                ErrorCode::InvalidPayload,
-                format!("message.content must be 1 to {MAX_CONTENT_BYTES} bytes"),
-            );
+            let text = format!("message.content must be 1 to {MAX_CONTENT_BYTES} bytes");
+            self.message_error(ErrorCode::InvalidPayload, text, chat, &msg.message_id);
             return false;
         }
         if let Some(history) = &msg.message_history
             && let Err(reason) = check_history(history)
         {
-            let mut p = ErrorPayload::new(ErrorCode::InvalidChatHistory, reason);
-            p.chat_id = Some(chat.clone());
-            p.message_id = Some(msg.message_id.clone());
-            self.reply(ServerMessage::Error(p));
+            let code = ErrorCode::InvalidChatHistory;
+            self.message_error(code, reason, chat, &msg.message_id);
             return false;
         }
         if self.app.tasks.draining.is_cancelled() {
             // Stopping: nothing of the message is taken here (running answers finish); the
             // client sends it again once reconnected.
-            let mut p = ErrorPayload::new(
-                ErrorCode::Overloaded,
-                "this server is stopping; reconnect and send the message again",
-            );
+            let text = "this server is stopping; reconnect and send the message again";
+            let mut p = ErrorPayload::new(ErrorCode::Overloaded, text);
             p.chat_id = Some(chat.clone());
             p.message_id = Some(msg.message_id.clone());
             self.reply(ServerMessage::Error(p));
@@ -210,10 +220,9 @@ impl Session {
                     }
                     Err(e) => {
                         tracing::warn!(error = %e, "cannot claim a new chat");
-                        self.error(
-                            ErrorCode::CacheUnavailable,
-                            "the cache is unavailable; try again shortly",
-                        );
+                        let text = "the cache is unavailable; try again shortly";
+                        let code = ErrorCode::CacheUnavailable;
+                        self.message_error(code, text, chat, &msg.message_id);
                         return None;
                     }
                 }
@@ -288,10 +297,14 @@ impl Session {
         let seen = match seen {
             MessageSeen::New => Seen::New,
             MessageSeen::AwaitingHistory => Seen::Resend { asked: true },
-            MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend { asked: false },
-            MessageSeen::Sent | MessageSeen::Answered => Seen::Duplicate,
+            // Not answered yet: its turn runs, or waits, or never started (its node stopped
+            // between taking the id and admitting it). Admission tells which (and starts it
+            // in the last case); nothing is answered twice.
+            MessageSeen::Sent => Seen::Resend { asked: false },
+            MessageSeen::Answered => Seen::Duplicate,
         };
-        if seen == Seen::Duplicate && self.reused(chat, msg).await {
+        let plain_copy = seen != Seen::New && msg.message_history.is_none();
+        if plain_copy && self.reused(chat, msg).await {
             let mut p = ErrorPayload::new(
                 ErrorCode::MessageIdReused,
                 "this message id belongs to another message of the chat; a new message needs a new id",
@@ -299,6 +312,7 @@ impl Session {
             p.chat_id = Some(chat.clone());
             p.message_id = Some(msg.message_id.clone());
             self.reply(ServerMessage::Error(p));
+            return Seen::Duplicate;
         } else if seen == Seen::Duplicate {
             let messages_v = match cache.messages_v(owner, chat).await {
                 Ok(Some(v)) => v,

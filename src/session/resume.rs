@@ -28,6 +28,10 @@ impl Session {
             .read_log_reaching(&m.chat_id, &m.task_id, m.last_sequence)
             .await;
         let replayed = read.as_ref().and_then(|l| log::replay(l, m.last_sequence));
+        if replayed.is_none() {
+            // "Nothing more": live frames of the task that come later are not sent either.
+            self.device.drop_turn(&m.task_id);
+        }
         self.reply(ServerMessage::AiTaskResumed(AiTaskResumed {
             chat_id: m.chat_id,
             task_id: m.task_id.clone(),
@@ -85,14 +89,18 @@ impl Session {
 
     /// [`Session::read_log`], read again while the device is ahead of the log (it had a
     /// frame from the node running the turn whose log write has not landed yet, or the log
-    /// was lost and is being written again), for at most [`LOG_CATCH_UP`].
+    /// was lost and is being written again), for at most [`LOG_CATCH_UP`]; with no log at
+    /// all, for a lease while the task still runs: within it, its node writes the log again
+    /// or the turn is found lost and ended in the log.
     async fn read_log_reaching(
         &self,
         chat: &ChatId,
         task: &TaskId,
         last_sequence: u64,
     ) -> Option<Logged> {
-        let deadline = tokio::time::Instant::now() + LOG_CATCH_UP;
+        let asked = tokio::time::Instant::now();
+        let mut deadline = asked + LOG_CATCH_UP;
+        let mut extended = false;
         loop {
             let read = self.read_log(chat, task).await;
             // No log yet while the device had a frame: the store lost it (Redis came back
@@ -101,10 +109,20 @@ impl Session {
                 Some(l) => log::behind(l, last_sequence),
                 None => last_sequence > 0,
             };
-            if !ahead || tokio::time::Instant::now() >= deadline {
+            if !ahead {
                 return read;
             }
-            tokio::time::sleep(LOG_RETRY).await;
+            let now = tokio::time::Instant::now();
+            if now >= deadline {
+                let running = self.app.turns.active_task(&self.device.user, chat).await;
+                if extended || read.is_some() || running.as_ref() != Some(task) {
+                    return read;
+                }
+                extended = true;
+                deadline = asked + self.app.turns.lease() + LOG_CATCH_UP;
+            }
+            let pause = if extended { LOG_RETRY * 5 } else { LOG_RETRY };
+            tokio::time::sleep(pause).await;
         }
     }
 

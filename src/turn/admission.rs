@@ -113,6 +113,12 @@ impl Turns {
         &self.node
     }
 
+    /// How long a lease lasts unrenewed: within it, a running turn's node either writes
+    /// again or is found lost.
+    pub fn lease(&self) -> Duration {
+        self.lease
+    }
+
     fn local(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Local>> {
         self.local.lock().unwrap_or_else(PoisonError::into_inner)
     }
@@ -298,20 +304,19 @@ impl Turns {
     /// Renews a running turn's lease; stops the turn when a cancel was requested from
     /// another node, or when the lease was lost. False when the turn must stop writing.
     pub async fn renew(&self, ticket: &TurnTicket) -> bool {
-        let asked = std::time::Instant::now();
-        match self.store.renew(&ticket.lease, self.lease).await {
+        let asked = tokio::time::Instant::now();
+        // A lease lapsed by this node's clock may have been taken over (and that record
+        // lost with the store's data): it is not reclaimed.
+        let reclaim = ticket.lease_clock.holds();
+        match self.store.renew(&ticket.lease, self.lease, reclaim).await {
             Ok(renewed) => {
+                if renewed.reclaimed {
+                    tracing::warn!("the store had lost the turn's lease; it holds the chat again");
+                }
                 ticket.lease_clock.renewed(asked, self.lease);
                 if let Some(reason) = renewed.cancel {
                     ticket.stop(reason);
                 }
-                true
-            }
-            // Nobody holds the chat (Redis lost its data): the turn runs on; the chat is
-            // free again when it ends.
-            Err(TurnStoreError::Gone) => {
-                tracing::warn!("the turn's lease is gone; finishing the turn anyway");
-                ticket.lease_clock.renewed(asked, self.lease);
                 true
             }
             Err(TurnStoreError::Fenced) => {

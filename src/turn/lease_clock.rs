@@ -7,7 +7,10 @@
 //! only after the store took them into the log (which refuses a fenced owner), never before.
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+// tokio's clock (the std one outside a paused test runtime): tests can move it.
+use tokio::time::Instant;
 
 pub struct LeaseClock {
     base: Instant,

@@ -91,6 +91,9 @@ pub enum CancelReason {
 pub struct Renewed {
     /// A cancel request recorded for this task (read on every renewal).
     pub cancel: Option<CancelReason>,
+    /// The store had lost the chat (no lease, no newer generation: Redis restarted empty)
+    /// and the lease is the running turn's again; what was queued behind it is gone.
+    pub reclaimed: bool,
 }
 
 /// A turn's log read after a position.
@@ -112,10 +115,6 @@ pub enum TurnStoreError {
     /// The lease (or the log) belongs to a newer generation: the caller lost its turn.
     #[error("the turn belongs to a newer generation")]
     Fenced,
-    /// The chat has no lease and no newer generation: the store lost it (Redis restarted
-    /// empty). Nobody else runs the chat.
-    #[error("the turn's lease is gone")]
-    Gone,
     #[error("turn store unavailable: {0}")]
     Unavailable(String),
     #[error("turn store did not answer within {0:?}")]
@@ -164,12 +163,15 @@ pub trait TurnStore: Send + Sync {
     fn admit<'a>(&'a self, req: Admit<'a>) -> BoxFuture<'a, Result<Admitted, TurnStoreError>>;
 
     /// Extends a running turn's lease by `ttl`; `Fenced` when the lease expired or moved
-    /// to another generation, `Gone` when there is no lease and no newer generation at all.
-    /// Reports a recorded cancel request.
+    /// to another generation. With no lease and no newer generation at all (the store lost
+    /// its data), the lease is put back (`reclaimed`) when `reclaim` (the caller's lease
+    /// has not lapsed by its clock, so nobody took it over), else `Fenced`. Reports a
+    /// recorded cancel request.
     fn renew<'a>(
         &'a self,
         lease: &'a Lease,
         ttl: Duration,
+        reclaim: bool,
     ) -> BoxFuture<'a, Result<Renewed, TurnStoreError>>;
 
     /// Ends the running turn: hands the queued messages to the next turn (`next`, same

@@ -186,7 +186,7 @@ lease = "2s"
             .unwrap()
     }
 
-    async fn connect(&self, node: usize, user: &str) -> WsClient {
+    pub(crate) async fn connect(&self, node: usize, user: &str) -> WsClient {
         WsClient::connect(&self.nodes[node].ws_url(&Self::token(user)))
             .await
             .unwrap()

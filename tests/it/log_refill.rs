@@ -9,7 +9,7 @@ use chatd_test_harness::fake_llm::{Gate, Reply};
 use chatd_test_harness::redis::RedisServer;
 
 use crate::cluster::{Cluster, Shared};
-use crate::support::{answer_task, replayed_from_start, user_message};
+use crate::support::{answer_task, ping, replayed_from_start, user_message};
 
 const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
 
@@ -93,4 +93,108 @@ async fn frames_a_restarted_redis_lost_are_logged_again_in_their_place() {
         "the lost update is back: {texts:?}"
     );
     assert_eq!(texts.last(), Some(&WHOLE));
+}
+
+/// Redis restarts empty while a turn waits for its model: its lease and its log are gone.
+/// The turn's next renewal puts the lease back (the chat is held again), and a device that
+/// resumes the turn on the other node waits for the writer for a lease. The model is still
+/// silent after that, so the answer is `recovered: false`, and then nothing more of the
+/// turn reaches that device ("nothing more: sync instead"); it used to get the rest. Once
+/// the writer goes on, its log is whole again and a new resume gets the rest in order.
+#[tokio::test]
+async fn after_an_empty_restart_a_resume_waits_for_the_running_turn_and_keeps_its_word() {
+    let redis = Shared::Server(RedisServer::start().await.unwrap());
+    let mut c = Cluster::start_with(2, redis, "").await;
+    let chat = "chat-empty-restart-resume";
+    let gate = Gate::new();
+    c.fake.push(Reply::Stall {
+        chunks: text(&["First part.\n\n"]),
+        gate: gate.clone(),
+        then: Box::new(Reply::Text {
+            chunks: text(&["Second part.\n\n", "Third part.\n\n", "The end."]),
+            delay: std::time::Duration::ZERO,
+            usage: None,
+        }),
+    });
+    let mut here = c.connect_showing(0, "bob", chat).await;
+    here.send(&user_message(chat, "m1", "go on")).await;
+    gate.reached().await;
+    let task = here
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) => Some(u.task_id.clone()),
+            _ => None,
+        })
+        .await;
+
+    c.redis_mut().server().restart().await.unwrap();
+    let lease = format!("{{c:{chat}}}:lease");
+    let server = c.redis_mut().server();
+    chatd_test_harness::process::wait_until("the lease put back by a renewal", || async {
+        server
+            .cli(&["EXISTS", &lease])
+            .await
+            .is_ok_and(|o| o.trim() == "1")
+    })
+    .await
+    .unwrap();
+
+    let mut gone = c.connect(1, "bob").await;
+    gone.send(&resume(chat, &task, 1)).await;
+    gone.send(&ping()).await;
+    let recovered = gone
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+            _ => None,
+        })
+        .await;
+    assert!(!recovered, "no log while the model is silent past a lease");
+    gone.recv_until(|m| matches!(m, ServerMessage::Pong(_)).then_some(()))
+        .await;
+
+    // A device on the same node showing the chat: it gets the rest, and `gone` would
+    // have had each frame enqueued in the same delivery.
+    let mut watcher = c.connect_showing(1, "bob", chat).await;
+    gate.release();
+    watcher
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(()),
+            _ => None,
+        })
+        .await;
+    gone.send(&ping()).await;
+    loop {
+        match gone.recv().await {
+            ServerMessage::Pong(_) => break,
+            ServerMessage::AiMessageUpdate(u) => {
+                panic!("a frame after `recovered: false`: {}", u.sequence)
+            }
+            _ => {}
+        }
+    }
+
+    // The writer went on: its log is whole again, and a resume from the start gets it all.
+    let mut late = c.connect(1, "bob").await;
+    let frames = replayed_from_start(&mut late, chat, &task).await;
+    let updates: Vec<_> = frames
+        .iter()
+        .filter_map(|f| match f {
+            ServerMessage::AiMessageUpdate(u) => Some(u),
+            _ => None,
+        })
+        .collect();
+    let sequences: Vec<u64> = updates.iter().map(|u| u.sequence).collect();
+    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+    assert_eq!(sequences, expected, "the log is whole again");
+    assert_eq!(
+        updates.last().map(|u| u.full_content_so_far.as_str()),
+        Some(WHOLE)
+    );
+}
+
+fn resume(chat: &str, task: &chatd_protocol::TaskId, from: u64) -> chatd_protocol::ClientMessage {
+    chatd_protocol::ClientMessage::ResumeAiTask(chatd_protocol::ResumeAiTask {
+        chat_id: crate::support::chat_id(chat),
+        task_id: task.clone(),
+        last_sequence: from,
+    })
 }

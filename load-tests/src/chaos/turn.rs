@@ -145,9 +145,9 @@ impl User {
             return self.store(d, &f.chat, &f.task, &f.text).await;
         }
         // Our message refused before a turn started (cache_unavailable, overloaded...):
-        // a typed end. An error on another device is about something else.
-        let sender = d as usize == t.sender && f.message.is_empty() && f.chat == t.chat;
-        if f.kind == "error" && t.task.is_none() && (f.message == t.message || sender) {
+        // a typed end. Such an error names the message; one that does not answers another
+        // request (a `set_active_chat` while the store is down, say).
+        if f.kind == "error" && t.task.is_none() && f.message == t.message {
             t.failed = true;
         }
         if f.chat != t.chat {

@@ -179,3 +179,34 @@ async fn a_turn_whose_lease_moved_on_stops_and_writes_nothing_back() {
     assert!(!here.renew(&t).await, "the lease moved on");
     assert!(t.cancel.is_cancelled() && t.abandoned());
 }
+
+/// Redis restarted empty under a running turn: while its lease holds by this node's clock,
+/// the renewal puts the lease back (the chat is held again, so a new message queues);
+/// once it has lapsed (a pause: another node may have taken the turn over and ended it,
+/// and that record was lost too), the turn stops instead.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_is_reclaimed_only_while_it_holds_by_this_nodes_clock() {
+    let (a, _, chat) = ids();
+    let root = CancellationToken::new();
+    let (here, _) = nodes(10);
+    let Ok(Admission::Start(t)) = here.admit(&a, &chat, inbound("m1", 1), &root).await else {
+        panic!()
+    };
+    // The same node on a store that lost everything.
+    let (emptied, _) = nodes(10);
+    assert!(emptied.renew(&t).await, "reclaimed");
+    assert_eq!(
+        emptied.active_task(&a, &chat).await,
+        Some(t.task_id.clone())
+    );
+    let Ok(Admission::Queued { .. }) = emptied.admit(&a, &chat, inbound("m2", 1), &root).await
+    else {
+        panic!("a new message queues behind the reclaimed lease")
+    };
+
+    let (again, _) = nodes(10);
+    tokio::time::advance(Duration::from_secs(11)).await;
+    assert!(!again.renew(&t).await, "a lapsed lease is not reclaimed");
+    assert!(t.abandoned());
+    assert_eq!(again.active_task(&a, &chat).await, None);
+}

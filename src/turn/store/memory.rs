@@ -144,16 +144,18 @@ impl TurnStore for MemoryTurnStore {
         Box::pin(ready(Ok(Admitted::Started(lease))))
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> Res<'a, Renewed> {
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration, reclaim: bool) -> Res<'a, Renewed> {
         let now = Instant::now();
         let mut s = self.lock();
-        let Some(chat) = s.chats.get_mut(&lease.chat) else {
-            return Box::pin(ready(Err(TurnStoreError::Gone)));
-        };
+        let chat = s.chats.entry(lease.chat.clone()).or_default();
+        let mut reclaimed = false;
         match &mut chat.lease {
             Some((held, until)) if held == lease && *until > now => *until = now + ttl,
-            None if chat.generation <= lease.generation => {
-                return Box::pin(ready(Err(TurnStoreError::Gone)));
+            // Lost (the store forgot the chat): the running turn holds it again.
+            None if reclaim && chat.generation <= lease.generation => {
+                chat.generation = lease.generation;
+                chat.lease = Some((lease.clone(), now + ttl));
+                reclaimed = true;
             }
             _ => return Box::pin(ready(Err(TurnStoreError::Fenced))),
         }
@@ -162,7 +164,7 @@ impl TurnStore for MemoryTurnStore {
             .get(&lease.task)
             .filter(|(_, until)| *until > now)
             .map(|(r, _)| *r);
-        Box::pin(ready(Ok(Renewed { cancel })))
+        Box::pin(ready(Ok(Renewed { cancel, reclaimed })))
     }
 
     fn finish<'a>(

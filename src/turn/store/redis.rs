@@ -159,7 +159,7 @@ impl TurnStore for RedisTurnStore {
         })
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> Res<'a, Renewed> {
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration, reclaim: bool) -> Res<'a, Renewed> {
         Box::pin(async move {
             let mut conn = self.redis.conn().await?;
             let mut call = self.renew.key(chat_key(&lease.chat, "lease"));
@@ -167,21 +167,28 @@ impl TurnStore for RedisTurnStore {
                 .key(chat_key(&lease.chat, "gen"))
                 .arg(lease.task.as_str())
                 .arg(lease.generation)
-                .arg(ttl.as_millis() as u64);
+                .arg(ttl.as_millis() as u64)
+                .arg(lease.message.as_str())
+                .arg(lease.node.as_str())
+                .arg(lease.owner.as_str())
+                .arg(KEEP.as_millis() as u64)
+                .arg(u8::from(reclaim));
             let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
-            if r.first().map(Vec::as_slice) == Some(b"gone") {
-                return Err(TurnStoreError::Gone);
-            }
-            if r.first().map(Vec::as_slice) != Some(b"ok") || r.len() < 3 {
+            let reclaimed = r.first().map(Vec::as_slice) == Some(b"reclaimed");
+            let ok = reclaimed || r.first().map(Vec::as_slice) == Some(b"ok");
+            if !ok || r.len() < 3 {
                 return Err(TurnStoreError::Fenced);
             }
             self.zadd_lease(&lease.chat, number(&r[1])?).await;
+            if reclaimed {
+                self.set_task(lease).await;
+            }
             let cancel = match text(&r[2])? {
                 "revoked" => Some(CancelReason::Revoked),
                 "chat_deleted" => Some(CancelReason::ChatDeleted),
                 _ => None,
             };
-            Ok(Renewed { cancel })
+            Ok(Renewed { cancel, reclaimed })
         })
     }
 
