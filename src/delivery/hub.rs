@@ -1,7 +1,6 @@
 //! The devices on this node (one entry per socket) grouped by user hash, each with its
 //! active chat and its position in the turns it receives; delivery to "all devices",
-//! "other devices", "devices showing a chat" or one device. Local only: it never talks to
-//! the bus (`super::Delivery` does).
+//! "other devices", "devices showing a chat" or one device. Local only (no bus).
 //!
 //! A turn frame carries its index in the turn's log. A device drops a turn frame it has
 //! already had (index not above its position in that task), and while it resumes a task,
