@@ -3,7 +3,8 @@
 //! "other devices", "devices showing a chat" or one device. Local only (no bus).
 //!
 //! A turn frame carries its index in the turn's log. A device drops a turn frame it has
-//! already had (index not above its position in that task), and while it resumes a task,
+//! already had (index not above its position in that task), and any `ai_message_update`
+//! after the task's final one (see `position`). While it resumes a task,
 //! live frames of that task wait in its buffer until the replay from the log is done. A
 //! frame from another node that skips an update the device never had starts such a wait
 //! too ([`Hub::send_turn_from_peer`]: the caller catches the device up from the log).
@@ -17,28 +18,14 @@ use dashmap::DashMap;
 use super::outbox::{EncodedFrame, Outbox};
 use crate::auth::UserId;
 use crate::crypto::UserHash;
+use position::{TurnPosition, position, turn_chat, update_sequence};
 
 /// A socket, unique across nodes (random), so a turn running on any node can address the
 /// device that sent its message.
 pub type ConnectionId = u64;
 
-/// Turns whose positions a device remembers (the newest first; older ones are forgotten).
-const TRACKED_TURNS: usize = 8;
 /// Live frames of a turn held while the device's resume replays that turn.
 const RESUME_BUFFER: usize = 1024;
-
-/// Where a device stands in one turn.
-struct TurnPosition {
-    task: TaskId,
-    /// The newest log index delivered.
-    index: u64,
-    /// The `sequence` of the newest `ai_message_update` delivered (0: none yet).
-    sequence: u64,
-    /// The turn's chat, once a frame naming it was delivered.
-    chat: Option<ChatId>,
-    /// While resuming: live frames held back, in order.
-    held: Option<Vec<(u64, EncodedFrame, ServerMessage)>>,
-}
 
 /// One connected socket of a user (a browser tab, an app, a CLI).
 pub struct Device {
@@ -105,7 +92,7 @@ impl Device {
     ) -> bool {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
-        if index <= pos.index {
+        if !pos.takes(index, msg) {
             return false;
         }
         if pos.chat.is_none() {
@@ -175,7 +162,7 @@ impl Device {
     pub fn replay(&self, task: &TaskId, index: u64, msg: &ServerMessage) {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
-        if index <= pos.index {
+        if !pos.takes(index, msg) {
             return;
         }
         pos.advance(index, msg);
@@ -201,7 +188,7 @@ impl Device {
         let held = pos.held.take().unwrap_or_default();
         let mut out = Vec::new();
         for (index, frame, msg) in held {
-            if index > pos.index {
+            if pos.takes(index, &msg) {
                 pos.advance(index, &msg);
                 out.push((frame, msg));
             }
@@ -210,54 +197,6 @@ impl Device {
         for (frame, msg) in out {
             self.outbox.send_encoded(frame, &msg);
         }
-    }
-}
-
-impl TurnPosition {
-    /// The device had frame `index` (`msg`).
-    fn advance(&mut self, index: u64, msg: &ServerMessage) {
-        self.index = index;
-        if let Some(s) = update_sequence(msg) {
-            self.sequence = self.sequence.max(s);
-        }
-    }
-}
-
-fn update_sequence(msg: &ServerMessage) -> Option<u64> {
-    match msg {
-        ServerMessage::AiMessageUpdate(u) => Some(u.sequence),
-        _ => None,
-    }
-}
-
-/// The device's position in `task`, created (and the oldest forgotten) when new.
-fn position<'a>(turns: &'a mut VecDeque<TurnPosition>, task: &TaskId) -> &'a mut TurnPosition {
-    let found = turns.iter().position(|p| &p.task == task);
-    let at = match found {
-        Some(i) => i,
-        None => {
-            if turns.len() >= TRACKED_TURNS {
-                turns.pop_back();
-            }
-            turns.push_front(TurnPosition {
-                task: task.clone(),
-                index: 0,
-                sequence: 0,
-                chat: None,
-                held: None,
-            });
-            0
-        }
-    };
-    &mut turns[at]
-}
-
-/// The chat a turn frame names (the answer's frames all do).
-fn turn_chat(msg: &ServerMessage) -> Option<ChatId> {
-    match msg {
-        ServerMessage::AiMessageUpdate(u) => Some(u.chat_id.clone()),
-        ServerMessage::AiTypingStarted(t) => Some(t.chat_id.clone()),
-        _ => None,
     }
 }
 
@@ -396,5 +335,6 @@ impl Hub {
     }
 }
 
+mod position;
 #[cfg(test)]
 mod tests;

@@ -305,10 +305,11 @@ impl Turns {
     /// another node, or when the lease was lost. False when the turn must stop writing.
     pub async fn renew(&self, ticket: &TurnTicket) -> bool {
         let asked = tokio::time::Instant::now();
-        // A lease lapsed by this node's clock may have been taken over (and that record
-        // lost with the store's data): it is not reclaimed.
-        let reclaim = ticket.lease_clock.holds();
-        match self.store.renew(&ticket.lease, self.lease, reclaim).await {
+        // The store lost the chat (Redis restarted empty): the turn holds it again. Had
+        // this node been paused past its lease, another node may have ended the turn
+        // before the loss; stopping here instead left the devices with no ending at all
+        // (chaos, seed 5: 15 violations), so the turn goes on.
+        match self.store.renew(&ticket.lease, self.lease).await {
             Ok(renewed) => {
                 if renewed.reclaimed {
                     tracing::warn!("the store had lost the turn's lease; it holds the chat again");

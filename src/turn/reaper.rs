@@ -47,14 +47,20 @@ pub async fn run(deps: Arc<TurnDeps>, every: Duration) {
 async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
     tracing::warn!(chat_id = %lease.chat, task_id = %lease.task, node = %lease.node, "taking over a lost turn");
     deps.metrics.lost_turns.inc();
-    let logged = deps
-        .outlet
-        .log
-        .read(&lease.owner, &lease.chat, &lease.task)
+    let log = &deps.outlet.log;
+    let logged = match log
+        .read_patiently(&lease.owner, &lease.chat, &lease.task)
         .await
-        .ok()
-        .flatten()
-        .unwrap_or_default();
+    {
+        Ok(logged) => logged.unwrap_or_default(),
+        // Ending it from an empty log would number the ending before frames the devices
+        // had (they would drop it). The lease taken is not renewed: once it expires, the
+        // turn is taken over again.
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a lost turn's log; it is taken over again later");
+            return;
+        }
+    };
     // A log that ended, or holds the answer's final frame (Redis came back from a snapshot
     // taken before the turn let its lease go), tells every device how the turn ended.
     if !logged.ended && !answered(&logged) {
@@ -94,7 +100,6 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         task: lease.task.clone(),
         message: lease.message.clone(),
         generation: lease.generation,
-        lease: None,
     };
     let writer = TurnWriter::continuing(deps.outlet.clone(), key, last_index, sequence);
     writer.end_lost(LostTurn {

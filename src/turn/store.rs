@@ -164,14 +164,11 @@ pub trait TurnStore: Send + Sync {
 
     /// Extends a running turn's lease by `ttl`; `Fenced` when the lease expired or moved
     /// to another generation. With no lease and no newer generation at all (the store lost
-    /// its data), the lease is put back (`reclaimed`) when `reclaim` (the caller's lease
-    /// has not lapsed by its clock, so nobody took it over), else `Fenced`. Reports a
-    /// recorded cancel request.
+    /// its data), the lease is put back (`reclaimed`). Reports a recorded cancel request.
     fn renew<'a>(
         &'a self,
         lease: &'a Lease,
         ttl: Duration,
-        reclaim: bool,
     ) -> BoxFuture<'a, Result<Renewed, TurnStoreError>>;
 
     /// Ends the running turn: hands the queued messages to the next turn (`next`, same

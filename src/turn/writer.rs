@@ -126,16 +126,6 @@ pub struct TurnKey {
     pub message: MessageId,
     /// The lease generation the log appends are fenced with.
     pub generation: u64,
-    /// The lease by this node's clock (None: a writer that writes once, just after it
-    /// took the lease).
-    pub lease: Option<Arc<super::lease_clock::LeaseClock>>,
-}
-
-impl TurnKey {
-    /// Whether this node's lease may have lapsed: another node may have taken the turn.
-    pub fn lease_lapsed(&self) -> bool {
-        self.lease.as_ref().is_some_and(|l| !l.holds())
-    }
 }
 
 pub struct TurnWriter {

@@ -151,18 +151,18 @@ async fn admission_queue_and_hand_over(s: Arc<dyn TurnStore>) {
 async fn leases_renew_expire_and_fence(s: Arc<dyn TurnStore>) {
     let c = chat("c-lease");
     let lease = started(admit(s.as_ref(), &c, "m1", "a", SHORT, 10).await);
-    assert_eq!(s.renew(&lease, SHORT, true).await.unwrap().cancel, None);
+    assert_eq!(s.renew(&lease, SHORT).await.unwrap().cancel, None);
     let stale = Lease {
         generation: lease.generation + 7,
         ..lease.clone()
     };
     assert!(matches!(
-        s.renew(&stale, SHORT, true).await,
+        s.renew(&stale, SHORT).await,
         Err(TurnStoreError::Fenced)
     ));
     until_expired(s.as_ref(), &c).await;
     assert!(matches!(
-        s.renew(&lease, SHORT, true).await,
+        s.renew(&lease, SHORT).await,
         Err(TurnStoreError::Fenced)
     ));
     // A lease the store has no trace of (it lost its data): the running turn holds the
@@ -171,14 +171,9 @@ async fn leases_renew_expire_and_fence(s: Arc<dyn TurnStore>) {
         chat: chat("c-never-seen"),
         ..lease.clone()
     };
-    // Unless its lease lapsed by its own clock (it may have been taken over): fenced.
-    assert!(matches!(
-        s.renew(&lost, LONG, false).await,
-        Err(TurnStoreError::Fenced)
-    ));
-    assert!(s.renew(&lost, LONG, true).await.unwrap().reclaimed);
+    assert!(s.renew(&lost, LONG).await.unwrap().reclaimed);
     assert_eq!(s.active(&lost.chat).await.unwrap(), Some(lost.clone()));
-    assert!(!s.renew(&lost, LONG, true).await.unwrap().reclaimed);
+    assert!(!s.renew(&lost, LONG).await.unwrap().reclaimed);
     assert!(matches!(
         admit(s.as_ref(), &lost.chat, "m9", "b", LONG, 10).await,
         Admitted::Queued { active } if active == lost
@@ -216,14 +211,14 @@ async fn cancel_requests_reach_the_renewal(s: Arc<dyn TurnStore>) {
         .await
         .unwrap();
     assert_eq!(
-        s.renew(&lease, LONG, true).await.unwrap().cancel,
+        s.renew(&lease, LONG).await.unwrap().cancel,
         Some(CancelReason::Revoked)
     );
     s.request_cancel(&lease, CancelReason::ChatDeleted, LONG)
         .await
         .unwrap();
     assert_eq!(
-        s.renew(&lease, LONG, true).await.unwrap().cancel,
+        s.renew(&lease, LONG).await.unwrap().cancel,
         Some(CancelReason::ChatDeleted)
     );
     assert_eq!(
@@ -266,7 +261,7 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
     );
     assert!(won.generation > lost.generation);
     assert!(matches!(
-        s.renew(&lost, LONG, true).await,
+        s.renew(&lost, LONG).await,
         Err(TurnStoreError::Fenced)
     ));
     assert!(matches!(
@@ -310,7 +305,7 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
     };
     assert_eq!(queued, [b"value of m2".to_vec()]);
     // The live lease was not touched.
-    assert!(s.renew(&live, LONG, true).await.is_ok());
+    assert!(s.renew(&live, LONG).await.is_ok());
 }
 
 /// The log keeps the writer's numbering: a repeated index (a retried append that had

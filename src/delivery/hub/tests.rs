@@ -78,3 +78,32 @@ fn a_peer_frame_past_a_missed_update_holds_the_turn_for_a_catch_up() {
     );
     assert_eq!(sequences(&rx), [7]);
 }
+
+/// Two nodes ended one turn (one was paused past its lease, another ended the turn with
+/// `node_lost`, and Redis lost the record of that before the first woke up): the device
+/// keeps the first ending; no update reaches it after the final one.
+#[test]
+fn no_update_reaches_a_device_after_the_final_one() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
+    let send = |index: u64, msg: &ServerMessage| {
+        hub.send_turn(
+            &user,
+            &Audience::All,
+            &task,
+            index,
+            EncodedFrame::new(msg),
+            msg,
+        );
+    };
+    let mut last = update(2);
+    if let ServerMessage::AiMessageUpdate(u) = &mut last {
+        u.is_final_chunk = true;
+    }
+    send(1, &update(1));
+    send(2, &last);
+    send(3, &update(3));
+    send(4, &update(4));
+    assert_eq!(sequences(&rx), [1, 2]);
+}

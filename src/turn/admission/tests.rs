@@ -180,12 +180,10 @@ async fn a_turn_whose_lease_moved_on_stops_and_writes_nothing_back() {
     assert!(t.cancel.is_cancelled() && t.abandoned());
 }
 
-/// Redis restarted empty under a running turn: while its lease holds by this node's clock,
-/// the renewal puts the lease back (the chat is held again, so a new message queues);
-/// once it has lapsed (a pause: another node may have taken the turn over and ended it,
-/// and that record was lost too), the turn stops instead.
-#[tokio::test(start_paused = true)]
-async fn a_lost_lease_is_reclaimed_only_while_it_holds_by_this_nodes_clock() {
+/// Redis restarted empty under a running turn: the renewal puts the lease back (the chat
+/// is held again, so a new message queues behind it rather than starting a second turn).
+#[tokio::test]
+async fn a_lease_the_store_lost_is_reclaimed_by_its_turn() {
     let (a, _, chat) = ids();
     let root = CancellationToken::new();
     let (here, _) = nodes(10);
@@ -203,10 +201,4 @@ async fn a_lost_lease_is_reclaimed_only_while_it_holds_by_this_nodes_clock() {
     else {
         panic!("a new message queues behind the reclaimed lease")
     };
-
-    let (again, _) = nodes(10);
-    tokio::time::advance(Duration::from_secs(11)).await;
-    assert!(!again.renew(&t).await, "a lapsed lease is not reclaimed");
-    assert!(t.abandoned());
-    assert_eq!(again.active_task(&a, &chat).await, None);
 }

@@ -144,7 +144,7 @@ impl TurnStore for MemoryTurnStore {
         Box::pin(ready(Ok(Admitted::Started(lease))))
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration, reclaim: bool) -> Res<'a, Renewed> {
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> Res<'a, Renewed> {
         let now = Instant::now();
         let mut s = self.lock();
         let chat = s.chats.entry(lease.chat.clone()).or_default();
@@ -152,7 +152,7 @@ impl TurnStore for MemoryTurnStore {
         match &mut chat.lease {
             Some((held, until)) if held == lease && *until > now => *until = now + ttl,
             // Lost (the store forgot the chat): the running turn holds it again.
-            None if reclaim && chat.generation <= lease.generation => {
+            None if chat.generation <= lease.generation => {
                 chat.generation = lease.generation;
                 chat.lease = Some((lease.clone(), now + ttl));
                 reclaimed = true;

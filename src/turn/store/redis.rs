@@ -159,7 +159,7 @@ impl TurnStore for RedisTurnStore {
         })
     }
 
-    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration, reclaim: bool) -> Res<'a, Renewed> {
+    fn renew<'a>(&'a self, lease: &'a Lease, ttl: Duration) -> Res<'a, Renewed> {
         Box::pin(async move {
             let mut conn = self.redis.conn().await?;
             let mut call = self.renew.key(chat_key(&lease.chat, "lease"));
@@ -171,8 +171,7 @@ impl TurnStore for RedisTurnStore {
                 .arg(lease.message.as_str())
                 .arg(lease.node.as_str())
                 .arg(lease.owner.as_str())
-                .arg(KEEP.as_millis() as u64)
-                .arg(u8::from(reclaim));
+                .arg(KEEP.as_millis() as u64);
             let r = strings(self.redis.run(call.invoke_async(&mut conn)).await?)?;
             let reclaimed = r.first().map(Vec::as_slice) == Some(b"reclaimed");
             let ok = reclaimed || r.first().map(Vec::as_slice) == Some(b"ok");

@@ -8,8 +8,7 @@
 //! stops the turn's output (the turn belongs to another generation, whose log tells the
 //! devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
 //! lost some (Redis came back from an older snapshot, or without its data) refuses the next
-//! append as `Behind`, and gets them again before it, unless this node's lease lapsed
-//! meanwhile (the fence may be what was lost: the turn stops as if fenced).
+//! append as `Behind`, and gets them again before it.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -140,12 +139,6 @@ impl Flusher<'_> {
             Err(LogError::Store(TurnStoreError::Behind { last })) => last,
             done => return done,
         };
-        if self.key.lease_lapsed() {
-            // The store lost the log (and with it the fence) while this node's lease had
-            // lapsed: another node may have taken the turn over and ended it. Stop.
-            tracing::warn!("the turn log was lost while the lease had lapsed; stopping");
-            return Err(LogError::Store(TurnStoreError::Fenced));
-        }
         let again: Vec<_> = self.recent.after(last).collect();
         tracing::info!(
             lost = index - 1 - last,

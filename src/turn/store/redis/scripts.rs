@@ -50,13 +50,11 @@ return reply('started', n)
 "#;
 
 /// KEYS: lease, cancel flag, gen. ARGV: task, gen, lease ms, message, node, owner, keep
-/// ms, reclaim (1/0). Extends a live lease. With no lease and no newer generation (the
-/// data was lost: Redis restarted empty) the running turn holds the chat again when it
-/// may reclaim it: 'reclaimed'.
+/// ms. Extends a live lease. With no lease and no newer generation (the data was lost:
+/// Redis restarted empty) the running turn holds the chat again: 'reclaimed'.
 pub const RENEW: &str = r#"
 local l = lease_of(KEYS[1])
 if not l then
-  if ARGV[8] ~= '1' then return {'fenced'} end
   if tonumber(redis.call('GET', KEYS[3]) or '0') > tonumber(ARGV[2]) then return {'fenced'} end
   local untl = now + tonumber(ARGV[3])
   redis.call('HSET', KEYS[1], 'task', ARGV[1], 'message', ARGV[4], 'gen', ARGV[2],
