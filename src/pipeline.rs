@@ -124,6 +124,10 @@ pub enum Interruption {
     Cancelled,
     /// The server is shutting down.
     Shutdown,
+    /// This node may have lost the turn: its lease lapsed (a pause, a cut from the store)
+    /// and the store lost its data meanwhile, so another node may have ended the turn with
+    /// `node_lost` before the record of that was lost. The turn ends the same way.
+    NodeLost,
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -72,9 +72,13 @@ pub fn node_lost(lost: LostTurn, sequence: u64) -> Vec<(Audience, ServerMessage)
 /// The frames of a turn's end; `sequence` numbers its final `ai_message_update`.
 pub fn finished(
     head: &Head,
-    outcome: TurnOutcome,
+    mut outcome: TurnOutcome,
     sequence: u64,
 ) -> Vec<(Audience, ServerMessage)> {
+    if outcome.interrupted == Some(Interruption::NodeLost) {
+        outcome.interrupted = None;
+        outcome.error = Some(TurnError::NodeLost);
+    }
     let mut frames = Vec::with_capacity(4);
     let code = outcome.error.as_ref().map(error_code);
     if let Some(err) = &outcome.error {

@@ -202,3 +202,20 @@ async fn a_lease_the_store_lost_is_reclaimed_by_its_turn() {
         panic!("a new message queues behind the reclaimed lease")
     };
 }
+
+/// The same after this node's lease lapsed (a pause): another node may have ended the turn
+/// with `node_lost` before the store lost that record, so the turn ends as lost too.
+#[tokio::test(start_paused = true)]
+async fn a_lost_lease_that_had_lapsed_ends_the_turn_as_lost() {
+    let (a, _, chat) = ids();
+    let root = CancellationToken::new();
+    let (here, _) = nodes(10);
+    let Ok(Admission::Start(t)) = here.admit(&a, &chat, inbound("m1", 1), &root).await else {
+        panic!()
+    };
+    tokio::time::advance(Duration::from_secs(11)).await;
+    let (emptied, _) = nodes(10);
+    emptied.renew(&t).await;
+    assert!(t.cancel.is_cancelled() && t.abandoned());
+    assert_eq!(t.interruption(), Interruption::NodeLost);
+}

@@ -41,6 +41,8 @@ pub struct TurnTicket {
 #[derive(Default)]
 struct Flags {
     revoked: AtomicBool,
+    /// Ended as lost (see [`Interruption::NodeLost`]).
+    node_lost: AtomicBool,
     /// The chat was deleted: the turn must not write anything back.
     abandoned: AtomicBool,
 }
@@ -93,7 +95,9 @@ impl TurnTicket {
 
     /// Why `cancel` fired: a user's `cancel_ai_task`, or else server shutdown.
     pub fn interruption(&self) -> Interruption {
-        if self.flags.revoked.load(Ordering::Acquire) {
+        if self.flags.node_lost.load(Ordering::Acquire) {
+            Interruption::NodeLost
+        } else if self.flags.revoked.load(Ordering::Acquire) {
             Interruption::Cancelled
         } else {
             Interruption::Shutdown
@@ -106,6 +110,16 @@ impl TurnTicket {
     pub fn lose(&self) {
         self.flags.abandoned.store(true, Ordering::Release);
         self.flags.revoked.store(true, Ordering::Release);
+        self.cancel.cancel();
+    }
+
+    /// The store lost the turn's lease while this node's had lapsed (see
+    /// [`Interruption::NodeLost`]): the turn ends now with `node_lost` and the text so far,
+    /// written like any ending (a device that had another node's `node_lost` drops it),
+    /// and writes nothing back.
+    pub fn end_as_lost(&self) {
+        self.flags.node_lost.store(true, Ordering::Release);
+        self.flags.abandoned.store(true, Ordering::Release);
         self.cancel.cancel();
     }
 

@@ -17,7 +17,7 @@ impl Turn<'_> {
     pub(in crate::turn) async fn finish(&self, ready: &Ready, answered: Answered) {
         let app = self.deps.as_ref();
         let Answered {
-            outcome,
+            mut outcome,
             ctx,
             whole,
             reprocess,
@@ -27,6 +27,9 @@ impl Turn<'_> {
         // confirmed before anything is written back: lost, the turn writes nothing.
         if !self.ticket.lease_clock.holds() {
             self.deps.turns.renew(self.ticket).await;
+            if self.ticket.interruption() == Interruption::NodeLost {
+                outcome.interrupted = Some(Interruption::NodeLost);
+            }
         }
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
         if answered {
@@ -141,6 +144,7 @@ fn outcome_label(outcome: &TurnOutcome) -> &'static str {
     match (&outcome.interrupted, &outcome.error, &outcome.rejection) {
         (Some(Interruption::Cancelled), _, _) => "cancelled",
         (Some(Interruption::Shutdown), _, _) => "shutdown",
+        (Some(Interruption::NodeLost), _, _) => "error",
         (None, Some(_), _) => "error",
         (None, None, Some(_)) => "rejected",
         (None, None, None) => "completed",
