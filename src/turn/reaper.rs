@@ -94,6 +94,15 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         }
     }
     let sequence = update.as_ref().map_or(0, |u| u.sequence);
+    // Where the ending goes: a device that had frames past these drops it (chaos: turns a
+    // device never saw end; the next look at them starts here).
+    let entries = logged.entries.len();
+    tracing::info!(
+        entries,
+        last_index,
+        sequence,
+        "ending a lost turn after its logged frames"
+    );
     let key = TurnKey {
         owner: lease.owner.clone(),
         chat: lease.chat.clone(),

@@ -1,6 +1,7 @@
 //! Where a device stands in one turn: the newest log index and update it had, the turn's
 //! chat, the frames held while it resumes, and whether it had the final update. After the
-//! final update, no other update of the turn reaches the device: a turn's ending is told
+//! final update, no other update of the turn reaches the device but a `correction` (an
+//! answer replaced after its end, see `turn::reprocess`): a turn's ending is told
 //! once, even when two nodes both end it (one was paused past its lease and another ended
 //! the turn with `node_lost`, then Redis lost the record of that before the first woke up).
 
@@ -29,9 +30,13 @@ pub(super) struct TurnPosition {
 
 impl TurnPosition {
     /// Whether frame `index` (`msg`) is new to the device: not had, and not an update
-    /// after the final one.
+    /// after the final one (a `correction`, which replaces an answer after its end, is).
     pub(super) fn takes(&self, index: u64, msg: &ServerMessage) -> bool {
-        index > self.index && !(self.ended && update_sequence(msg).is_some())
+        let after_end = match msg {
+            ServerMessage::AiMessageUpdate(u) => self.ended && u.correction.is_none(),
+            _ => false,
+        };
+        index > self.index && !after_end
     }
 
     /// The device had frame `index` (`msg`).

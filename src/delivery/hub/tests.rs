@@ -106,4 +106,11 @@ fn no_update_reaches_a_device_after_the_final_one() {
     send(3, &update(3));
     send(4, &update(4));
     assert_eq!(sequences(&rx), [1, 2]);
+    // A correction replaces the answer after its end: it is taken.
+    let mut corrected = update(5);
+    if let ServerMessage::AiMessageUpdate(u) = &mut corrected {
+        u.correction = Some(chatd_protocol::Correction::HarmfulResponse);
+    }
+    send(5, &corrected);
+    assert_eq!(sequences(&rx), [5]);
 }
