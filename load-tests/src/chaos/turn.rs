@@ -1,8 +1,8 @@
 //! One turn of a user: the message from one device, every device reading the answer. The
 //! client acts as a real one would: it resumes (`resume_ai_task` from the last sequence it
 //! has) on another node when its connection breaks or goes silent, re-sends a message
-//! that has no turn yet, answers `request_chat_history`, and may cancel the turn or drop a
-//! device on purpose.
+//! that was not acknowledged, answers `request_chat_history`, and may cancel the turn or
+//! drop a device on purpose.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -228,10 +228,7 @@ impl User {
             None => json!({"type": "set_active_chat", "payload": {"chat_id": t.chat}}),
         };
         self.send(d as usize, &frame, None).await;
-        // Back on a node with a message that has no turn yet: sent again (a copy of an
-        // unanswered message is taken as a re-send: confirmed, then its running task, its
-        // place in the queue, or its turn if its first node stopped before starting it).
-        if d as usize == t.sender {
+        if d as usize == t.sender && !t.acked {
             self.send_message(t, false).await;
         }
     }
@@ -239,9 +236,8 @@ impl User {
     /// Nothing came for a while: every device still waiting moves to another node.
     async fn stalled(&mut self, t: &mut Turn) {
         for d in 0..self.devices.len() as u32 {
-            // Waiting for the turn's frames, or for its start (a message confirmed but not
-            // started: its node may have stopped before starting it).
-            if !t.done.contains(&d) {
+            let waiting = !t.done.contains(&d) && (t.task.is_some() || !t.acked);
+            if waiting {
                 let node = self
                     .drop_device(d as usize, "silent: moving to another node")
                     .await;
