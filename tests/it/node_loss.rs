@@ -254,28 +254,3 @@ async fn ghost_turn(app: &TestApp, wrote: Wrote) -> (Turns, Box<TurnTicket>) {
 
     (ghost, ticket)
 }
-
-/// A node took the message's id and stopped before it admitted the message (paused or
-/// killed between the two): the id is claimed, no turn runs or waits. The device's copy on
-/// another node is then answered, once (chaos seed 3 with every fault at once: it was
-/// acknowledged as a copy and dropped, and never answered).
-#[tokio::test]
-async fn a_message_whose_node_stopped_before_admitting_it_is_answered_when_sent_again() {
-    let (fake, app) = app_with_short_leases().await;
-    let owner = UserHash::of(&UserId::parse("alice").unwrap());
-    let (chat, id) = (chat_id("chat-taken"), MessageId::parse("m1").unwrap());
-    let seen = app.state.ai_cache.claim_message(&owner, &chat, &id).await;
-    assert!(matches!(seen, Ok(chatd::cache::ai::MessageSeen::New)));
-
-    fake.push(chatd_test_harness::fake_llm::Reply::Text {
-        chunks: vec!["Answered after all.".into()],
-        delay: Duration::ZERO,
-        usage: None,
-    });
-    let mut ws = app.connect_showing("alice", "chat-taken").await;
-    ws.send(&user_message("chat-taken", "m1", "first")).await;
-    let (_, last) = collect_answer(&mut ws).await;
-    assert_eq!(last.user_message_id.as_str(), "m1");
-    assert_eq!(last.error_code, None);
-    assert_eq!(last.full_content_so_far, "Answered after all.");
-}
