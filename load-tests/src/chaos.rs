@@ -7,6 +7,7 @@
 
 mod checker;
 mod conn;
+mod held;
 mod history;
 mod nemesis;
 mod pg;

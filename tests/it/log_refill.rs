@@ -4,7 +4,7 @@
 //! resumes the turn on another node gets every update in order and the whole text
 //! (issue 37: the gaps left after a Redis restart).
 
-use chatd_protocol::ServerMessage;
+use chatd_protocol::{AiMessageUpdate, ServerMessage};
 use chatd_test_harness::fake_llm::{Gate, Reply};
 use chatd_test_harness::redis::RedisServer;
 
@@ -71,15 +71,7 @@ async fn frames_a_restarted_redis_lost_are_logged_again_in_their_place() {
     let mut late = c.connect_showing(1, "bob", chat).await;
     let frames = replayed_from_start(&mut late, chat, &task).await;
     assert_eq!(answer_task(&frames), task);
-    let updates: Vec<_> = frames
-        .iter()
-        .filter_map(|f| match f {
-            ServerMessage::AiMessageUpdate(u) => Some(u),
-            _ => None,
-        })
-        .collect();
-    let sequences: Vec<u64> = updates.iter().map(|u| u.sequence).collect();
-    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+    let (updates, sequences, expected) = numbered(&frames);
     assert_eq!(
         sequences, expected,
         "every update in order, none lost: {updates:#?}"
@@ -175,6 +167,16 @@ async fn after_an_empty_restart_a_resume_waits_for_the_running_turn_and_keeps_it
     // The writer went on: its log is whole again, and a resume from the start gets it all.
     let mut late = c.connect(1, "bob").await;
     let frames = replayed_from_start(&mut late, chat, &task).await;
+    let (updates, sequences, expected) = numbered(&frames);
+    assert_eq!(sequences, expected, "the log is whole again");
+    assert_eq!(
+        updates.last().map(|u| u.full_content_so_far.as_str()),
+        Some(WHOLE)
+    );
+}
+
+/// The replay's updates, their sequences, and the sequences a whole log numbers (1..=n).
+fn numbered(frames: &[ServerMessage]) -> (Vec<&AiMessageUpdate>, Vec<u64>, Vec<u64>) {
     let updates: Vec<_> = frames
         .iter()
         .filter_map(|f| match f {
@@ -183,12 +185,8 @@ async fn after_an_empty_restart_a_resume_waits_for_the_running_turn_and_keeps_it
         })
         .collect();
     let sequences: Vec<u64> = updates.iter().map(|u| u.sequence).collect();
-    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
-    assert_eq!(sequences, expected, "the log is whole again");
-    assert_eq!(
-        updates.last().map(|u| u.full_content_so_far.as_str()),
-        Some(WHOLE)
-    );
+    let expected = (1..=sequences.len() as u64).collect();
+    (updates, sequences, expected)
 }
 
 fn resume(chat: &str, task: &chatd_protocol::TaskId, from: u64) -> chatd_protocol::ClientMessage {

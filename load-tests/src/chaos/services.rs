@@ -11,6 +11,7 @@ use anyhow::Context;
 use tokio::process::{Child, Command};
 use tokio::sync::RwLock;
 
+use super::held::Usage;
 use crate::procs::{SECRET, Server};
 
 const MASTER_KEY: &str = "5e8b2d4f6a1c3e5b7d9f0a2c4e6b8d0f1a3c5e7b9d2f4a6c8e0b1d3f5a7c9e2b";
@@ -133,29 +134,6 @@ pub struct Node {
     llm: Arc<Server>,
     server: RwLock<Option<Server>>,
     baseline: std::sync::Mutex<Option<Usage>>,
-}
-
-/// Resident memory and open descriptors of a process: all of them, those connected to
-/// the services it uses (pooled) and the other TCP connections (clients).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub struct Usage {
-    pub rss: u64,
-    pub fds: usize,
-    pub pooled: usize,
-    pub clients: usize,
-}
-
-impl Usage {
-    fn of(server: &Server, services: &[(u16, &'static str)]) -> anyhow::Result<Usage> {
-        let fds = std::fs::read_dir(format!("/proc/{}/fd", server.pid()))?.count();
-        let (_, pooled, clients) = super::resources::describe(server.pid(), services);
-        Ok(Usage {
-            rss: server.rss_bytes()?,
-            fds,
-            pooled,
-            clients,
-        })
-    }
 }
 
 /// The port of a `scheme://host:port/...` URL.
