@@ -81,10 +81,7 @@ impl Session {
             // Stopping: nothing of the message is taken here (running answers finish); the
             // client sends it again once reconnected.
             let text = "this server is stopping; reconnect and send the message again";
-            let mut p = ErrorPayload::new(ErrorCode::Overloaded, text);
-            p.chat_id = Some(chat.clone());
-            p.message_id = Some(msg.message_id.clone());
-            self.reply(ServerMessage::Error(p));
+            self.message_error(ErrorCode::Overloaded, text, chat, &msg.message_id);
             return false;
         }
         true

@@ -119,7 +119,7 @@ impl Session {
                     return read;
                 }
                 extended = true;
-                deadline = asked + self.app.turns.lease() + LOG_CATCH_UP;
+                deadline = asked + self.app.turns.lease + LOG_CATCH_UP;
             }
             let pause = if extended { LOG_RETRY * 5 } else { LOG_RETRY };
             tokio::time::sleep(pause).await;

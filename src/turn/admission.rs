@@ -113,12 +113,6 @@ impl Turns {
         &self.node
     }
 
-    /// How long a lease lasts unrenewed: within it, a running turn's node either writes
-    /// again or is found lost.
-    pub fn lease(&self) -> Duration {
-        self.lease
-    }
-
     fn local(&self) -> std::sync::MutexGuard<'_, HashMap<TaskId, Local>> {
         self.local.lock().unwrap_or_else(PoisonError::into_inner)
     }
