@@ -27,9 +27,10 @@ pub enum Received {
     User { user: UserHash, payload: Vec<u8> },
     /// A publication on this node's own channel.
     Node { payload: Vec<u8> },
-    /// The connection to the broker was lost and is back with every subscription
-    /// restored; publications in between may be lost (resume from the turn log).
-    Reconnected,
+    /// The connection to the broker was lost (found at `down_since_ms`, unix ms) and is
+    /// back with every subscription restored; publications in between may be lost
+    /// (resume from the turn log).
+    Reconnected { down_since_ms: i64 },
 }
 
 #[derive(Debug, Clone, thiserror::Error)]

@@ -294,10 +294,14 @@ impl Session {
         let seen = match seen {
             MessageSeen::New => Seen::New,
             MessageSeen::AwaitingHistory => Seen::Resend { asked: true },
-            MessageSeen::Sent if msg.message_history.is_some() => Seen::Resend { asked: false },
-            MessageSeen::Sent | MessageSeen::Answered => Seen::Duplicate,
+            // Not answered yet: its turn runs, or waits, or never started (its node stopped
+            // between taking the id and admitting it). Admission tells which (and starts it
+            // in the last case); nothing is answered twice.
+            MessageSeen::Sent => Seen::Resend { asked: false },
+            MessageSeen::Answered => Seen::Duplicate,
         };
-        if seen == Seen::Duplicate && self.reused(chat, msg).await {
+        let plain_copy = seen != Seen::New && msg.message_history.is_none();
+        if plain_copy && self.reused(chat, msg).await {
             let mut p = ErrorPayload::new(
                 ErrorCode::MessageIdReused,
                 "this message id belongs to another message of the chat; a new message needs a new id",
@@ -305,6 +309,7 @@ impl Session {
             p.chat_id = Some(chat.clone());
             p.message_id = Some(msg.message_id.clone());
             self.reply(ServerMessage::Error(p));
+            return Seen::Duplicate;
         } else if seen == Seen::Duplicate {
             let messages_v = match cache.messages_v(owner, chat).await {
                 Ok(Some(v)) => v,

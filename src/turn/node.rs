@@ -1,11 +1,13 @@
 //! This node's side of the bus: frames from other nodes go to this node's devices, and
 //! requests to act on what runs here (a cancel for a turn or a skill) reach it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
+use std::time::Duration;
 
 use chatd_protocol::{ChatId, TaskId};
 
+use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::deps::TurnDeps;
@@ -14,6 +16,14 @@ use super::store::CancelReason;
 use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
 use crate::delivery::{Device, Inbound, NodeControl};
+
+/// Turns noted this long before an outage began are caught up after it too (a turn is
+/// noted when it begins; one that began before the outage may end during it).
+const CATCH_UP_MARGIN: Duration = Duration::from_secs(60);
+/// A user's newest noted turns a device catches up on after an outage, at most.
+const CATCH_UP_TURNS: usize = 4;
+/// Users whose recent turns are read at once after an outage.
+const CATCH_UP_READS: usize = 32;
 
 /// Handles what the bus delivers until shutdown or until the bus is gone.
 pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
@@ -49,26 +59,56 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 }
                 Err(e) => tracing::warn!(error = %e, "unreadable control message"),
             },
-            Received::Reconnected => {
+            Received::Reconnected { down_since_ms } => {
                 tracing::info!("bus reconnected; devices here catch up from the turn logs");
-                catch_up(&deps);
+                catch_up(&deps, down_since_ms).await;
             }
         }
     }
 }
 
-/// After a bus outage: every device here holds the live frames of the turn it follows and
-/// gets what it missed of it from the turn's log (frames published while this node's
-/// subscription was down never arrive), in order, then the held ones. The holds start
+/// After a bus outage: every device here holds the live frames of the turns it may have
+/// missed frames of and gets them from the turn's log, in order, then the held ones
+/// (frames published while this node's subscription was down never arrive). Those turns
+/// are the one it follows and its user's turns noted since shortly before the outage
+/// (ones that began and ended meanwhile, which it had no frame of). The holds start
 /// before the next publication is handled, so no live frame overtakes the replay.
-fn catch_up(deps: &Arc<TurnDeps>) {
-    let followed: Vec<_> = (deps.outlet.delivery.hub.everyone().into_iter())
-        .filter_map(|device| {
-            let (task, chat) = device.followed_turn()?;
-            device.begin_catch_up(&task);
-            Some((device, task, chat))
+async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
+    let devices = deps.outlet.delivery.hub.everyone();
+    let users: HashSet<UserHash> = devices.iter().map(|d| d.user_hash.clone()).collect();
+    let since = down_since_ms - CATCH_UP_MARGIN.as_millis() as i64;
+    let store = deps.outlet.log.store();
+    let recent: HashMap<UserHash, Vec<(ChatId, TaskId)>> = futures_util::stream::iter(users)
+        .map(|user| async move {
+            let turns = match store.recent_turns(&user, since).await {
+                Ok(t) => t,
+                Err(e) => {
+                    tracing::warn!(error = %e, "cannot list a user's recent turns to catch up");
+                    Vec::new()
+                }
+            };
+            (user, turns)
         })
-        .collect();
+        .buffer_unordered(CATCH_UP_READS)
+        .collect()
+        .await;
+    let mut followed = Vec::new();
+    for device in devices {
+        let mut turns: Vec<(TaskId, ChatId)> = device.followed_turn().into_iter().collect();
+        let noted = recent
+            .get(&device.user_hash)
+            .map(Vec::as_slice)
+            .unwrap_or_default();
+        for (chat, task) in noted.iter().rev().take(CATCH_UP_TURNS) {
+            if !turns.iter().any(|(t, _)| t == task) {
+                turns.push((task.clone(), chat.clone()));
+            }
+        }
+        for (task, chat) in turns {
+            device.begin_catch_up(&task);
+            followed.push((device.clone(), task, chat));
+        }
+    }
     replay_missed(deps, followed);
 }
 

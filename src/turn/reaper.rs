@@ -61,6 +61,16 @@ async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
             return;
         }
     };
+    // The message got its answer (the one logged, or `node_lost`): a copy sent after the
+    // ending is a duplicate, not a message to answer again. Settled before the ending is
+    // written, so no copy sent on seeing it starts a second turn.
+    let cache = &deps.ai_cache;
+    if let Err(e) = cache
+        .message_answered(&lease.owner, &lease.chat, &lease.message)
+        .await
+    {
+        tracing::warn!(error = %e, "cannot settle a lost turn's message");
+    }
     // A log that ended, or holds the answer's final frame (Redis came back from a snapshot
     // taken before the turn let its lease go), tells every device how the turn ended.
     if !logged.ended && !answered(&logged) {

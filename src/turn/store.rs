@@ -21,6 +21,9 @@ use futures_util::future::BoxFuture;
 use crate::crypto::UserHash;
 use crate::ids::NodeId;
 
+/// Turns noted per user at most ([`TurnStore::note_turn`]; the oldest go first).
+pub const RECENT_TURNS: usize = 32;
+
 /// Who runs a chat's turn, and for whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -248,6 +251,25 @@ pub trait TurnStore: Send + Sync {
         generation: u64,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
+
+    /// Notes that `owner` has the turn `(chat, task)`, which logs frames now (its log's
+    /// first entry, or again after the store lost its data), for nodes whose link to the
+    /// others was down meanwhile ([`TurnStore::recent_turns`]). A user's newest
+    /// [`RECENT_TURNS`] notes are kept, for `keep` after the newest.
+    fn note_turn<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        keep: Duration,
+    ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
+
+    /// The turns noted for `owner` at or after `since_ms` (unix ms), by the time noted.
+    fn recent_turns<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        since_ms: i64,
+    ) -> BoxFuture<'a, Result<Vec<(ChatId, TaskId)>, TurnStoreError>>;
 
     /// Reachability for `/readyz`.
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>>;

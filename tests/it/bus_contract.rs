@@ -42,7 +42,7 @@ async fn next_user(rx: &mut mpsc::Receiver<Received>) -> (UserHash, Vec<u8>) {
     loop {
         match next(rx).await {
             Received::User { user, payload } => return (user, payload),
-            Received::Reconnected => continue,
+            Received::Reconnected { .. } => continue,
             other => panic!("expected a user's publication, got {other:?}"),
         }
     }
@@ -192,7 +192,7 @@ async fn redis_restarted_is_survived_without_subscribing_again() {
     server.restart().await.unwrap();
     // The subscriber notices, comes back, restores its channels and says so.
     loop {
-        if matches!(next(&mut b_rx).await, Received::Reconnected) {
+        if matches!(next(&mut b_rx).await, Received::Reconnected { .. }) {
             break;
         }
     }

@@ -90,3 +90,83 @@ async fn frames_published_while_a_node_was_off_the_bus_reach_its_devices_in_orde
     assert_eq!(last.full_content_so_far, WHOLE);
     assert_eq!(last.error_code, None);
 }
+
+/// A turn that begins and ends while a node is off the bus (its Redis user may not use
+/// channels for a moment: its subscriptions are dropped and cannot come back): none of its
+/// frames reach that node, and its device had no frame of the turn to follow. Once the
+/// node is back on the bus it finds the turn among the user's recent ones and its device
+/// gets the whole turn from the log (issue 37: turns missed by devices on a node whose
+/// Redis connection was cut).
+#[tokio::test]
+async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_devices() {
+    let server = RedisServer::start().await.unwrap();
+    let cut_user = [
+        "ACL", "SETUSER", "cut", "on", ">cut-pw", "~*", "&*", "+@all",
+    ];
+    server.cli(&cut_user).await.unwrap();
+    let cut_url = format!("redis://cut:cut-pw@127.0.0.1:{}", server.port());
+    let c = Cluster::start_with_env(2, Shared::Server(server), "", |i| match i {
+        2 => vec![("CHATD__CACHE__REDIS_URL", cut_url.clone())],
+        _ => Vec::new(),
+    })
+    .await;
+    let chat = "chat-off-the-bus";
+    let mut here = c.connect_showing(0, "bob", chat).await;
+    let mut there = c.connect_showing(1, "bob", chat).await;
+
+    // Node 2 loses its channels: its subscriber is dropped and cannot subscribe again.
+    let redis = c.redis();
+    let cli = |args: &'static [&'static str]| async move {
+        match redis {
+            Shared::Server(r) => r.cli(args).await.unwrap(),
+            Shared::Cluster(_) => unreachable!(),
+        }
+    };
+    cli(&["ACL", "SETUSER", "cut", "resetchannels"]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cli(&["PUBSUB", "CHANNELS", "{n:node-2}*"])
+        .await
+        .contains("node-2")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 kept its channels"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+
+    c.fake.push(Reply::Text {
+        chunks: vec!["First part.\n\n".into(), "The end.".into()],
+        delay: Duration::ZERO,
+        usage: None,
+    });
+    here.send(&user_message(chat, "m1", "go on")).await;
+    let whole = here
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(whole.full_content_so_far, "First part.\n\nThe end.");
+
+    // Back on the bus: the device on node 2 gets the turn from its first update to its
+    // final one, in order.
+    cli(&["ACL", "SETUSER", "cut", "allchannels"]).await;
+    let mut sequences = Vec::new();
+    let last = loop {
+        let update = there
+            .recv_until(|m| match m {
+                ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
+                _ => None,
+            })
+            .await;
+        sequences.push(update.sequence);
+        if update.is_final_chunk {
+            break update;
+        }
+    };
+    let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
+    assert_eq!(sequences, expected, "every update, in order");
+    assert_eq!(last.task_id, whole.task_id);
+    assert_eq!(last.full_content_so_far, whole.full_content_so_far);
+}

@@ -88,6 +88,16 @@ impl Cluster {
 
     /// `n` nodes whose configuration ends with `extra` (TOML).
     pub(crate) async fn start_with(n: usize, redis: Shared, extra: &str) -> Cluster {
+        Self::start_with_env(n, redis, extra, |_| Vec::new()).await
+    }
+
+    /// [`Cluster::start_with`], node `i` (from 1) also getting the environment `env(i)`.
+    pub(crate) async fn start_with_env(
+        n: usize,
+        redis: Shared,
+        extra: &str,
+        env: impl Fn(usize) -> Vec<(&'static str, String)>,
+    ) -> Cluster {
         let redis_cluster = matches!(redis, Shared::Cluster(_));
         let pg = Postgres::start().await.unwrap();
         pg.create_database("cluster").await.unwrap();
@@ -130,7 +140,8 @@ lease = "2s"
                 redis_cluster = redis_cluster,
                 pg = pg.url("cluster"),
             );
-            let env = [("CHATD_MASTER_KEY", MASTER_KEY.to_string())];
+            let mut env = env(i);
+            env.push(("CHATD_MASTER_KEY", MASTER_KEY.to_string()));
             nodes.push(
                 ChatdProcess::start(std::path::Path::new(BIN), &config, &env)
                     .await

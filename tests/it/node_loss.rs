@@ -159,6 +159,46 @@ async fn app_with_short_leases() -> (FakeLlm, TestApp) {
     (fake, app)
 }
 
+/// A copy of a message whose turn another node ended with `node_lost` is a duplicate: the
+/// taker settled the message before it wrote the ending, so the copy is acknowledged and
+/// starts no second turn (the suite's one-minute chaos run answered such a message twice).
+#[tokio::test]
+async fn a_copy_sent_after_a_lost_turns_node_lost_is_not_answered_again() {
+    let (_fake, app) = app_with_short_leases().await;
+    let (_ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
+    let mut ws = app.connect_showing("alice", "chat-lost").await;
+    ws.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if u.task_id == ticket.task_id => {
+            u.is_final_chunk.then_some(())
+        }
+        _ => None,
+    })
+    .await;
+    let owner = UserHash::of(&UserId::parse("alice").unwrap());
+    let (chat, m1) = (chat_id("chat-lost"), MessageId::parse("m1").unwrap());
+    let seen = app.state.ai_cache.claim_message(&owner, &chat, &m1).await;
+    assert!(matches!(seen, Ok(chatd::cache::ai::MessageSeen::Answered)));
+
+    ws.send(&user_message("chat-lost", "m1", "first")).await;
+    let confirmed = ws
+        .recv_until(|m| match m {
+            ServerMessage::ChatMessageConfirmed(c) => Some(c.message_id.clone()),
+            _ => None,
+        })
+        .await;
+    assert_eq!(confirmed, m1);
+    // A second turn for the copy would run before the next message's turn.
+    ws.send(&user_message("chat-lost", "m2", "second")).await;
+    let (frames, answer) = collect_answer(&mut ws).await;
+    assert_eq!(answer.user_message_id.as_str(), "m2");
+    let again = frames.iter().any(|f| match f {
+        ServerMessage::AiTaskInitiated(t) => t.user_message_id == m1,
+        ServerMessage::AiMessageUpdate(u) => u.user_message_id == m1,
+        _ => false,
+    });
+    assert!(!again, "m1 answered again: {frames:#?}");
+}
+
 /// What the lost node logged of its turn before it went silent.
 #[derive(PartialEq)]
 enum Wrote {
@@ -253,4 +293,29 @@ async fn ghost_turn(app: &TestApp, wrote: Wrote) -> (Turns, Box<TurnTicket>) {
     }
 
     (ghost, ticket)
+}
+
+/// A node took the message's id and stopped before it admitted the message (paused or
+/// killed between the two): the id is claimed, no turn runs or waits. The device's copy on
+/// another node is then answered, once (chaos seed 3 with every fault at once: it was
+/// acknowledged as a copy and dropped, and never answered).
+#[tokio::test]
+async fn a_message_whose_node_stopped_before_admitting_it_is_answered_when_sent_again() {
+    let (fake, app) = app_with_short_leases().await;
+    let owner = UserHash::of(&UserId::parse("alice").unwrap());
+    let (chat, id) = (chat_id("chat-taken"), MessageId::parse("m1").unwrap());
+    let seen = app.state.ai_cache.claim_message(&owner, &chat, &id).await;
+    assert!(matches!(seen, Ok(chatd::cache::ai::MessageSeen::New)));
+
+    fake.push(chatd_test_harness::fake_llm::Reply::Text {
+        chunks: vec!["Answered after all.".into()],
+        delay: Duration::ZERO,
+        usage: None,
+    });
+    let mut ws = app.connect_showing("alice", "chat-taken").await;
+    ws.send(&user_message("chat-taken", "m1", "first")).await;
+    let (_, last) = collect_answer(&mut ws).await;
+    assert_eq!(last.user_message_id.as_str(), "m1");
+    assert_eq!(last.error_code, None);
+    assert_eq!(last.full_content_so_far, "Answered after all.");
 }

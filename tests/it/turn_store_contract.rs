@@ -11,7 +11,8 @@ use chatd::ids::NodeId;
 use chatd::turn::store::memory::MemoryTurnStore;
 use chatd::turn::store::redis::RedisTurnStore;
 use chatd::turn::store::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogSlot, TurnStore, TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogSlot, RECENT_TURNS, TurnStore,
+    TurnStoreError,
 };
 use chatd_protocol::{ChatId, MessageId, TaskId};
 use chatd_test_harness::redis::RedisServer;
@@ -421,6 +422,35 @@ async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
     s.ping().await.unwrap();
 }
 
+/// A user's recent turns: the ones noted since a time, with their chats, at most
+/// `RECENT_TURNS` (notes within one millisecond have no order among them, so the test
+/// checks sets); other users see none; a note again keeps one entry.
+async fn recent_turns_are_noted_per_user(s: Arc<dyn TurnStore>) {
+    let bob = UserHash::of(&UserId::parse("bob").unwrap());
+    let before = chatd::clock::unix_millis() - 1;
+    let tasks: Vec<(ChatId, TaskId)> = (0..RECENT_TURNS + 2)
+        .map(|i| (chat(&format!("c-recent-{}", i % 3)), TaskId::random()))
+        .collect();
+    for (c, task) in &tasks {
+        s.note_turn(&owner(), c, task, LONG).await.unwrap();
+    }
+    let noted = s.recent_turns(&owner(), before).await.unwrap();
+    assert_eq!(noted.len(), RECENT_TURNS, "at most RECENT_TURNS");
+    assert!(
+        noted.iter().all(|n| tasks.contains(n)),
+        "each with its chat"
+    );
+    assert!(s.recent_turns(&bob, before).await.unwrap().is_empty());
+    let later = chatd::clock::unix_millis() + 60_000;
+    assert!(s.recent_turns(&owner(), later).await.unwrap().is_empty());
+
+    let (c, task) = &noted[0];
+    s.note_turn(&owner(), c, task, LONG).await.unwrap();
+    let again = s.recent_turns(&owner(), before).await.unwrap();
+    assert_eq!(again.len(), RECENT_TURNS);
+    assert_eq!(again.iter().filter(|(_, t)| t == task).count(), 1);
+}
+
 async fn redis_store() -> (RedisServer, Arc<dyn TurnStore>) {
     let server = RedisServer::start().await.unwrap();
     let store = RedisTurnStore::new(&server.url(), false, Duration::from_secs(2)).unwrap();
@@ -476,4 +506,5 @@ contract!(
     expired_leases_are_taken_over_once,
     logs_number_trim_end_and_expire,
     logs_keep_the_writers_numbering,
+    recent_turns_are_noted_per_user,
 );

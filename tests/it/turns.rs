@@ -329,9 +329,9 @@ async fn an_unreachable_provider_is_retried_once_then_reported() {
     assert_eq!(last.full_content_so_far, "Recovered.");
 }
 
-/// A message id the user sent before is never answered twice: a plain copy is
-/// acknowledged and dropped (while its turn runs and after it ended), a copy that carries
-/// the history while its turn runs learns the running task.
+/// A message id the user sent before is never answered twice: while its turn runs, a
+/// copy (plain or with the history) is acknowledged and learns the running task; once
+/// answered, a copy is acknowledged and dropped.
 #[tokio::test]
 async fn a_message_id_sent_again_is_never_answered_twice() {
     let fake = FakeLlm::start().await.unwrap();
@@ -350,10 +350,19 @@ async fn a_message_id_sent_again_is_never_answered_twice() {
         ServerMessage::ChatMessageConfirmed(c) => Some(c.clone()),
         _ => None,
     };
+    let running = |m: &ServerMessage| match m {
+        ServerMessage::AiTaskInitiated(t) => Some(t.clone()),
+        _ => None,
+    };
     ws.send(&user_message("chat-dup", "m1", "one")).await;
     let again = ws.recv_until(confirmed).await;
     assert_eq!(again.message_id.as_str(), "m1");
     assert_eq!(again.new_messages_v, 1, "a copy is not counted again");
+    let plain = ws.recv_until(running).await;
+    assert_eq!(
+        (plain.ai_task_id, plain.status.as_str()),
+        (task.clone(), "already_processing")
+    );
     let with_history = crate::support::user_message_with("chat-dup", "m1", "one", |m| {
         m.message.message_history = Some(vec![crate::support::history_entry(
             "m1",
@@ -363,12 +372,7 @@ async fn a_message_id_sent_again_is_never_answered_twice() {
         )]);
     });
     ws.send(&with_history).await;
-    let running = ws
-        .recv_until(|m| match m {
-            ServerMessage::AiTaskInitiated(t) => Some(t.clone()),
-            _ => None,
-        })
-        .await;
+    let running = ws.recv_until(running).await;
     assert_eq!(running.ai_task_id, task);
     assert_eq!(running.status, "already_processing");
     gate.release();

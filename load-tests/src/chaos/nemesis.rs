@@ -192,13 +192,11 @@ impl Nemesis {
             }
             "kill_postgres" => {
                 let mut pg = self.pg.lock().await;
-                let pids = super::pg::processes(pg.port());
-                super::pg::signal_all(&pids, "KILL").await?;
+                let killed = super::pg::kill_all(pg.port()).await?;
                 let started = Instant::now();
                 pg.crash_and_restart().await?;
                 Ok(format!(
-                    "{} processes killed, back in {} ms",
-                    pids.len(),
+                    "{killed} processes killed, back in {} ms",
                     started.elapsed().as_millis()
                 ))
             }

@@ -59,3 +59,34 @@ pub async fn signal_all(pids: &[u32], sig: &str) -> anyhow::Result<()> {
     anyhow::ensure!(!pids.is_empty(), "no PostgreSQL process found");
     Ok(())
 }
+
+/// A crash of every PostgreSQL process: the postmaster is stopped first, so it forks no
+/// backend between the listing and the kill (one would outlive it and hold the shared
+/// memory, and the restart would fail), then every backend and the postmaster are
+/// SIGKILLed, and the kill waits (a few seconds at most) until all are gone. Returns how
+/// many were killed.
+pub async fn kill_all(port: u16) -> anyhow::Result<usize> {
+    let Some(&postmaster) = processes(port).first() else {
+        anyhow::bail!("no PostgreSQL process found");
+    };
+    let _ = signal(postmaster, "STOP").await;
+    let mut pids = processes(port);
+    pids.retain(|p| *p != postmaster);
+    pids.push(postmaster);
+    for pid in &pids {
+        let _ = signal(*pid, "KILL").await;
+    }
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while pids.iter().any(|p| alive(*p)) && std::time::Instant::now() < deadline {
+        tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+    }
+    Ok(pids.len())
+}
+
+/// Running (a zombie waiting for its parent counts as gone).
+fn alive(pid: u32) -> bool {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| s.rsplit_once(") ").map(|(_, rest)| !rest.starts_with('Z')))
+        .unwrap_or(false)
+}

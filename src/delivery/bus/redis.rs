@@ -206,11 +206,16 @@ async fn receive(
     cancel: CancellationToken,
 ) {
     let mut connected_once = false;
+    // When the subscriber was found down (unix ms), for the catch-up after it is back.
+    let mut down_since: Option<i64> = None;
     // One timer for the whole loop: pushes arriving in between do not postpone a retry.
     let mut retry = tokio::time::interval(RETRY);
     retry.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         let down = !bus.up.load(Ordering::Acquire);
+        if down && down_since.is_none() {
+            down_since = Some(crate::clock::unix_millis());
+        }
         tokio::select! {
             () = cancel.cancelled() => return,
             push = pushes.recv() => {
@@ -218,6 +223,7 @@ async fn receive(
                 if push.kind == PushKind::Disconnection {
                     tracing::warn!("bus subscriber disconnected; reconnecting");
                     bus.up.store(false, Ordering::Release);
+                    down_since.get_or_insert_with(crate::clock::unix_millis);
                 } else if let Some((channel, payload)) = message(push)
                     && let Some(r) = received(&channel, payload)
                     && sender.send(r).await.is_err()
@@ -229,9 +235,11 @@ async fn receive(
                 match bus.restore().await {
                     Ok(()) => {
                         bus.up.store(true, Ordering::Release);
+                        let down_since_ms = down_since.take().unwrap_or_else(crate::clock::unix_millis);
                         if connected_once {
                             tracing::info!("bus subscriber reconnected");
-                            let _ = sender.send(Received::Reconnected).await;
+                            let back = Received::Reconnected { down_since_ms };
+                            let _ = sender.send(back).await;
                         }
                         connected_once = true;
                     }

@@ -37,7 +37,11 @@ impl Turn<'_> {
         }
         let privacy = ready.privacy.as_deref();
         crate::privacy::save(&app.ai_cache, &self.owner, self.chat, privacy).await;
-        self.settle(match answered {
+        // A turn abandoned here was answered elsewhere or as lost (another node took its
+        // lease and ended it with `node_lost`, which that node settled: releasing the ids
+        // here would undo it), or its chat is gone: a copy is a duplicate. Only a turn that
+        // gave no answer releases its messages for another try.
+        self.settle(match answered || self.ticket.abandoned() {
             true => Settled::Answered,
             false => Settled::Unanswered,
         })

@@ -13,7 +13,13 @@ use super::{
     Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
     TurnStoreError,
 };
+use crate::crypto::UserHash;
 use crate::ids::NodeId;
+
+mod log;
+mod recent;
+
+use log::Log;
 
 /// Operations between two sweeps of idle chats.
 const SWEEP_EVERY: u32 = 1024;
@@ -28,15 +34,6 @@ struct Chat {
     queue: VecDeque<(MessageId, Vec<u8>)>,
     /// Cancel requests by task, until they expire.
     cancels: HashMap<TaskId, (CancelReason, Instant)>,
-}
-
-struct Log {
-    entries: VecDeque<(u64, Vec<u8>)>,
-    last: u64,
-    /// Appends under an older generation are refused.
-    fence: u64,
-    ended: bool,
-    expires: Instant,
 }
 
 #[derive(Default)]
@@ -95,6 +92,7 @@ pub struct MemoryTurnStore {
     /// A std Mutex: each operation is a few map updates, never an await, and one lock
     /// makes every operation atomic as the Redis scripts are.
     state: Mutex<State>,
+    recent: recent::Recent,
 }
 
 impl MemoryTurnStore {
@@ -292,23 +290,11 @@ impl TurnStore for MemoryTurnStore {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
             std::collections::hash_map::Entry::Vacant(v) => {
                 log_order.push_back((now + keep, v.key().clone()));
-                v.insert(Log {
-                    entries: VecDeque::new(),
-                    last: 0,
-                    fence: generation,
-                    ended: false,
-                    expires: now + keep,
-                })
+                v.insert(Log::new(generation, now + keep))
             }
         };
         if log.expires <= now {
-            *log = Log {
-                entries: VecDeque::new(),
-                last: 0,
-                fence: generation,
-                ended: false,
-                expires: now + keep,
-            };
+            *log = Log::new(generation, now + keep);
         }
         if log.ended || generation < log.fence {
             return Box::pin(ready(Err(TurnStoreError::Fenced)));
@@ -373,6 +359,25 @@ impl TurnStore for MemoryTurnStore {
             log.expires = now + keep;
         }
         Box::pin(ready(Ok(())))
+    }
+
+    fn note_turn<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        keep: Duration,
+    ) -> Res<'a, ()> {
+        self.recent.note(owner, chat, task, keep);
+        Box::pin(ready(Ok(())))
+    }
+
+    fn recent_turns<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        since_ms: i64,
+    ) -> Res<'a, Vec<(ChatId, TaskId)>> {
+        Box::pin(ready(Ok(self.recent.since(owner, since_ms))))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>> {

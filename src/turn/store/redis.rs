@@ -9,6 +9,7 @@
 //! the turns' logs in [`logs`], reading script replies in [`reply`].
 
 mod logs;
+mod recent;
 mod reply;
 mod scripts;
 mod take_over;
@@ -24,6 +25,7 @@ use super::{
     Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
     TurnStoreError,
 };
+use crate::crypto::UserHash;
 use crate::ids::NodeId;
 use crate::redis::{Redis, RedisError};
 
@@ -69,6 +71,7 @@ pub struct RedisTurnStore {
     log_append: Script,
     log_read: Script,
     log_end: Script,
+    note_turn: Script,
 }
 
 impl RedisTurnStore {
@@ -86,6 +89,7 @@ impl RedisTurnStore {
             log_append: Script::new(scripts::LOG_APPEND),
             log_read: Script::new(scripts::LOG_READ),
             log_end: Script::new(scripts::LOG_END),
+            note_turn: Script::new(recent::NOTE),
         })
     }
 
@@ -323,6 +327,24 @@ impl TurnStore for RedisTurnStore {
         keep: Duration,
     ) -> Res<'a, ()> {
         Box::pin(logs::end(self, chat, task, generation, keep))
+    }
+
+    fn note_turn<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        chat: &'a ChatId,
+        task: &'a TaskId,
+        keep: Duration,
+    ) -> Res<'a, ()> {
+        Box::pin(recent::note(self, owner, chat, task, keep))
+    }
+
+    fn recent_turns<'a>(
+        &'a self,
+        owner: &'a UserHash,
+        since_ms: i64,
+    ) -> Res<'a, Vec<(ChatId, TaskId)>> {
+        Box::pin(recent::since(self, owner, since_ms))
     }
 
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>> {

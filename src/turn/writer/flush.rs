@@ -40,6 +40,7 @@ pub(super) async fn flush(
         fenced: false,
         recent: Recent::default(),
         waiting: VecDeque::new(),
+        noted: false,
     };
     let mut batch = Vec::new();
     // Frames queued meanwhile are taken together (one wake-up for a burst).
@@ -72,6 +73,8 @@ struct Flusher<'a> {
     /// Frames not in the log yet, oldest first (more than one only while the store cannot
     /// be reached).
     waiting: VecDeque<Logged>,
+    /// The turn is noted among its owner's recent turns (see [`Flusher::note`]).
+    noted: bool,
 }
 
 impl Flusher<'_> {
@@ -91,7 +94,7 @@ impl Flusher<'_> {
     async fn drain(&mut self) {
         while let Some(l) = self.waiting.front() {
             match self.append(l.index, &l.entry).await {
-                Ok(()) => {}
+                Ok(refilled) => self.noted &= !refilled,
                 Err(LogError::Store(TurnStoreError::Fenced)) => {
                     tracing::warn!("turn log fenced: another node took the turn over");
                     self.fenced = true;
@@ -109,6 +112,24 @@ impl Flusher<'_> {
             self.recent.keep(l.index, l.entry);
             self.hand_on(l.index, l.audience, l.frame, l.msg, l.publish)
                 .await;
+            if !self.noted {
+                self.note().await;
+            }
+        }
+    }
+
+    /// Notes the turn among its owner's recent turns (once, and again after the store lost
+    /// its data), so a node whose bus link was down while the turn's frames went out finds
+    /// it and catches its devices up from the log. Nothing to note in embedded mode.
+    async fn note(&mut self) {
+        self.noted = true;
+        let (k, log) = (self.key, &self.outlet.log);
+        if log.in_process() {
+            return;
+        }
+        let noted = (log.store()).note_turn(&k.owner, &k.chat, &k.task, log.keep);
+        if let Err(e) = noted.await {
+            tracing::debug!(error = %e, "cannot note a turn among its owner's recent ones");
         }
     }
 
@@ -132,12 +153,12 @@ impl Flusher<'_> {
 
     /// Appends the entry right after the log's newest; a log that lost entries gets the
     /// kept ones after its newest first (what is not kept stays a hole: a device resuming
-    /// before it is told the log cannot recover it).
-    async fn append(&self, index: u64, entry: &[u8]) -> Result<(), LogError> {
+    /// before it is told the log cannot recover it). True when it lost entries.
+    async fn append(&self, index: u64, entry: &[u8]) -> Result<bool, LogError> {
         let slot = LogSlot::new(self.key.generation, index).contiguous();
         let last = match self.put(slot, entry).await {
             Err(LogError::Store(TurnStoreError::Behind { last })) => last,
-            done => return done,
+            done => return done.map(|()| false),
         };
         let again: Vec<_> = self.recent.after(last).collect();
         tracing::info!(
@@ -150,6 +171,7 @@ impl Flusher<'_> {
         }
         self.put(LogSlot::new(self.key.generation, index), entry)
             .await
+            .map(|()| true)
     }
 
     async fn put(&self, slot: LogSlot, entry: &[u8]) -> Result<(), LogError> {

@@ -91,8 +91,15 @@ impl Postgres {
     }
 
     /// Starts the server on the cluster's data directory and port, and waits until it
-    /// answers a query.
+    /// answers a query. Its log goes to `postgres.log` beside the data; a server that exits
+    /// while starting fails at once, with the end of that log.
     async fn serve(&mut self) -> anyhow::Result<()> {
+        let log_path = self._dir.path().join("postgres.log");
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&log_path)
+            .context("opening the PostgreSQL log")?;
         let child = self
             .command("postgres")
             .arg("-D")
@@ -103,13 +110,31 @@ impl Postgres {
             .arg(self._dir.path())
             .args(["-c", "fsync=off", "-c", "full_page_writes=off"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(Stdio::from(log))
             .kill_on_drop(true)
             .spawn()
             .context("starting postgres")?;
         self.child = Some(child);
         let port = self.port;
-        wait_until("postgres", || async move { port_open(port).await }).await?;
+        let deadline = tokio::time::Instant::now() + crate::process::START_DEADLINE;
+        while !port_open(port).await {
+            let exited = self
+                .child
+                .as_mut()
+                .and_then(|c| c.try_wait().ok().flatten());
+            if let Some(status) = exited {
+                let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+                let tail: Vec<&str> = text.lines().rev().take(5).collect();
+                bail!("postgres exited while starting ({status}): {:?}", tail);
+            }
+            if tokio::time::Instant::now() >= deadline {
+                bail!(
+                    "postgres was not listening within {:?}",
+                    crate::process::START_DEADLINE
+                );
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(25)).await;
+        }
         // Accepting TCP precedes accepting logins: ready once a query answers (a query, not
         // a `createdb`: an attempt the server finished but the client saw fail would make
         // every later one fail with "already exists").
