@@ -135,10 +135,16 @@ impl Device {
 
     /// Starts a catch-up on `task` (a device that shows a chat whose turn runs): live frames
     /// are held until [`Device::end_resume`] like a resume's, but what the device had stays
-    /// had.
-    pub fn begin_catch_up(&self, task: &TaskId) {
+    /// had. False (and nothing changes) when the device had the turn's final update, or a
+    /// resume or catch-up of it is under way (that one ends the hold).
+    pub fn begin_catch_up(&self, task: &TaskId) -> bool {
         let mut turns = self.positions();
-        position(&mut turns, task).held.get_or_insert_with(Vec::new);
+        let pos = position(&mut turns, task);
+        if pos.held.is_some() || pos.has_ended() {
+            return false;
+        }
+        pos.held = Some(Vec::new());
+        true
     }
 
     /// The newest turn this device receives frames of, and its chat (what a catch-up from

@@ -74,8 +74,11 @@ impl Session {
         let Some(task) = self.app.turns.active_task(&self.device.user, chat).await else {
             return;
         };
-        // What this device already had of the turn is not sent again.
-        self.device.begin_catch_up(&task);
+        // What this device already had of the turn is not sent again (nor anything while
+        // a resume of it is under way, or after its end).
+        if !self.device.begin_catch_up(&task) {
+            return;
+        }
         let Some(read) = self.read_log(chat, &task).await else {
             return self.device.end_resume(&task);
         };

@@ -105,8 +105,9 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
             }
         }
         for (task, chat) in turns {
-            device.begin_catch_up(&task);
-            followed.push((device.clone(), task, chat));
+            if device.begin_catch_up(&task) {
+                followed.push((device.clone(), task, chat));
+            }
         }
     }
     replay_missed(deps, followed);

@@ -12,7 +12,7 @@ use chatd_protocol::{ChatId, ServerMessage, TaskId};
 use crate::delivery::outbox::EncodedFrame;
 
 /// Turns whose positions a device remembers (the newest first; older ones are forgotten).
-const TRACKED_TURNS: usize = 8;
+pub(super) const TRACKED_TURNS: usize = 8;
 
 pub(super) struct TurnPosition {
     pub(super) task: TaskId,
@@ -37,6 +37,11 @@ impl TurnPosition {
             _ => false,
         };
         index > self.index && !after_end
+    }
+
+    /// The device had the turn's final update.
+    pub(super) fn has_ended(&self) -> bool {
+        self.ended
     }
 
     /// The device had frame `index` (`msg`).
@@ -66,7 +71,9 @@ pub(super) fn position<'a>(
         Some(i) => i,
         None => {
             if turns.len() >= TRACKED_TURNS {
-                turns.pop_back();
+                // The oldest that no resume or catch-up holds is forgotten.
+                let idle = turns.iter().rposition(|p| p.held.is_none());
+                turns.remove(idle.unwrap_or(turns.len() - 1));
             }
             turns.push_front(TurnPosition {
                 task: task.clone(),

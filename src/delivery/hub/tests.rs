@@ -114,3 +114,31 @@ fn no_update_reaches_a_device_after_the_final_one() {
     send(5, &corrected);
     assert_eq!(sequences(&rx), [5]);
 }
+
+/// A catch-up (after a bus outage, or on showing a chat) leaves alone a turn being
+/// resumed (the resume ends the hold) and a turn the device had the end of; catching up on
+/// many turns forgets idle positions first, never one a resume holds.
+#[test]
+fn a_catch_up_leaves_a_resume_and_an_ended_turn_alone() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let task = TaskId::parse("t1").unwrap();
+    d.begin_resume(&task);
+    assert!(!d.begin_catch_up(&task), "a resume holds it");
+    for i in 0..super::position::TRACKED_TURNS + 2 {
+        let other = TaskId::parse(format!("other-{i}")).unwrap();
+        assert!(d.begin_catch_up(&other));
+        d.end_resume(&other);
+    }
+    d.skip_to(&task, 1, 1);
+    d.replay(&task, 2, &update(2));
+    d.end_resume(&task);
+    assert_eq!(sequences(&rx), [2], "the resume's position was kept");
+
+    let mut last = update(3);
+    if let ServerMessage::AiMessageUpdate(u) = &mut last {
+        u.is_final_chunk = true;
+    }
+    d.replay(&task, 3, &last);
+    assert!(!d.begin_catch_up(&task), "it had the end");
+}

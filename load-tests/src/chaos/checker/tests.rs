@@ -2,6 +2,7 @@
 //! the defect it is for. No timing decides anything here.
 
 use super::check;
+use super::turns::CATCH_UP_GRACE_MS;
 use crate::chaos::history::{Event, Frame, What};
 
 const CHAT: &str = "chaos-u1-c0";
@@ -217,8 +218,11 @@ fn a_device_that_showed_a_turn_needs_its_ending_unless_told_it_is_not_recovered(
     assert_eq!(h.kinds(), Vec::<&str>::new());
 }
 
+/// A connection open throughout that got no ending missed the turn, unless its node was
+/// out (paused, or cut off Redis) meanwhile and the connection closed before the node had
+/// been back for the catch-up grace.
 #[test]
-fn a_connection_open_throughout_that_got_nothing_missed_the_turn_unless_its_node_was_paused() {
+fn a_connection_open_throughout_that_got_nothing_missed_the_turn_unless_its_node_was_out() {
     let mut h = H::clean();
     let hello = Frame {
         kind: "active_chat_set_ack".into(),
@@ -248,7 +252,28 @@ fn a_connection_open_throughout_that_got_nothing_missed_the_turn_unless_its_node
         node: 2,
         what: pause,
     });
-    assert_eq!(h.kinds(), Vec::<&str>::new());
+    assert_eq!(
+        h.kinds(),
+        vec!["missed_turn"],
+        "open long after the node came back"
+    );
+    let closed = |at_ms| Event {
+        at_ms,
+        user: 1,
+        device: 2,
+        conn: 9,
+        node: 2,
+        what: What::Disconnected("moving".into()),
+    };
+    let mut soon = H(h.0.clone());
+    soon.0.push(closed(500 + CATCH_UP_GRACE_MS - 1));
+    assert_eq!(
+        soon.kinds(),
+        Vec::<&str>::new(),
+        "closed before it could catch up"
+    );
+    h.0.push(closed(500 + CATCH_UP_GRACE_MS + 1));
+    assert_eq!(h.kinds(), vec!["missed_turn"], "closed after it could have");
 }
 
 #[test]

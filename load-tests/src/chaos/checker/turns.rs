@@ -31,13 +31,18 @@ struct Message {
     queued: Option<(usize, String)>,
 }
 
-/// A connection: its user and node, its first frame, where it closed.
+/// A connection: its user and node, its first frame, where it closed (event and ms).
 struct Link {
     user: u32,
     node: usize,
     open: usize,
-    close: Option<usize>,
+    close: Option<(usize, u64)>,
 }
+
+/// How long a node must have been reachable again after an outage (paused, or cut off
+/// Redis) before its devices are expected to have what was published meanwhile (it
+/// subscribes again and catches them up from the turn logs).
+pub(super) const CATCH_UP_GRACE_MS: u64 = 3_000;
 
 #[derive(Default)]
 struct Seen {
@@ -45,8 +50,8 @@ struct Seen {
     messages: HashMap<(u32, String, String), Message>,
     conns: HashMap<u64, Link>,
     windows: Vec<(u64, u64)>,
-    /// Node, from, to (ms) of every pause.
-    pauses: Vec<(usize, u64, u64)>,
+    /// Node, from, to (ms) of every outage of one node: a pause, or a cut from Redis.
+    outages: Vec<(usize, u64, u64)>,
     out: Vec<Violation>,
 }
 
@@ -64,7 +69,7 @@ pub fn check(events: &[Event], verdict: &mut Verdict) {
         match &e.what {
             What::Disconnected(_) => {
                 if let Some(c) = seen.conns.get_mut(&e.conn) {
-                    c.close.get_or_insert(at);
+                    c.close.get_or_insert((at, e.at_ms));
                 }
             }
             What::Fault {
@@ -72,8 +77,8 @@ pub fn check(events: &[Event], verdict: &mut Verdict) {
             } => {
                 let from = e.at_ms.saturating_sub(*lasted_ms);
                 seen.windows.push((from, e.at_ms + WINDOW_MS));
-                if kind == "pause_node" {
-                    seen.pauses.push((e.node, from, e.at_ms));
+                if kind == "pause_node" || kind == "cut_redis" {
+                    seen.outages.push((e.node, from, e.at_ms));
                 }
             }
             What::Frame(f) => {
@@ -230,22 +235,25 @@ impl Seen {
     }
 
     /// Connections of the user open from before the turn began to after it ended on
-    /// every device that ended it, which got no ending of it (a connection to a node
-    /// paused meanwhile is excused: nothing can come through a frozen node).
+    /// every device that ended it, which got no ending of it. Excused: a connection whose
+    /// node was out (paused, or cut off Redis) while the turn ran, and that closed before
+    /// the node had been back for [`CATCH_UP_GRACE_MS`] (nothing comes through a frozen or
+    /// cut-off node; once back, it catches its devices up).
     fn missed(&self, id: &str, t: &Task) -> Vec<(&'static str, usize, String)> {
         let Some(last) = t.endings.iter().map(|x| x.4).max() else {
             return Vec::new();
         };
         let ended_on: HashSet<u64> = t.endings.iter().map(|x| x.1).collect();
-        let paused = |node: usize| {
-            self.pauses
-                .iter()
-                .any(|(n, a, b)| *n == node && *a <= t.last_ms && *b >= t.first_ms)
-        };
         let mut out = Vec::new();
         for (conn, link) in &self.conns {
-            let across = link.open < t.first && link.close.is_none_or(|c| c > last);
-            if link.user == t.user && across && !ended_on.contains(conn) && !paused(link.node) {
+            let across = link.open < t.first && link.close.is_none_or(|c| c.0 > last);
+            if link.user != t.user || !across || ended_on.contains(conn) {
+                continue;
+            }
+            let back = self.back_at(link.node, t.first_ms, t.last_ms);
+            let excused =
+                back.is_some_and(|b| link.close.is_some_and(|c| c.1 < b + CATCH_UP_GRACE_MS));
+            if !excused {
                 let detail = format!(
                     "turn {id} in {}: connection {conn} (node {}) open throughout got no ending",
                     t.chat, link.node
@@ -254,6 +262,25 @@ impl Seen {
             }
         }
         out
+    }
+
+    /// When `node` was back for good after the outages that overlapped `[from, to]` (an
+    /// outage starting within the grace after the one before continues it); `None` when
+    /// none overlapped.
+    fn back_at(&self, node: usize, from: u64, to: u64) -> Option<u64> {
+        let mine = || self.outages.iter().filter(move |o| o.0 == node);
+        let mut back = mine()
+            .filter(|o| o.1 <= to && o.2 >= from)
+            .map(|o| o.2)
+            .max()?;
+        while let Some(next) = mine()
+            .filter(|o| o.1 <= back + CATCH_UP_GRACE_MS && o.2 > back)
+            .map(|o| o.2)
+            .max()
+        {
+            back = next;
+        }
+        Some(back)
     }
 }
 
