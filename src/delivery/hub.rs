@@ -35,6 +35,8 @@ pub struct Device {
     pub user: UserId,
     pub user_hash: UserHash,
     pub outbox: Outbox,
+    /// When the socket connected (unix ms).
+    pub connected_ms: i64,
     /// The chat this device shows. A std Mutex: read or written in one step, never held
     /// across an await.
     active_chat: Mutex<Option<ChatId>>,
@@ -50,6 +52,7 @@ impl Device {
             user_hash: UserHash::of(&user),
             user,
             outbox,
+            connected_ms: crate::clock::unix_millis(),
             active_chat: Mutex::new(None),
             turns: Mutex::new(VecDeque::new()),
         }

@@ -18,12 +18,14 @@ const LOG_RETRY: Duration = Duration::from_millis(10);
 
 impl Session {
     pub(super) async fn resume_ai_task(&self, m: ResumeAiTask) {
+        // Held from the start: a catch-up on the task (after a bus outage) while the chat's
+        // owner is checked would send frames the replay then sends again.
+        self.device.begin_resume(&m.task_id);
         if !self.stored_chat_allowed(&m.chat_id, None).await {
-            return;
+            return self.device.end_resume(&m.task_id);
         }
         // A device that resumes an answer shows its chat (the live chunks follow).
         self.device.set_active_chat(Some(m.chat_id.clone()));
-        self.device.begin_resume(&m.task_id);
         let read = self
             .read_log_reaching(&m.chat_id, &m.task_id, m.last_sequence)
             .await;

@@ -95,10 +95,12 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
     let mut followed = Vec::new();
     for device in devices {
         let mut turns: Vec<(TaskId, ChatId)> = device.followed_turn().into_iter().collect();
-        let noted = recent
-            .get(&device.user_hash)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
+        // A device that connected since the outage began missed nothing on this node.
+        let noted = match device.connected_ms < down_since_ms {
+            true => recent.get(&device.user_hash).map(Vec::as_slice),
+            false => None,
+        };
+        let noted = noted.unwrap_or_default();
         for (chat, task) in noted.iter().rev().take(CATCH_UP_TURNS) {
             if !turns.iter().any(|(t, _)| t == task) {
                 turns.push((task.clone(), chat.clone()));
