@@ -13,7 +13,28 @@ use crate::pipeline::{HistoryRole, Interruption, TurnContext, TurnEvent, TurnOut
 use crate::turn::compress::{self, CompressJob};
 use crate::turn::post::{PostJob, Reprocess, run_postprocessing};
 
+/// How long the end of a turn whose lease lapsed waits for the store to confirm it, and
+/// how often it asks meanwhile.
+const LEASE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+const LEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
+
 impl Turn<'_> {
+    /// Renews a lapsed lease until the store answers (held, lost, or lost while it had
+    /// lapsed) or [`LEASE_PATIENCE`] passed: ending the turn on this node's word while the
+    /// store cannot be reached let a node cut off Redis write its answer after another had
+    /// ended the turn with `node_lost` (chaos: divergent endings).
+    async fn confirm_lease(&self) {
+        let deadline = tokio::time::Instant::now() + LEASE_PATIENCE;
+        loop {
+            self.deps.turns.renew(self.ticket).await;
+            let settled = self.ticket.lease_clock.holds() || self.ticket.cancel.is_cancelled();
+            if settled || tokio::time::Instant::now() >= deadline {
+                return;
+            }
+            tokio::time::sleep(LEASE_RETRY).await;
+        }
+    }
+
     pub(in crate::turn) async fn finish(&self, ready: &Ready, answered: Answered) {
         let app = self.deps.as_ref();
         let Answered {
@@ -26,7 +47,7 @@ impl Turn<'_> {
         // A lease that lapsed by this node's clock (a pause, a cut from the store) is
         // confirmed before anything is written back: lost, the turn writes nothing.
         if !self.ticket.lease_clock.holds() {
-            self.deps.turns.renew(self.ticket).await;
+            self.confirm_lease().await;
             if self.ticket.interruption() == Interruption::NodeLost {
                 outcome.interrupted = Some(Interruption::NodeLost);
             }
