@@ -165,7 +165,13 @@ async fn the_shipped_fetch_app_reads_a_page_as_checked_external_text() {
     );
     // The detector read the page text before the model did.
     let checked = serde_json::to_string(&fake.stage_requests("report_prompt_injection")).unwrap();
-    assert!(checked.contains(ARTICLE), "{checked}");
+    // What the tool gave the model, to tell a failed call from a skipped check (it failed
+    // once in a loaded CI run with no detector request at all).
+    let given = (fake.requests().get(1)).map(|r| tool_result(r, "c1").to_string());
+    assert!(
+        checked.contains(ARTICLE),
+        "detector saw {checked}; the model was given {given:?}"
+    );
     let page = result_text(&fake);
     assert!(page.contains(ARTICLE), "{page}");
     assert!(
