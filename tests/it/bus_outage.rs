@@ -6,14 +6,32 @@
 
 use std::time::Duration;
 
-use chatd_protocol::ServerMessage;
+use chatd_protocol::{AiMessageUpdate, ServerMessage};
 use chatd_test_harness::fake_llm::{Gate, Reply};
 use chatd_test_harness::redis::RedisServer;
+use chatd_test_harness::ws_client::WsClient;
 
 use crate::cluster::{Cluster, Shared};
 use crate::support::user_message;
 
 const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
+
+/// The sequences of the updates a device gets up to the final one, and the final one.
+async fn updates_to_the_end(ws: &mut WsClient) -> (Vec<u64>, AiMessageUpdate) {
+    let mut sequences = Vec::new();
+    loop {
+        let update = ws
+            .recv_until(|m| match m {
+                ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
+                _ => None,
+            })
+            .await;
+        sequences.push(update.sequence);
+        if update.is_final_chunk {
+            return (sequences, update);
+        }
+    }
+}
 
 #[tokio::test]
 async fn frames_published_while_a_node_was_off_the_bus_reach_its_devices_in_order() {
@@ -62,19 +80,8 @@ async fn frames_published_while_a_node_was_off_the_bus_reach_its_devices_in_orde
 
     // The other node's device gets every update after the one it had, in order, to the
     // final one with the whole answer.
-    let mut sequences = vec![first_on_there];
-    let last = loop {
-        let update = there
-            .recv_until(|m| match m {
-                ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
-                _ => None,
-            })
-            .await;
-        sequences.push(update.sequence);
-        if update.is_final_chunk {
-            break update;
-        }
-    };
+    let (mut sequences, last) = updates_to_the_end(&mut there).await;
+    sequences.insert(0, first_on_there);
     let expected: Vec<u64> = (first_on_there..first_on_there + sequences.len() as u64).collect();
     if sequences != expected {
         for i in 0..2 {
@@ -152,19 +159,7 @@ async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_de
     // Back on the bus: the device on node 2 gets the turn from its first update to its
     // final one, in order.
     cli(&["ACL", "SETUSER", "cut", "allchannels"]).await;
-    let mut sequences = Vec::new();
-    let last = loop {
-        let update = there
-            .recv_until(|m| match m {
-                ServerMessage::AiMessageUpdate(u) => Some(u.clone()),
-                _ => None,
-            })
-            .await;
-        sequences.push(update.sequence);
-        if update.is_final_chunk {
-            break update;
-        }
-    };
+    let (sequences, last) = updates_to_the_end(&mut there).await;
     let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
     assert_eq!(sequences, expected, "every update, in order");
     assert_eq!(last.task_id, whole.task_id);
