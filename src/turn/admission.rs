@@ -311,6 +311,7 @@ impl Turns {
                         "the store lost the turn's lease while it had lapsed here; ending it as lost"
                     );
                     ticket.end_as_lost();
+                    ticket.lease_clock.lost();
                 } else if renewed.reclaimed {
                     tracing::warn!("the store had lost the turn's lease; it holds the chat again");
                 }
@@ -323,6 +324,7 @@ impl Turns {
             Err(TurnStoreError::Fenced) => {
                 tracing::warn!("the turn's lease moved to another node; stopping it");
                 ticket.lose();
+                ticket.lease_clock.taken();
                 false
             }
             Err(e) => {

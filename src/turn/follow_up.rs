@@ -71,6 +71,7 @@ pub(super) async fn deliver(
             task: f.task_id.clone(),
             message: f.user_message_id.clone(),
             generation: ticket.lease.generation,
+            lease: None,
         };
         let writer = TurnWriter::new(deps.outlet.clone(), key);
         let text: Arc<str> = Arc::from(f.text.as_str());

@@ -3,12 +3,14 @@
 //! store) learns it lost the turn only at its next renewal, and meanwhile another node may
 //! have ended the turn for every device (`node_lost`). So the node keeps its own clock: the
 //! lease is good until its length after the last renewal the store granted (counted from
-//! when the renewal was asked). Once it lapses, the turn's frames reach this node's devices
-//! only after the store took them into the log (which refuses a fenced owner), never before.
+//! when the renewal was asked). Once it lapses, the turn's writer holds its frames (logs
+//! none, hands none on) until the store's word: renewed, they go on; lost, they are
+//! dropped, so the turn ends with what its log held when another node could read it.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
+use tokio::sync::Notify;
 // tokio's clock (the std one outside a paused test runtime): tests can move it.
 use tokio::time::Instant;
 
@@ -16,7 +18,31 @@ pub struct LeaseClock {
     base: Instant,
     /// Milliseconds after `base` until which the lease holds.
     until: AtomicU64,
+    /// The store's last word beyond a renewal ([`Verdict`] as a number).
+    verdict: AtomicU8,
+    /// Woken at every renewal and verdict.
+    changed: Notify,
 }
+
+/// Where the turn stands with the store, as the writer needs it.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Standing {
+    /// The lease holds by this node's clock (or the turn's renewals are over).
+    Holds,
+    /// It lapsed; the store has not answered since.
+    Lapsed,
+    /// Another node holds the lease: this node's frames are not the turn's.
+    Taken,
+    /// The store lost the lease while it had lapsed here: the turn ends as lost, with
+    /// what its log held (another node may have ended it so from that log).
+    Lost,
+}
+
+const OPEN: u8 = 0;
+const TAKEN: u8 = 1;
+const LOST: u8 = 2;
+/// The turn's renewals are over (it finished): nothing more to wait for.
+const CLOSED: u8 = 3;
 
 impl LeaseClock {
     /// A lease of `ttl` granted now.
@@ -24,6 +50,8 @@ impl LeaseClock {
         let clock = LeaseClock {
             base: Instant::now(),
             until: AtomicU64::new(0),
+            verdict: AtomicU8::new(OPEN),
+            changed: Notify::new(),
         };
         clock.renewed(clock.base, ttl);
         clock
@@ -33,11 +61,56 @@ impl LeaseClock {
     pub fn renewed(&self, asked: Instant, ttl: Duration) {
         let until = millis(asked.saturating_duration_since(self.base) + ttl);
         self.until.fetch_max(until, Ordering::AcqRel);
+        self.changed.notify_waiters();
+    }
+
+    /// Another node holds the lease.
+    pub fn taken(&self) {
+        self.decide(TAKEN);
+    }
+
+    /// The store lost the lease while it had lapsed here.
+    pub fn lost(&self) {
+        self.decide(LOST);
+    }
+
+    /// The turn's renewals are over: a lapse no longer waits for the store.
+    pub fn close(&self) {
+        self.decide(CLOSED);
+    }
+
+    /// A verdict stands once given (a later close keeps it).
+    fn decide(&self, verdict: u8) {
+        let _ = (self.verdict).compare_exchange(OPEN, verdict, Ordering::AcqRel, Ordering::Acquire);
+        self.changed.notify_waiters();
     }
 
     /// Whether the lease still holds by this node's clock.
     pub fn holds(&self) -> bool {
         millis(self.base.elapsed()) < self.until.load(Ordering::Acquire)
+    }
+
+    pub fn standing(&self) -> Standing {
+        match self.verdict.load(Ordering::Acquire) {
+            TAKEN => Standing::Taken,
+            LOST => Standing::Lost,
+            CLOSED => Standing::Holds,
+            _ if self.holds() => Standing::Holds,
+            _ => Standing::Lapsed,
+        }
+    }
+
+    /// Waits until the standing is other than [`Standing::Lapsed`].
+    pub async fn settled(&self) -> Standing {
+        loop {
+            let changed = self.changed.notified();
+            tokio::pin!(changed);
+            changed.as_mut().enable();
+            match self.standing() {
+                Standing::Lapsed => changed.await,
+                standing => return standing,
+            }
+        }
     }
 }
 
@@ -61,5 +134,24 @@ mod tests {
         let clock = LeaseClock::new(Duration::from_secs(60));
         clock.renewed(clock.base, Duration::ZERO);
         assert!(clock.holds());
+    }
+
+    #[tokio::test]
+    async fn a_lapsed_lease_settles_at_the_stores_word() {
+        let clock = LeaseClock::new(Duration::ZERO);
+        assert_eq!(clock.standing(), Standing::Lapsed);
+        // The store's word comes while the clock is awaited.
+        let (standing, ()) = tokio::join!(clock.settled(), async { clock.lost() });
+        assert_eq!(standing, Standing::Lost);
+        clock.renewed(Instant::now(), Duration::from_secs(60));
+        clock.close();
+        assert_eq!(clock.standing(), Standing::Lost, "a verdict stands");
+        let closed = LeaseClock::new(Duration::ZERO);
+        closed.close();
+        assert_eq!(
+            closed.settled().await,
+            Standing::Holds,
+            "nothing left to wait for"
+        );
     }
 }

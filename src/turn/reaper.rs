@@ -119,6 +119,7 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         task: lease.task.clone(),
         message: lease.message.clone(),
         generation: lease.generation,
+        lease: None,
     };
     let writer = TurnWriter::continuing(deps.outlet.clone(), key, last_index, sequence);
     writer.end_lost(LostTurn {

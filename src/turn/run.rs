@@ -29,6 +29,8 @@ async fn run_turns(deps: Arc<TurnDeps>, user: UserId, chat: ChatId, mut ticket: 
             ask = run_ticket(&deps, &user, &chat, &ticket) => ask,
             () = keep_lease(&deps, &ticket) => None,
         };
+        // No more renewals: the turn's writer no longer waits for them.
+        ticket.lease_clock.close();
         let next = deps.turns.finish(&ticket, &deps.shutdown).await;
         // The last word of a turn that ends unanswered (a request for the history, a typed
         // error) goes out once the chat is free: the client's re-send then starts a turn (or

@@ -57,6 +57,7 @@ impl<'a> Turn<'a> {
             task: ticket.task_id.clone(),
             message: ticket.user_message_id.clone(),
             generation: ticket.lease.generation,
+            lease: Some(ticket.lease_clock.clone()),
         };
         let writer = TurnWriter::new(deps.outlet.clone(), key);
         writer.time_first_chunk(started);

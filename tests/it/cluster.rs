@@ -78,7 +78,7 @@ pub(crate) struct Cluster {
 }
 
 impl Cluster {
-    async fn start(n: usize) -> Cluster {
+    pub(crate) async fn start(n: usize) -> Cluster {
         Self::start_on(n, Shared::Server(RedisServer::start().await.unwrap())).await
     }
 
@@ -212,7 +212,7 @@ lease = "2s"
     }
 }
 
-fn stall(gate: &Gate) -> Reply {
+pub(crate) fn stall(gate: &Gate) -> Reply {
     Reply::Stall {
         chunks: vec!["First part.\n\n".into(), "Second part.\n\n".into()],
         gate: gate.clone(),
@@ -226,7 +226,11 @@ fn stall(gate: &Gate) -> Reply {
 
 /// The answer updates a device gets for `task` up to `sequence` (or the final one):
 /// (sequence, text).
-async fn updates_until(ws: &mut WsClient, task: &TaskId, sequence: u64) -> Vec<(u64, String)> {
+pub(crate) async fn updates_until(
+    ws: &mut WsClient,
+    task: &TaskId,
+    sequence: u64,
+) -> Vec<(u64, String)> {
     let mut out = Vec::new();
     loop {
         let u = ws
@@ -242,11 +246,11 @@ async fn updates_until(ws: &mut WsClient, task: &TaskId, sequence: u64) -> Vec<(
     }
 }
 
-async fn updates_until_final(ws: &mut WsClient, task: &TaskId) -> Vec<(u64, String)> {
+pub(crate) async fn updates_until_final(ws: &mut WsClient, task: &TaskId) -> Vec<(u64, String)> {
     updates_until(ws, task, u64::MAX).await
 }
 
-async fn task_of(ws: &mut WsClient) -> TaskId {
+pub(crate) async fn task_of(ws: &mut WsClient) -> TaskId {
     ws.recv_until(|m| match m {
         ServerMessage::AiTaskInitiated(t) => Some(t.ai_task_id.clone()),
         _ => None,

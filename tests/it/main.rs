@@ -41,6 +41,7 @@ mod module_graph;
 mod node_loss;
 mod offline;
 mod oidc;
+mod paused_node;
 mod pipeline;
 mod privacy;
 mod private_logs;

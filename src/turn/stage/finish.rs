@@ -48,8 +48,13 @@ impl Turn<'_> {
         // confirmed before anything is written back: lost, the turn writes nothing.
         if !self.ticket.lease_clock.holds() {
             self.confirm_lease().await;
-            if self.ticket.interruption() == Interruption::NodeLost {
-                outcome.interrupted = Some(Interruption::NodeLost);
+        }
+        // Lost while it had lapsed: the turn ends with what its log held, as another node
+        // may have ended it already (the frames written since are dropped).
+        if self.ticket.interruption() == Interruption::NodeLost {
+            outcome.interrupted = Some(Interruption::NodeLost);
+            if let Some(logged) = self.writer.rewind().await {
+                outcome.text = logged.into();
             }
         }
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();

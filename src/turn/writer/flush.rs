@@ -9,15 +9,21 @@
 //! devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
 //! lost some (Redis came back from an older snapshot, or without its data) refuses the next
 //! append as `Behind`, and gets them again before it.
+//!
+//! While the turn's lease lapsed by this node's clock the frames wait too, logged nowhere,
+//! until the store's word ([`Standing`]): renewed, they go on; taken by another node, they
+//! are dropped like fenced ones; lost, they are dropped and the writer rewinds to the log's
+//! newest frame ([`super::TurnWriter::rewind`]) to end the turn from there.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
 
 use tokio::sync::{mpsc, watch};
 
+use super::super::lease_clock::Standing;
 use super::super::log::LogError;
 use super::super::store::{LogSlot, TurnStoreError};
-use super::{Logged, Outlet, TurnKey};
+use super::{Logged, Outlet, Tip, ToLog, TurnKey};
 use crate::delivery::Audience;
 use crate::delivery::outbox::EncodedFrame;
 use chatd_protocol::ServerMessage;
@@ -27,12 +33,15 @@ const RECENT_ENTRIES: usize = 256;
 const RECENT_BYTES: usize = 256 * 1024;
 /// The most frames that wait for a store that cannot be reached (the oldest are dropped).
 const MAX_WAITING: usize = 4096;
+/// The longest the writer's last frames wait for a lapsed lease's verdict.
+const HOLD_AT_END: std::time::Duration = std::time::Duration::from_secs(30);
 
 pub(super) async fn flush(
     outlet: Arc<Outlet>,
     key: Arc<TurnKey>,
-    mut rx: mpsc::UnboundedReceiver<Logged>,
+    mut rx: mpsc::UnboundedReceiver<ToLog>,
     flushed: watch::Sender<u64>,
+    tip: Tip,
 ) {
     let mut flusher = Flusher {
         outlet: &outlet,
@@ -41,15 +50,45 @@ pub(super) async fn flush(
         recent: Recent::default(),
         waiting: VecDeque::new(),
         noted: false,
+        held: false,
+        rewound: false,
+        tip,
     };
     let mut batch = Vec::new();
-    // Frames queued meanwhile are taken together (one wake-up for a burst).
-    while rx.recv_many(&mut batch, 64).await > 0 {
-        for l in batch.drain(..) {
-            let index = l.index;
-            flusher.one(l).await;
-            flushed.send_replace(index);
+    loop {
+        // Frames held for the lease go on (or are dropped) at the store's word.
+        let (lease, held) = (key.lease.clone(), flusher.held);
+        let settled = async move {
+            match lease {
+                Some(clock) if held => clock.settled().await,
+                _ => std::future::pending().await,
+            }
+        };
+        tokio::select! {
+            // Frames queued meanwhile are taken together (one wake-up for a burst).
+            n = rx.recv_many(&mut batch, 64) => if n == 0 { break },
+            _ = settled => {
+                flusher.drain().await;
+                continue;
+            }
         }
+        for item in batch.drain(..) {
+            match item {
+                ToLog::Frame(l) => {
+                    let index = l.index;
+                    flusher.one(l).await;
+                    flushed.send_replace(index);
+                }
+                ToLog::Rewind(answer) => {
+                    let _ = answer.send(flusher.rewind());
+                }
+            }
+        }
+    }
+    if let (Some(clock), true) = (&key.lease, flusher.held) {
+        // The turn's renewals close the clock when they end; this bounds a turn stopped
+        // without them (shutdown).
+        let _ = tokio::time::timeout(HOLD_AT_END, clock.settled()).await;
     }
     if !flusher.waiting.is_empty() {
         flusher.drain().await;
@@ -75,6 +114,12 @@ struct Flusher<'a> {
     waiting: VecDeque<Logged>,
     /// The turn is noted among its owner's recent turns (see [`Flusher::note`]).
     noted: bool,
+    /// The waiting frames wait for the lease (it lapsed by this node's clock).
+    held: bool,
+    /// The writer rewound after the lease was lost: its frames go on.
+    rewound: bool,
+    /// The newest frame logged.
+    tip: Tip,
 }
 
 impl Flusher<'_> {
@@ -90,9 +135,50 @@ impl Flusher<'_> {
         self.drain().await;
     }
 
-    /// Logs and hands on the waiting frames in order, until one cannot be logged.
+    /// Where the turn stands with the store (always held without a lease clock).
+    fn standing(&self) -> Standing {
+        match self.key.lease.as_ref().map(|c| c.standing()) {
+            None => Standing::Holds,
+            Some(Standing::Lost) if self.rewound => Standing::Holds,
+            Some(standing) => standing,
+        }
+    }
+
+    /// Drops the frames not logged yet (the lease was lost) and tells the log's newest.
+    fn rewind(&mut self) -> Tip {
+        if !self.waiting.is_empty() {
+            let dropped = self.waiting.len();
+            tracing::info!(dropped, "the turn ends as lost after its logged frames");
+        }
+        self.waiting.clear();
+        self.held = false;
+        self.rewound = true;
+        self.tip.clone()
+    }
+
+    /// Logs and hands on the waiting frames in order, until one cannot be logged (or the
+    /// lease lapsed, or was lost).
     async fn drain(&mut self) {
+        self.held = false;
         while let Some(l) = self.waiting.front() {
+            match self.standing() {
+                Standing::Holds => {}
+                Standing::Lapsed => {
+                    self.held = true;
+                    return;
+                }
+                Standing::Taken => {
+                    tracing::warn!("another node took the turn over; its frames here are dropped");
+                    self.fenced = true;
+                    self.waiting.clear();
+                    return;
+                }
+                // Until the writer rewinds.
+                Standing::Lost => {
+                    self.waiting.clear();
+                    return;
+                }
+            }
             match self.append(l.index, &l.entry).await {
                 Ok(refilled) => self.noted &= !refilled,
                 Err(LogError::Store(TurnStoreError::Fenced)) => {
@@ -110,6 +196,11 @@ impl Flusher<'_> {
                 return;
             };
             self.recent.keep(l.index, l.entry);
+            self.tip.index = l.index;
+            if let ServerMessage::AiMessageUpdate(u) = &l.msg {
+                self.tip.sequence = u.sequence;
+                self.tip.text.clone_from(&u.full_content_so_far);
+            }
             self.hand_on(l.index, l.audience, l.frame, l.msg, l.publish)
                 .await;
             if !self.noted {

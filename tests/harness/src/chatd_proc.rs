@@ -129,6 +129,17 @@ impl ChatdProcess {
         Ok(child.wait().await?)
     }
 
+    /// Freezes the process (SIGSTOP): its sockets stay open, it does nothing (its leases
+    /// lapse, as in a long GC pause or a stopped VM).
+    pub async fn pause(&self) -> anyhow::Result<()> {
+        crate::process::signal(self.child.as_ref(), "STOP").await
+    }
+
+    /// Thaws a paused process (SIGCONT).
+    pub async fn resume(&self) -> anyhow::Result<()> {
+        crate::process::signal(self.child.as_ref(), "CONT").await
+    }
+
     /// SIGKILL, and waits for the process to be gone.
     pub async fn kill(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,75 @@
+//! A node frozen past its lease (SIGSTOP) while it answers: another node ends the turn with
+//! `node_lost` and the text its log held. When the node thaws it must not go on with the
+//! answer where the devices can see it: whatever it writes after its lease lapsed waits for
+//! the store's word, and a turn the store lost meanwhile (Redis came back empty) ends on
+//! that node as it ended on the other, with the text the log held (chaos: two `node_lost`
+//! texts for one turn).
+
+use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage};
+use chatd_test_harness::fake_llm::Gate;
+
+use crate::cluster::{Cluster, stall, task_of, updates_until, updates_until_final};
+use crate::support::{chat_id, collect_answer, user_message};
+
+#[tokio::test]
+async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_text() {
+    let mut c = Cluster::start(2).await;
+    let chat = "chat-frozen";
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut d0 = c.connect_showing(0, "carol", chat).await;
+    let mut d1 = c.connect_showing(1, "carol", chat).await;
+    d0.send(&user_message(chat, "m1", "tell me a story")).await;
+    let task = task_of(&mut d0).await;
+    gate.reached().await;
+    let logged = "First part.\n\nSecond part.\n\n";
+    let seen = updates_until(&mut d1, &task, 2).await;
+    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+
+    // Node 0 freezes with the answer half written; node 1 ends the turn from its log.
+    c.node(0).pause().await.unwrap();
+    let lost = d1
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) if u.task_id == task && u.is_final_chunk => {
+                Some(u.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(lost.error_code, Some(ErrorCode::NodeLost));
+    assert_eq!(lost.full_content_so_far, logged);
+
+    // Redis forgets it all; the model sends the rest of the answer; node 0 thaws.
+    let redis = c.redis_mut().server();
+    assert_eq!(redis.cli(&["FLUSHALL"]).await.unwrap().trim(), "OK");
+    gate.release();
+    c.node(0).resume().await.unwrap();
+
+    // Once node 0 let the chat go (the next message is answered), the turn's log tells a
+    // device that resumes it what node 1 told its devices: nothing past the logged text.
+    d1.send(&user_message(chat, "m2", "and then?")).await;
+    loop {
+        let (_, answer) = collect_answer(&mut d1).await;
+        if answer.user_message_id.as_str() == "m2" {
+            break;
+        }
+    }
+    let mut d2 = c.connect(1, "carol").await;
+    d2.send(&ClientMessage::ResumeAiTask(ResumeAiTask {
+        chat_id: chat_id(chat),
+        task_id: task.clone(),
+        last_sequence: 0,
+    }))
+    .await;
+    let updates = updates_until_final(&mut d2, &task).await;
+    let (last_sequence, last_text) = updates.last().cloned().unwrap_or_default();
+    assert_eq!(
+        last_text, logged,
+        "node 0 ended the turn with other text than node 1: {updates:?}"
+    );
+    assert_eq!(last_sequence, lost.sequence, "{updates:?}");
+    assert!(
+        updates.iter().all(|(_, text)| !text.contains("Third part")),
+        "node 0 logged what it wrote after its lease lapsed: {updates:?}"
+    );
+}
