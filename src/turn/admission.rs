@@ -298,6 +298,7 @@ impl Turns {
     /// Renews a running turn's lease; stops the turn when a cancel was requested from
     /// another node, or when the lease was lost. False when the turn must stop writing.
     pub async fn renew(&self, ticket: &TurnTicket) -> bool {
+        let _one = ticket.lease_clock.renewing().await;
         let asked = tokio::time::Instant::now();
         let lapsed = !ticket.lease_clock.holds();
         // The store lost the chat (Redis restarted empty): the turn holds it again. Had

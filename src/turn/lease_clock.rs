@@ -10,7 +10,7 @@
 use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
-use tokio::sync::Notify;
+use tokio::sync::{Mutex, MutexGuard, Notify};
 // tokio's clock (the std one outside a paused test runtime): tests can move it.
 use tokio::time::Instant;
 
@@ -22,6 +22,8 @@ pub struct LeaseClock {
     verdict: AtomicU8,
     /// Woken at every renewal and verdict.
     changed: Notify,
+    /// Held by the one renewal under way (see [`LeaseClock::renewing`]).
+    renewal: Mutex<()>,
 }
 
 /// Where the turn stands with the store, as the writer needs it.
@@ -52,9 +54,18 @@ impl LeaseClock {
             until: AtomicU64::new(0),
             verdict: AtomicU8::new(OPEN),
             changed: Notify::new(),
+            renewal: Mutex::new(()),
         };
         clock.renewed(clock.base, ttl);
         clock
+    }
+
+    /// Waits for the renewal under way to be done, and holds the next one: one at a time.
+    /// Two at once after a lapse (the lease keeper's and the end of the turn's) made the
+    /// store recreate a lost lease for one ("reclaimed": the turn ends as lost) and
+    /// simply renew it for the other, which, done first, let the writer go on meanwhile.
+    pub async fn renewing(&self) -> MutexGuard<'_, ()> {
+        self.renewal.lock().await
     }
 
     /// The store renewed the lease for `ttl`, asked at `asked`.

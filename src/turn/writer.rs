@@ -22,7 +22,7 @@ use chatd_protocol::{ChatId, MessageId, ServerMessage, TaskId};
 
 use dashmap::DashMap;
 use futures_util::FutureExt;
-use tokio::sync::{mpsc, oneshot, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
 
 use super::lease_clock::LeaseClock;
@@ -104,26 +104,6 @@ struct Written {
     /// What became of the turn's speculative main call, for the split first-token time
     /// (`chatd_turn_first_token_seconds{speculation}`); unset until the decision.
     speculation: Option<&'static str>,
-    /// A rewind is under way ([`TurnWriter::rewind`]): frames written meanwhile are dropped.
-    rewinding: bool,
-}
-
-/// What the flusher is given, in the writer's order. Not boxed: nearly every item is a
-/// frame, and a rewind happens once in a lost turn.
-#[allow(clippy::large_enum_variant)]
-enum ToLog {
-    Frame(Logged),
-    /// Drop the frames not logged yet and answer with the log's newest.
-    Rewind(oneshot::Sender<Tip>),
-}
-
-/// The newest frame the log took: its index, and the newest `ai_message_update`'s number
-/// and text.
-#[derive(Clone, Default)]
-struct Tip {
-    index: u64,
-    sequence: u64,
-    text: String,
 }
 
 /// A frame on its way to the log, then to this node's devices and the other nodes.
@@ -159,7 +139,7 @@ pub struct TurnWriter {
     /// To the flusher (a log outside this process); `None` when the log is in process
     /// and appends happen as frames are written. Unbounded, but a turn's frames are
     /// bounded by the turn itself.
-    log: Option<mpsc::UnboundedSender<ToLog>>,
+    log: Option<mpsc::UnboundedSender<Logged>>,
     /// The newest index the flusher has appended (or given up on).
     flushed: watch::Receiver<u64>,
 }
@@ -179,11 +159,7 @@ impl TurnWriter {
             None
         } else {
             let (tx, rx) = mpsc::unbounded_channel();
-            let tip = Tip {
-                index,
-                sequence,
-                text: String::new(),
-            };
+            let tip = flush::Tip::new(index, sequence);
             let flush = flush::flush(outlet.clone(), key.clone(), rx, flushed_tx, tip);
             outlet.tasks.spawn(flush);
             Some(tx)
@@ -199,7 +175,6 @@ impl TurnWriter {
                 text: String::new(),
                 first_chunk_from: None,
                 speculation: None,
-                rewinding: false,
             }),
             log,
             flushed,
@@ -247,9 +222,6 @@ impl TurnWriter {
     /// Numbers, delivers and logs one frame (the caller holds the lock). The frame is
     /// encoded once, for the devices and the log alike.
     fn write(&self, w: &mut Written, audience: Audience, msg: ServerMessage) {
-        if w.rewinding {
-            return;
-        }
         w.index += 1;
         let encoded = EncodedFrame::new(&msg);
         let entry = LogEntry::encode(&audience, &msg, encoded.text.as_str(), &w.text);
@@ -277,36 +249,14 @@ impl TurnWriter {
         // sees the turn the way its log tells it.
         let publish = self.outlet.delivery.has_peers();
         // The flusher is gone only at shutdown.
-        let _ = flusher.send(ToLog::Frame(Logged {
+        let _ = flusher.send(Logged {
             index: w.index,
             entry,
             audience,
             frame: encoded,
             msg,
             publish,
-        }));
-    }
-
-    /// Drops the frames the log has not taken and numbers the next after its newest, whose
-    /// answer text it returns (`None` with the log in this process, where every frame is
-    /// logged at once). A turn ending as lost ends so: with what its log held when another
-    /// node could have ended it from there (chaos: divergent `node_lost` texts).
-    pub async fn rewind(&self) -> Option<String> {
-        let flusher = self.log.as_ref()?;
-        let (tx, rx) = oneshot::channel();
-        {
-            let mut w = self.written();
-            w.rewinding = true;
-            let _ = flusher.send(ToLog::Rewind(tx));
-        }
-        let tip = rx.await.ok();
-        let mut w = self.written();
-        w.rewinding = false;
-        let tip = tip?;
-        w.index = tip.index;
-        w.sequence = tip.sequence;
-        w.text.clone_from(&tip.text);
-        Some(tip.text)
+        });
     }
 
     /// Waits until every frame written so far is in the log (so a resume that reads the

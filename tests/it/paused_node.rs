@@ -9,7 +9,9 @@ use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage};
 use chatd_test_harness::fake_llm::Gate;
 
 use crate::cluster::{Cluster, stall, task_of, updates_until, updates_until_final};
-use crate::support::{chat_id, collect_answer, user_message};
+use chatd_test_harness::process::wait_until;
+
+use crate::support::{chat_id, user_message};
 
 #[tokio::test]
 async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_text() {
@@ -45,15 +47,18 @@ async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_
     gate.release();
     c.node(0).resume().await.unwrap();
 
-    // Once node 0 let the chat go (the next message is answered), the turn's log tells a
-    // device that resumes it what node 1 told its devices: nothing past the logged text.
-    d1.send(&user_message(chat, "m2", "and then?")).await;
-    loop {
-        let (_, answer) = collect_answer(&mut d1).await;
-        if answer.user_message_id.as_str() == "m2" {
-            break;
+    // Once node 0 ended the turn, its log tells a device that resumes it what node 1 told
+    // its devices: nothing past the logged text.
+    let ended = r#"chatd_turns_total{outcome="error"} 1"#;
+    wait_until("node 0 ended the turn", || async {
+        let metrics = reqwest::get(c.node(0).http_url("/metrics")).await;
+        match metrics {
+            Ok(m) => m.text().await.is_ok_and(|m| m.contains(ended)),
+            Err(_) => false,
         }
-    }
+    })
+    .await
+    .unwrap();
     let mut d2 = c.connect(1, "carol").await;
     d2.send(&ClientMessage::ResumeAiTask(ResumeAiTask {
         chat_id: chat_id(chat),

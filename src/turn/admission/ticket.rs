@@ -114,9 +114,10 @@ impl TurnTicket {
     }
 
     /// The store lost the turn's lease while this node's had lapsed (see
-    /// [`Interruption::NodeLost`]): the turn ends now with `node_lost` and the text so far,
-    /// written like any ending (a device that had another node's `node_lost` drops it),
-    /// and writes nothing back.
+    /// [`Interruption::NodeLost`]): the turn stops now and writes nothing back; its writer
+    /// ends it with `node_lost` and the text its log held (see
+    /// [`super::super::lease_clock::LeaseClock`]; a device that had another node's
+    /// `node_lost` drops it).
     pub fn end_as_lost(&self) {
         self.flags.node_lost.store(true, Ordering::Release);
         self.flags.abandoned.store(true, Ordering::Release);

@@ -49,13 +49,10 @@ impl Turn<'_> {
         if !self.ticket.lease_clock.holds() {
             self.confirm_lease().await;
         }
-        // Lost while it had lapsed: the turn ends with what its log held, as another node
-        // may have ended it already (the frames written since are dropped).
+        // Lost while it had lapsed: the writer ended the turn with what its log held (as
+        // another node may have done) and takes no more of its frames.
         if self.ticket.interruption() == Interruption::NodeLost {
             outcome.interrupted = Some(Interruption::NodeLost);
-            if let Some(logged) = self.writer.rewind().await {
-                outcome.text = logged.into();
-            }
         }
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
         if answered {

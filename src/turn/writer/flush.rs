@@ -12,8 +12,9 @@
 //!
 //! While the turn's lease lapsed by this node's clock the frames wait too, logged nowhere,
 //! until the store's word ([`Standing`]): renewed, they go on; taken by another node, they
-//! are dropped like fenced ones; lost, they are dropped and the writer rewinds to the log's
-//! newest frame ([`super::TurnWriter::rewind`]) to end the turn from there.
+//! are dropped like fenced ones; lost (the store forgot the turn meanwhile), they are
+//! dropped and the flusher ends the turn with `node_lost` right after the log's newest
+//! frame ([`Tip`]), as another node may have done from that log; later frames are dropped.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -21,10 +22,11 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use super::super::lease_clock::Standing;
-use super::super::log::LogError;
+use super::super::log::{LogEntry, LogError};
 use super::super::store::{LogSlot, TurnStoreError};
-use super::{Logged, Outlet, Tip, ToLog, TurnKey};
+use super::{Logged, Outlet, TurnKey};
 use crate::delivery::Audience;
+use crate::delivery::frames::{self, Head, LostTurn};
 use crate::delivery::outbox::EncodedFrame;
 use chatd_protocol::ServerMessage;
 
@@ -39,7 +41,7 @@ const HOLD_AT_END: std::time::Duration = std::time::Duration::from_secs(30);
 pub(super) async fn flush(
     outlet: Arc<Outlet>,
     key: Arc<TurnKey>,
-    mut rx: mpsc::UnboundedReceiver<ToLog>,
+    mut rx: mpsc::UnboundedReceiver<Logged>,
     flushed: watch::Sender<u64>,
     tip: Tip,
 ) {
@@ -51,7 +53,7 @@ pub(super) async fn flush(
         waiting: VecDeque::new(),
         noted: false,
         held: false,
-        rewound: false,
+        ended: false,
         tip,
     };
     let mut batch = Vec::new();
@@ -72,17 +74,10 @@ pub(super) async fn flush(
                 continue;
             }
         }
-        for item in batch.drain(..) {
-            match item {
-                ToLog::Frame(l) => {
-                    let index = l.index;
-                    flusher.one(l).await;
-                    flushed.send_replace(index);
-                }
-                ToLog::Rewind(answer) => {
-                    let _ = answer.send(flusher.rewind());
-                }
-            }
+        for l in batch.drain(..) {
+            let index = l.index;
+            flusher.one(l).await;
+            flushed.send_replace(index);
         }
     }
     if let (Some(clock), true) = (&key.lease, flusher.held) {
@@ -116,16 +111,59 @@ struct Flusher<'a> {
     noted: bool,
     /// The waiting frames wait for the lease (it lapsed by this node's clock).
     held: bool,
-    /// The writer rewound after the lease was lost: its frames go on.
-    rewound: bool,
+    /// The turn ended here as lost ([`Flusher::end_as_lost`]): later frames are dropped.
+    ended: bool,
     /// The newest frame logged.
     tip: Tip,
+}
+
+/// What the log's newest frames say: the newest index, the newest `ai_message_update`'s
+/// number and text and whether it was final, and the model and category the typing frame
+/// named (what a `node_lost` ending after them needs).
+pub(super) struct Tip {
+    index: u64,
+    sequence: u64,
+    text: String,
+    finished: bool,
+    model_name: Option<String>,
+    category: Option<String>,
+}
+
+impl Tip {
+    /// After the log's `index` and `ai_message_update` number `sequence`.
+    pub(super) fn new(index: u64, sequence: u64) -> Self {
+        Tip {
+            index,
+            sequence,
+            text: String::new(),
+            finished: false,
+            model_name: None,
+            category: None,
+        }
+    }
+
+    /// The log took `msg` at `index`.
+    fn took(&mut self, index: u64, msg: &ServerMessage) {
+        self.index = index;
+        match msg {
+            ServerMessage::AiMessageUpdate(u) => {
+                self.sequence = u.sequence;
+                self.text.clone_from(&u.full_content_so_far);
+                self.finished = u.is_final_chunk;
+            }
+            ServerMessage::AiTypingStarted(t) => {
+                self.model_name = Some(t.model_name.clone());
+                self.category.clone_from(&t.category);
+            }
+            _ => {}
+        }
+    }
 }
 
 impl Flusher<'_> {
     /// One frame: after those waiting, into the log, then to the devices.
     async fn one(&mut self, l: Logged) {
-        if self.fenced {
+        if self.fenced || self.ended {
             return;
         }
         if self.waiting.len() >= MAX_WAITING {
@@ -135,25 +173,58 @@ impl Flusher<'_> {
         self.drain().await;
     }
 
-    /// Where the turn stands with the store (always held without a lease clock).
+    /// Where the turn stands with the store (always held without a lease clock; a loss
+    /// after the turn's end was logged, or after it ended as lost here, changes nothing).
     fn standing(&self) -> Standing {
         match self.key.lease.as_ref().map(|c| c.standing()) {
             None => Standing::Holds,
-            Some(Standing::Lost) if self.rewound => Standing::Holds,
+            Some(Standing::Lost) if self.tip.finished || self.ended => Standing::Holds,
             Some(standing) => standing,
         }
     }
 
-    /// Drops the frames not logged yet (the lease was lost) and tells the log's newest.
-    fn rewind(&mut self) -> Tip {
-        if !self.waiting.is_empty() {
-            let dropped = self.waiting.len();
-            tracing::info!(dropped, "the turn ends as lost after its logged frames");
-        }
+    /// Drops the frames not logged yet and queues the turn's `node_lost` ending after the
+    /// log's newest frame, the text it held (another node that found the lease expired
+    /// ended the turn so from that log, and the store has since forgotten that ending).
+    fn end_as_lost(&mut self) {
+        let dropped = self.waiting.len();
+        tracing::warn!(
+            dropped,
+            logged = self.tip.index,
+            "the store lost the turn while its lease had lapsed here; it ends as lost after its logged frames"
+        );
         self.waiting.clear();
-        self.held = false;
-        self.rewound = true;
-        self.tip.clone()
+        self.ended = true;
+        let (k, tip) = (self.key, &self.tip);
+        let lost = LostTurn {
+            head: Head {
+                chat_id: k.chat.clone(),
+                task_id: k.task.clone(),
+                user_message_id: k.message.clone(),
+                model_name: tip.model_name.clone(),
+                category: tip.category.clone(),
+            },
+            text: tip.text.clone(),
+        };
+        let publish = self.outlet.delivery.has_peers();
+        let mut text = tip.text.clone();
+        let ending = frames::node_lost(lost, tip.sequence + 1);
+        for (index, (audience, msg)) in (tip.index + 1..).zip(ending) {
+            let frame = EncodedFrame::new(&msg);
+            let entry = LogEntry::encode(&audience, &msg, frame.text.as_str(), &text);
+            if let ServerMessage::AiMessageUpdate(u) = &msg {
+                text.clone_from(&u.full_content_so_far);
+            }
+            let l = Logged {
+                index,
+                entry,
+                audience,
+                frame,
+                msg,
+                publish,
+            };
+            self.waiting.push_back(l);
+        }
     }
 
     /// Logs and hands on the waiting frames in order, until one cannot be logged (or the
@@ -173,10 +244,9 @@ impl Flusher<'_> {
                     self.waiting.clear();
                     return;
                 }
-                // Until the writer rewinds.
                 Standing::Lost => {
-                    self.waiting.clear();
-                    return;
+                    self.end_as_lost();
+                    continue;
                 }
             }
             match self.append(l.index, &l.entry).await {
@@ -196,11 +266,7 @@ impl Flusher<'_> {
                 return;
             };
             self.recent.keep(l.index, l.entry);
-            self.tip.index = l.index;
-            if let ServerMessage::AiMessageUpdate(u) = &l.msg {
-                self.tip.sequence = u.sequence;
-                self.tip.text.clone_from(&u.full_content_so_far);
-            }
+            self.tip.took(l.index, &l.msg);
             self.hand_on(l.index, l.audience, l.frame, l.msg, l.publish)
                 .await;
             if !self.noted {
