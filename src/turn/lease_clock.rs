@@ -96,6 +96,14 @@ impl LeaseClock {
         self.changed.notify_waiters();
     }
 
+    /// When the lease lapses by this node's clock, while the store has given no verdict
+    /// (after one, or once closed, there is nothing to keep to).
+    pub fn until(&self) -> Option<Instant> {
+        let open = self.verdict.load(Ordering::Acquire) == OPEN;
+        let until = Duration::from_millis(self.until.load(Ordering::Acquire));
+        open.then(|| self.base + until)
+    }
+
     /// Whether the lease still holds by this node's clock.
     pub fn holds(&self) -> bool {
         millis(self.base.elapsed()) < self.until.load(Ordering::Acquire)
@@ -157,6 +165,10 @@ mod tests {
         clock.renewed(Instant::now(), Duration::from_secs(60));
         clock.close();
         assert_eq!(clock.standing(), Standing::Lost, "a verdict stands");
+        assert_eq!(clock.until(), None, "no lapse to keep to after a verdict");
+        let open = LeaseClock::new(Duration::from_secs(60));
+        let until = open.until().map(|u| u.duration_since(open.base));
+        assert_eq!(until, Some(Duration::from_secs(60)));
         let closed = LeaseClock::new(Duration::ZERO);
         closed.close();
         assert_eq!(

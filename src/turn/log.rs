@@ -189,7 +189,9 @@ impl TurnLog {
     /// [`TurnLog::append`], tried again every [`APPEND_RETRY`] while the store cannot be
     /// reached, for at most [`APPEND_PATIENCE`] (a Redis restart, a connection cut for a
     /// moment): the log keeps every frame in order (the frames behind it wait), so devices
-    /// on other nodes can catch up from it. Fenced and gone are final.
+    /// on other nodes can catch up from it. Fenced and gone are final. Not tried again
+    /// after `until` (when the turn's lease lapses by this node's clock: an append that
+    /// went on trying took a frame into the log after another node had ended the turn).
     pub async fn append_patiently(
         &self,
         owner: &UserHash,
@@ -197,8 +199,10 @@ impl TurnLog {
         task: &TaskId,
         slot: LogSlot,
         plain: &[u8],
+        until: Option<tokio::time::Instant>,
     ) -> Result<u64, LogError> {
-        let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
+        let patience = tokio::time::Instant::now() + APPEND_PATIENCE;
+        let deadline = until.map_or(patience, |u| u.min(patience));
         loop {
             match self.append(owner, chat, task, slot, plain).await {
                 Err(LogError::Store(

@@ -6,6 +6,7 @@ use super::answer::Answered;
 use super::prepare::Ready;
 use super::{Settled, Turn};
 use crate::metrics::OutcomeLabel;
+use crate::turn::lease_clock::Standing;
 use std::sync::Arc;
 
 use crate::pipeline::preprocess::Preprocessed;
@@ -13,25 +14,27 @@ use crate::pipeline::{HistoryRole, Interruption, TurnContext, TurnEvent, TurnOut
 use crate::turn::compress::{self, CompressJob};
 use crate::turn::post::{PostJob, Reprocess, run_postprocessing};
 
-/// How long the end of a turn whose lease lapsed waits for the store to confirm it, and
-/// how often it asks meanwhile.
-const LEASE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
+/// How often the end of a turn whose lease lapsed asks the store to confirm it.
 const LEASE_RETRY: std::time::Duration = std::time::Duration::from_millis(100);
 
 impl Turn<'_> {
-    /// Renews a lapsed lease until the store answers (held, lost, or lost while it had
-    /// lapsed) or [`LEASE_PATIENCE`] passed: ending the turn on this node's word while the
+    /// Renews a lapsed lease until the store answers (held, taken, or lost while it had
+    /// lapsed), or the server shuts down: ending the turn on this node's word while the
     /// store cannot be reached let a node cut off Redis write its answer after another had
-    /// ended the turn with `node_lost` (chaos: divergent endings).
+    /// ended the turn with `node_lost` (chaos: divergent endings). Meanwhile the writer
+    /// holds the turn's frames; the chat's other messages wait, or another node takes the
+    /// turn over.
     async fn confirm_lease(&self) {
-        let deadline = tokio::time::Instant::now() + LEASE_PATIENCE;
+        let clock = &self.ticket.lease_clock;
         loop {
             self.deps.turns.renew(self.ticket).await;
-            let settled = self.ticket.lease_clock.holds() || self.ticket.cancel.is_cancelled();
-            if settled || tokio::time::Instant::now() >= deadline {
+            if clock.standing() != Standing::Lapsed || self.deps.shutdown.is_cancelled() {
                 return;
             }
-            tokio::time::sleep(LEASE_RETRY).await;
+            tokio::select! {
+                () = self.deps.shutdown.cancelled() => return,
+                () = tokio::time::sleep(LEASE_RETRY) => {}
+            }
         }
     }
 

@@ -334,7 +334,8 @@ impl Flusher<'_> {
     async fn put(&self, slot: LogSlot, entry: &[u8]) -> Result<(), LogError> {
         let k = self.key;
         let log = &self.outlet.log;
-        log.append_patiently(&k.owner, &k.chat, &k.task, slot, entry)
+        let until = k.lease.as_ref().and_then(|c| c.until());
+        log.append_patiently(&k.owner, &k.chat, &k.task, slot, entry, until)
             .await
             .map(drop)
     }
