@@ -275,9 +275,10 @@ impl Flusher<'_> {
         }
     }
 
-    /// Notes the turn among its owner's recent turns (once, and again after the store lost
-    /// its data), so a node whose bus link was down while the turn's frames went out finds
-    /// it and catches its devices up from the log. Nothing to note in embedded mode.
+    /// Notes the turn among its owner's recent turns (until it succeeded once, and again
+    /// after the store lost its data), so a node whose bus link was down while the turn's
+    /// frames went out finds it and catches its devices up from the log. Nothing to note
+    /// in embedded mode.
     async fn note(&mut self) {
         self.noted = true;
         let (k, log) = (self.key, &self.outlet.log);
@@ -286,6 +287,8 @@ impl Flusher<'_> {
         }
         let noted = (log.store()).note_turn(&k.owner, &k.chat, &k.task, log.keep);
         if let Err(e) = noted.await {
+            // Tried again after the next frame the log takes.
+            self.noted = false;
             tracing::debug!(error = %e, "cannot note a turn among its owner's recent ones");
         }
     }
