@@ -60,7 +60,6 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 Err(e) => tracing::warn!(error = %e, "unreadable control message"),
             },
             Received::Reconnected { down_since_ms } => {
-                tracing::info!("bus reconnected; devices here catch up from the turn logs");
                 catch_up(&deps, down_since_ms).await;
             }
         }
@@ -93,6 +92,8 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
         .collect()
         .await;
     let mut followed = Vec::new();
+    let noted_turns: usize = recent.values().map(Vec::len).sum();
+    let device_count = devices.len();
     for device in devices {
         let mut turns: Vec<(TaskId, ChatId)> = device.followed_turn().into_iter().collect();
         // A device that connected since the outage began missed nothing on this node.
@@ -112,6 +113,12 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
             }
         }
     }
+    tracing::info!(
+        devices = device_count,
+        noted_turns,
+        catch_ups = followed.len(),
+        "bus reconnected; devices here catch up from the turn logs"
+    );
     replay_missed(deps, followed);
 }
 
@@ -125,6 +132,7 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
     let deps = deps.clone();
     deps.tasks.clone().spawn(async move {
         let mut read: HashMap<TaskId, Option<Replay>> = HashMap::new();
+        let mut replayed = 0;
         for (device, task, chat) in followed {
             if !read.contains_key(&task) {
                 let log = read_log(&deps, &device.user_hash, &chat, &task).await;
@@ -134,9 +142,12 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
                 for (index, frame) in &replay.frames {
                     device.replay(&task, *index, frame);
                 }
+                replayed += replay.frames.len();
             }
             device.end_resume(&task);
         }
+        let unread = read.values().filter(|r| r.is_none()).count();
+        tracing::info!(replayed, unread, "caught up from the turn logs");
     });
 }
 

@@ -142,6 +142,9 @@ pub struct TurnWriter {
     log: Option<mpsc::UnboundedSender<Logged>>,
     /// The newest index the flusher has appended (or given up on).
     flushed: watch::Receiver<u64>,
+    /// The newest index the flusher has appended or dropped, with none before it waiting
+    /// (for the store, or for the lease's verdict).
+    settled: watch::Receiver<u64>,
 }
 
 impl TurnWriter {
@@ -154,13 +157,15 @@ impl TurnWriter {
     /// newest `index` and `ai_message_update` number `sequence`.
     pub fn continuing(outlet: Arc<Outlet>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
         let (flushed_tx, flushed) = watch::channel(index);
+        let (settled_tx, settled) = watch::channel(index);
         let key = Arc::new(key);
         let log = if outlet.log.in_process() {
             None
         } else {
             let (tx, rx) = mpsc::unbounded_channel();
             let tip = flush::Tip::new(index, sequence);
-            let flush = flush::flush(outlet.clone(), key.clone(), rx, flushed_tx, tip);
+            let progress = (flushed_tx, settled_tx);
+            let flush = flush::flush(outlet.clone(), key.clone(), rx, progress, tip);
             outlet.tasks.spawn(flush);
             Some(tx)
         };
@@ -178,6 +183,7 @@ impl TurnWriter {
             }),
             log,
             flushed,
+            settled,
         });
         outlet
             .writers
@@ -268,6 +274,18 @@ impl TurnWriter {
         let target = self.written().index;
         let mut flushed = self.flushed.clone();
         let _ = flushed.wait_for(|&f| f >= target).await;
+    }
+
+    /// Waits until every frame written so far is in the log or dropped for good: none waits
+    /// for the store or for the lease's verdict (the end of a turn: its lease is renewed
+    /// meanwhile, so a lapse gets its verdict).
+    pub async fn settled(&self) {
+        if self.log.is_none() {
+            return;
+        }
+        let target = self.written().index;
+        let mut settled = self.settled.clone();
+        let _ = settled.wait_for(|&s| s >= target).await;
     }
 
     /// The follow-up suggestions the turn's skills returned so far.

@@ -94,9 +94,13 @@ impl Turn<'_> {
             let run = run_postprocessing(self.deps.clone(), self.writer.clone(), job);
             app.tasks.spawn(run);
         }
-        // The turn's frames are out (logged and published) before the chat's next turn
-        // writes its own: devices on other nodes get them in turn order.
-        self.writer.flushed().await;
+        // The turn's frames are out (logged and published, or dropped at the store's word
+        // on a lapsed lease, which is renewed meanwhile) before the chat's next turn writes
+        // its own: devices on other nodes get them in turn order.
+        tokio::select! {
+            () = self.writer.settled() => {}
+            () = app.shutdown.cancelled() => {}
+        }
     }
 
     /// Starts compressing the chat's history on the turn tracker when it may have passed

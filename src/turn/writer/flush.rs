@@ -35,6 +35,8 @@ const RECENT_ENTRIES: usize = 256;
 const RECENT_BYTES: usize = 256 * 1024;
 /// The most frames that wait for a store that cannot be reached (the oldest are dropped).
 const MAX_WAITING: usize = 4096;
+/// How often frames the store could not take are tried again while nothing else comes.
+const WAITING_RETRY: std::time::Duration = std::time::Duration::from_millis(200);
 /// The longest the writer's last frames wait for a lapsed lease's verdict.
 const HOLD_AT_END: std::time::Duration = std::time::Duration::from_secs(30);
 
@@ -42,7 +44,7 @@ pub(super) async fn flush(
     outlet: Arc<Outlet>,
     key: Arc<TurnKey>,
     mut rx: mpsc::UnboundedReceiver<Logged>,
-    flushed: watch::Sender<u64>,
+    (flushed, settled): (watch::Sender<u64>, watch::Sender<u64>),
     tip: Tip,
 ) {
     let mut flusher = Flusher {
@@ -57,28 +59,31 @@ pub(super) async fn flush(
         tip,
     };
     let mut batch = Vec::new();
+    let mut received = flusher.tip.index;
     loop {
-        // Frames held for the lease go on (or are dropped) at the store's word.
+        // Frames held for the lease go on (or are dropped) at the store's word; frames the
+        // store could not take are tried again meanwhile.
         let (lease, held) = (key.lease.clone(), flusher.held);
-        let settled = async move {
+        let verdict = async move {
             match lease {
                 Some(clock) if held => clock.settled().await,
                 _ => std::future::pending().await,
             }
         };
+        let retry = !held && !flusher.waiting.is_empty();
         tokio::select! {
             // Frames queued meanwhile are taken together (one wake-up for a burst).
             n = rx.recv_many(&mut batch, 64) => if n == 0 { break },
-            _ = settled => {
-                flusher.drain().await;
-                continue;
-            }
+            _ = verdict => flusher.drain().await,
+            () = tokio::time::sleep(WAITING_RETRY), if retry => flusher.drain().await,
         }
         for l in batch.drain(..) {
-            let index = l.index;
+            received = l.index;
             flusher.one(l).await;
-            flushed.send_replace(index);
+            flushed.send_replace(received);
         }
+        let waiting = flusher.waiting.front().map(|l| l.index.saturating_sub(1));
+        settled.send_replace(waiting.unwrap_or(received).min(received));
     }
     if let (Some(clock), true) = (&key.lease, flusher.held) {
         // The turn's renewals close the clock when they end; this bounds a turn stopped
