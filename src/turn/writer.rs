@@ -15,6 +15,7 @@
 //! (admission as a follow-up message, [`super::follow_up`]).
 
 mod flush;
+mod recent;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
@@ -268,24 +269,24 @@ impl TurnWriter {
     /// Waits until every frame written so far is in the log (so a resume that reads the
     /// log misses nothing this node delivered before it).
     pub async fn flushed(&self) {
-        if self.log.is_none() {
-            return;
-        }
-        let target = self.written().index;
-        let mut flushed = self.flushed.clone();
-        let _ = flushed.wait_for(|&f| f >= target).await;
+        self.reached(&self.flushed).await;
     }
 
     /// Waits until every frame written so far is in the log or dropped for good: none waits
     /// for the store or for the lease's verdict (the end of a turn: its lease is renewed
     /// meanwhile, so a lapse gets its verdict).
     pub async fn settled(&self) {
+        self.reached(&self.settled).await;
+    }
+
+    /// Waits until the flusher's `progress` reached the newest frame written so far (at
+    /// once with the log in this process).
+    async fn reached(&self, progress: &watch::Receiver<u64>) {
         if self.log.is_none() {
             return;
         }
         let target = self.written().index;
-        let mut settled = self.settled.clone();
-        let _ = settled.wait_for(|&s| s >= target).await;
+        let _ = progress.clone().wait_for(|&p| p >= target).await;
     }
 
     /// The follow-up suggestions the turn's skills returned so far.

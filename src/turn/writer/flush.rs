@@ -24,15 +24,13 @@ use tokio::sync::{mpsc, watch};
 use super::super::lease_clock::Standing;
 use super::super::log::{LogEntry, LogError};
 use super::super::store::{LogSlot, TurnStoreError};
+use super::recent::Recent;
 use super::{Logged, Outlet, TurnKey};
 use crate::delivery::Audience;
 use crate::delivery::frames::{self, Head, LostTurn};
 use crate::delivery::outbox::EncodedFrame;
 use chatd_protocol::ServerMessage;
 
-/// The most entries, and bytes of them, a flusher keeps to refill its log.
-const RECENT_ENTRIES: usize = 256;
-const RECENT_BYTES: usize = 256 * 1024;
 /// The most frames that wait for a store that cannot be reached (the oldest are dropped).
 const MAX_WAITING: usize = 4096;
 /// How often frames the store could not take are tried again while nothing else comes.
@@ -346,53 +344,5 @@ impl Flusher<'_> {
         log.append_patiently(&k.owner, &k.chat, &k.task, slot, entry, until)
             .await
             .map(drop)
-    }
-}
-
-/// The newest entries appended, oldest first, within [`RECENT_ENTRIES`] and
-/// [`RECENT_BYTES`].
-#[derive(Default)]
-struct Recent {
-    entries: VecDeque<(u64, Vec<u8>)>,
-    bytes: usize,
-}
-
-impl Recent {
-    fn keep(&mut self, index: u64, entry: Vec<u8>) {
-        self.bytes += entry.len();
-        self.entries.push_back((index, entry));
-        while self.entries.len() > RECENT_ENTRIES || self.bytes > RECENT_BYTES {
-            match self.entries.pop_front() {
-                Some((_, e)) => self.bytes -= e.len(),
-                None => break,
-            }
-        }
-    }
-
-    /// The kept entries after index `last`, in order.
-    fn after(&self, last: u64) -> impl Iterator<Item = (u64, &[u8])> {
-        (self.entries.iter())
-            .filter(move |(i, _)| *i > last)
-            .map(|(i, e)| (*i, e.as_slice()))
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn recent_keeps_the_newest_within_its_bounds() {
-        let mut r = Recent::default();
-        for i in 1..=300u64 {
-            r.keep(i, vec![0; 10]);
-        }
-        let kept: Vec<u64> = r.after(0).map(|(i, _)| i).collect();
-        assert_eq!(kept.len(), RECENT_ENTRIES);
-        assert_eq!(kept.first(), Some(&45));
-        assert_eq!(r.after(298).count(), 2);
-        r.keep(301, vec![0; RECENT_BYTES]);
-        let kept: Vec<u64> = r.after(0).map(|(i, _)| i).collect();
-        assert_eq!(kept, [301], "one big entry pushes the rest out");
     }
 }

@@ -1,0 +1,56 @@
+//! A flusher's newest appended entries, to append again to a log that lost them (the store
+//! restarted from an older snapshot, or without its data).
+
+use std::collections::VecDeque;
+
+/// The most entries, and bytes of them, a flusher keeps to refill its log.
+const RECENT_ENTRIES: usize = 256;
+const RECENT_BYTES: usize = 256 * 1024;
+
+/// The newest entries appended, oldest first, within [`RECENT_ENTRIES`] and
+/// [`RECENT_BYTES`].
+#[derive(Default)]
+pub(super) struct Recent {
+    entries: VecDeque<(u64, Vec<u8>)>,
+    bytes: usize,
+}
+
+impl Recent {
+    pub(super) fn keep(&mut self, index: u64, entry: Vec<u8>) {
+        self.bytes += entry.len();
+        self.entries.push_back((index, entry));
+        while self.entries.len() > RECENT_ENTRIES || self.bytes > RECENT_BYTES {
+            match self.entries.pop_front() {
+                Some((_, e)) => self.bytes -= e.len(),
+                None => break,
+            }
+        }
+    }
+
+    /// The kept entries after index `last`, in order.
+    pub(super) fn after(&self, last: u64) -> impl Iterator<Item = (u64, &[u8])> {
+        (self.entries.iter())
+            .filter(move |(i, _)| *i > last)
+            .map(|(i, e)| (*i, e.as_slice()))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn recent_keeps_the_newest_within_its_bounds() {
+        let mut r = Recent::default();
+        for i in 1..=300u64 {
+            r.keep(i, vec![0; 10]);
+        }
+        let kept: Vec<u64> = r.after(0).map(|(i, _)| i).collect();
+        assert_eq!(kept.len(), RECENT_ENTRIES);
+        assert_eq!(kept.first(), Some(&45));
+        assert_eq!(r.after(298).count(), 2);
+        r.keep(301, vec![0; RECENT_BYTES]);
+        let kept: Vec<u64> = r.after(0).map(|(i, _)| i).collect();
+        assert_eq!(kept, [301], "one big entry pushes the rest out");
+    }
+}
