@@ -10,14 +10,10 @@ use std::time::Duration;
 use chatd_protocol::{AiMessageUpdate, ChatId, ServerMessage, TaskId};
 use serde::{Deserialize, Serialize};
 
+use super::store::patience::{Passing, patiently};
 use super::store::{LogSlot, TurnStore, TurnStoreError};
 use crate::crypto::{Keyring, OpenError, Purpose, SealError, UserHash};
 use crate::delivery::Audience;
-
-/// How long a frame waits for the log to be reachable again before it is skipped.
-pub const APPEND_PATIENCE: Duration = Duration::from_secs(5);
-/// How often a failed append is tried again meanwhile.
-const APPEND_RETRY: Duration = Duration::from_millis(50);
 
 /// One logged frame.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -115,6 +111,12 @@ pub enum LogError {
     Seal(#[from] SealError),
 }
 
+impl Passing for LogError {
+    fn passing(&self) -> bool {
+        matches!(self, Self::Store(e) if e.passing())
+    }
+}
+
 /// A log as read back: entries in order, opened.
 #[derive(Debug, Clone, Default)]
 pub struct Logged {
@@ -186,12 +188,11 @@ impl TurnLog {
             .await?)
     }
 
-    /// [`TurnLog::append`], tried again every [`APPEND_RETRY`] while the store cannot be
-    /// reached, for at most [`APPEND_PATIENCE`] (a Redis restart, a connection cut for a
-    /// moment): the log keeps every frame in order (the frames behind it wait), so devices
-    /// on other nodes can catch up from it. Fenced and gone are final. Not tried again
-    /// after `until` (when the turn's lease lapses by this node's clock: an append that
-    /// went on trying took a frame into the log after another node had ended the turn).
+    /// [`TurnLog::append`], tried again while the store cannot be reached for a moment
+    /// ([`patiently`]): the log keeps every frame in order (the frames behind it wait), so
+    /// devices on other nodes can catch up from it. Fenced and gone are final. Not tried
+    /// again after `until` (when the turn's lease lapses by this node's clock: an append
+    /// that went on trying took a frame into the log after another node had ended the turn).
     pub async fn append_patiently(
         &self,
         owner: &UserHash,
@@ -201,18 +202,7 @@ impl TurnLog {
         plain: &[u8],
         until: Option<tokio::time::Instant>,
     ) -> Result<u64, LogError> {
-        let patience = tokio::time::Instant::now() + APPEND_PATIENCE;
-        let deadline = until.map_or(patience, |u| u.min(patience));
-        loop {
-            match self.append(owner, chat, task, slot, plain).await {
-                Err(LogError::Store(
-                    TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_),
-                )) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(APPEND_RETRY).await;
-                }
-                done => return done,
-            }
-        }
+        patiently(until, || self.append(owner, chat, task, slot, plain)).await
     }
 
     /// The whole log, opened with `owner`'s key; `None` when there is no log, or an entry
@@ -254,26 +244,15 @@ impl TurnLog {
         }))
     }
 
-    /// [`TurnLog::read`], tried again every [`APPEND_RETRY`] while the store cannot be
-    /// reached, for at most [`APPEND_PATIENCE`] (the first commands after a Redis restart or
-    /// a cut connection may fail while the connection comes back).
+    /// [`TurnLog::read`], tried again while the store cannot be reached for a moment
+    /// ([`patiently`]).
     pub async fn read_patiently(
         &self,
         owner: &UserHash,
         chat: &ChatId,
         task: &TaskId,
     ) -> Result<Option<Logged>, LogError> {
-        let deadline = tokio::time::Instant::now() + APPEND_PATIENCE;
-        loop {
-            match self.read(owner, chat, task).await {
-                Err(LogError::Store(
-                    TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_),
-                )) if tokio::time::Instant::now() < deadline => {
-                    tokio::time::sleep(APPEND_RETRY).await;
-                }
-                done => return done,
-            }
-        }
+        patiently(None, || self.read(owner, chat, task)).await
     }
 
     /// Ends the log (refused with `Fenced` when another node took the turn over).

@@ -12,7 +12,8 @@ use tokio::sync::mpsc;
 
 use super::deps::TurnDeps;
 use super::log::{self, Replay};
-use super::store::{CancelReason, TurnStore, TurnStoreError};
+use super::store::CancelReason;
+use super::store::patience::patiently;
 use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
 use crate::delivery::{Device, Inbound, NodeControl};
@@ -24,8 +25,6 @@ const CATCH_UP_MARGIN: Duration = Duration::from_secs(60);
 const CATCH_UP_TURNS: usize = 4;
 /// Users whose recent turns are read at once after an outage.
 const CATCH_UP_READS: usize = 32;
-/// How often a read the store could not answer is tried again.
-const READ_RETRY: Duration = Duration::from_millis(50);
 
 /// Handles what the bus delivers until shutdown or until the bus is gone.
 pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
@@ -81,7 +80,9 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
     let store = deps.outlet.log.store();
     let recent: HashMap<UserHash, Vec<(ChatId, TaskId)>> = futures_util::stream::iter(users)
         .map(|user| async move {
-            let turns = match recent_turns(store.as_ref(), &user, since).await {
+            // Read again while the store's connection comes back: the bus can be back first,
+            // right after a Redis restart (one catch-up read none).
+            let turns = match patiently(None, || store.recent_turns(&user, since)).await {
                 Ok(t) => t,
                 Err(e) => {
                     tracing::warn!(error = %e, "cannot list a user's recent turns to catch up");
@@ -122,26 +123,6 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
         "bus reconnected; devices here catch up from the turn logs"
     );
     replay_missed(deps, followed);
-}
-
-/// The user's turns noted since `since_ms`, read again while the store's connection comes
-/// back (the bus can be back first, right after a Redis restart: one catch-up read none).
-async fn recent_turns(
-    store: &dyn TurnStore,
-    user: &UserHash,
-    since_ms: i64,
-) -> Result<Vec<(ChatId, TaskId)>, TurnStoreError> {
-    let deadline = tokio::time::Instant::now() + log::APPEND_PATIENCE;
-    loop {
-        match store.recent_turns(user, since_ms).await {
-            Err(TurnStoreError::Unavailable(_) | TurnStoreError::Timeout(_))
-                if tokio::time::Instant::now() < deadline =>
-            {
-                tokio::time::sleep(READ_RETRY).await;
-            }
-            done => return done,
-        }
-    }
 }
 
 /// Devices that hold the live frames of a turn get what they missed of it from the turn's

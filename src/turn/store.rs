@@ -11,6 +11,7 @@
 //! they came. Nothing here knows the wire protocol.
 
 pub mod memory;
+pub mod patience;
 pub mod redis;
 
 use std::time::Duration;

@@ -3,10 +3,10 @@
 //! it (so a device here, or there after reading the log, misses nothing and sees nothing
 //! the log lacks); it ends the log when the writer is gone.
 //!
-//! A frame the store cannot take (after [`super::super::log::APPEND_PATIENCE`]) waits, with
-//! the frames behind it, for the next try (the next frame, or the end); a fenced append
-//! stops the turn's output (the turn belongs to another generation, whose log tells the
-//! devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
+//! A frame the store cannot take (after [`super::super::store::patience::PATIENCE`])
+//! waits, with the frames behind it, for the next try (the next frame, a retry while none
+//! comes, or the end); a fenced append stops the turn's output (the turn belongs to
+//! another generation, whose log tells the devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
 //! lost some (Redis came back from an older snapshot, or without its data) refuses the next
 //! append as `Behind`, and gets them again before it.
 //!
