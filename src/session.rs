@@ -14,6 +14,7 @@ mod paging;
 mod persist;
 mod resume;
 mod routine;
+mod seen;
 mod sync;
 mod sync_worker;
 

@@ -1,22 +1,23 @@
 //! A user message (`chat_message_added`): its shape, the chat's owner (the store, or the
 //! first writer's claim for a chat no client stored yet), its place in the chat's
-//! `messages_v`, the confirmation to every device and the relay to the others, then the
-//! turn that answers it (started here, or queued behind the running one on any node).
+//! `messages_v`, the turn that answers it (started here, or queued behind the running one
+//! on any node), and once the turns hold it the confirmation to every device and the relay
+//! to the others.
 
 use chatd_protocol::{
     AiTaskInitiated, ChatId, ChatMessageAdded, ChatMessageConfirmed, ErrorCode, ErrorPayload,
     MessageId, MessageQueued, NewChatMessage, Role, ServerMessage, UserMessage,
 };
 
+use super::seen::Seen;
 use super::{MAX_CONTENT_BYTES, Session};
-use crate::cache::ai::MessageSeen;
 use crate::delivery::Audience;
 use crate::store::StoreError;
 use crate::turn::{self, Admission, Inbound, MessageOptions};
 
 impl Session {
     /// A user message: claimed in the store (which owns the chat and its `messages_v`),
-    /// confirmed to every device, relayed to the others, then answered or queued.
+    /// answered or queued, and meanwhile confirmed to every device, relayed to the others.
     pub(super) async fn chat_message_added(&self, mut m: ChatMessageAdded) {
         // Duplicated and incognito chats send their history at the top level.
         m.take_history_into_message();
@@ -29,7 +30,7 @@ impl Session {
             return;
         };
         self.device.set_active_chat(Some(m.chat_id.clone()));
-        self.announce(&m.chat_id, &msg, &count, m.encrypted_chat_key.as_deref());
+        let announced = announcement(&m.chat_id, &msg, &count, m.encrypted_chat_key.as_deref());
         let message_id = msg.message_id.clone();
         let inbound = Inbound {
             message: msg,
@@ -39,7 +40,7 @@ impl Session {
             history_requested: count.asked,
             options,
         };
-        self.admit(m.chat_id, message_id, inbound).await;
+        self.admit(m.chat_id, message_id, inbound, announced).await;
     }
 
     /// An error answering the message (named by chat and id, so every device can tell
@@ -87,47 +88,27 @@ impl Session {
         true
     }
 
-    /// `chat_message_confirmed` to every device and, unless it is a re-send, the message
-    /// to the others.
-    fn announce(
-        &self,
-        chat: &ChatId,
-        msg: &UserMessage,
-        count: &Counted,
-        encrypted_chat_key: Option<&str>,
-    ) {
-        let messages_v = count.messages_v;
-        let last_edited = count.last_edited.max(msg.created_at);
-        let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
-            chat_id: chat.clone(),
-            message_id: msg.message_id.clone(),
-            temp_id: msg.temp_id.clone(),
-            new_messages_v: messages_v,
-            new_last_edited_overall_timestamp: last_edited,
-        });
-        self.broadcast(Audience::All, &confirmed);
-        // A re-send (the answer to `request_chat_history` or `request_chat_embeds`): the
-        // other devices have the message already.
-        if !count.resend {
-            let new = ServerMessage::NewChatMessage(NewChatMessage {
-                chat_id: chat.clone(),
-                message_id: msg.message_id.clone(),
-                role: Role::User,
-                sender_name: msg.sender_name.clone(),
-                content: msg.content.clone(),
-                created_at: msg.created_at,
-                messages_v,
-                last_edited_overall_timestamp: last_edited,
-                encrypted_chat_key: encrypted_chat_key.map(String::from),
-            });
-            self.broadcast(Audience::AllExcept(self.device.conn_id), &new);
+    /// What tells the devices the message was taken (once the chat's turns hold it).
+    fn announce(&self, announced: Announcement) {
+        self.broadcast(Audience::All, &announced.confirmed);
+        if let Some(new) = &announced.relayed {
+            self.broadcast(Audience::AllExcept(self.device.conn_id), new);
         }
     }
 
     /// Hands the message to the chat's turns: answered now (a turn starts), queued behind
     /// the running answer, or refused (when the turns fail or the queue is full, its id is
     /// released so it may be sent again; a chat that is another user's is `forbidden`).
-    async fn admit(&self, chat: ChatId, message_id: MessageId, inbound: Inbound) {
+    /// The devices learn it was taken (`announced`) only once the turn store holds it: a
+    /// node that stops before that leaves the message unconfirmed, and the client sends it
+    /// again (taken as a re-send) instead of waiting for an answer no node will give.
+    async fn admit(
+        &self,
+        chat: ChatId,
+        message_id: MessageId,
+        inbound: Inbound,
+        announced: Announcement,
+    ) {
         let user = &self.device.user;
         let turns = &self.app.turns;
         let admission = match turns
@@ -145,6 +126,12 @@ impl Session {
                 return self.reply(ServerMessage::Error(p));
             }
         };
+        if matches!(
+            admission,
+            Admission::Start(_) | Admission::Queued { .. } | Admission::Running { .. }
+        ) {
+            self.announce(announced);
+        }
         match admission {
             Admission::Start(ticket) => {
                 turn::spawn(self.app.turn.clone(), user.clone(), chat, *ticket)
@@ -269,90 +256,44 @@ impl Session {
     }
 }
 
-impl Session {
-    /// A message id this user sent in this chat before is not answered again: the sender
-    /// gets `chat_message_confirmed` (its copy arrived; a client that re-sends after a
-    /// lost confirmation is satisfied) and nothing else happens. A re-send after
-    /// `request_chat_history` or `request_chat_embeds`, or one that carries the history, is
-    /// no duplicate until the message was answered (and is not counted again). The cache
-    /// down: the message is taken as new (availability first).
-    async fn seen(
-        &self,
-        chat: &chatd_protocol::ChatId,
-        msg: &chatd_protocol::UserMessage,
-        stored: Option<&chatd_protocol::ChatVersions>,
-    ) -> Seen {
-        let cache = &self.app.ai_cache;
-        let owner = &self.device.user_hash;
-        let seen = match cache.claim_message(owner, chat, &msg.message_id).await {
-            Ok(seen) => seen,
-            Err(e) => {
-                tracing::warn!(error = %e, "cannot check the message id; taking the message");
-                return Seen::New;
-            }
-        };
-        let seen = match seen {
-            MessageSeen::New => Seen::New,
-            MessageSeen::AwaitingHistory => Seen::Resend { asked: true },
-            // Not answered yet: its turn runs, or waits, or never started (its node stopped
-            // between taking the id and admitting it). Admission tells which (and starts it
-            // in the last case); nothing is answered twice.
-            MessageSeen::Sent => Seen::Resend { asked: false },
-            MessageSeen::Answered => Seen::Duplicate,
-        };
-        let plain_copy = seen != Seen::New && msg.message_history.is_none();
-        if plain_copy && self.reused(chat, msg).await {
-            let mut p = ErrorPayload::new(
-                ErrorCode::MessageIdReused,
-                "this message id belongs to another message of the chat; a new message needs a new id",
-            );
-            p.chat_id = Some(chat.clone());
-            p.message_id = Some(msg.message_id.clone());
-            self.reply(ServerMessage::Error(p));
-            return Seen::Duplicate;
-        } else if seen == Seen::Duplicate {
-            let messages_v = match cache.messages_v(owner, chat).await {
-                Ok(Some(v)) => v,
-                _ => stored.map_or(0, |v| v.messages_v),
-            };
-            self.reply(ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
-                chat_id: chat.clone(),
-                message_id: msg.message_id.clone(),
-                temp_id: msg.temp_id.clone(),
-                new_messages_v: messages_v,
-                new_last_edited_overall_timestamp: stored
-                    .map_or(msg.created_at, |v| v.last_edited_overall_timestamp),
-            }));
-        }
-        seen
-    }
+/// `chat_message_confirmed` for every device and, unless it is a re-send, the message
+/// for the others.
+struct Announcement {
+    confirmed: ServerMessage,
+    relayed: Option<ServerMessage>,
+}
 
-    /// The id is the chat's, but the content is not the message the AI cache holds under
-    /// it (checked only for ids seen before, and only while the cache holds the chat).
-    async fn reused(
-        &self,
-        chat: &chatd_protocol::ChatId,
-        msg: &chatd_protocol::UserMessage,
-    ) -> bool {
-        let loaded = self.app.ai_cache.load(&self.device.user_hash, chat).await;
-        let Ok(crate::cache::ai::Loaded::Present { messages, .. }) = loaded else {
-            return false;
-        };
-        messages
-            .iter()
-            .any(|m| m.message_id == msg.message_id && m.content != msg.content)
-    }
-
-    /// The message was not taken (the turn store refused it): it may be sent again.
-    async fn release(&self, chat: &chatd_protocol::ChatId, message: &chatd_protocol::MessageId) {
-        let cache = &self.app.ai_cache;
-        if let Err(e) = cache
-            .release_message(&self.device.user_hash, chat, message)
-            .await
-        {
-            tracing::warn!(error = %e, "cannot release a message id");
-        }
-    }
+fn announcement(
+    chat: &ChatId,
+    msg: &UserMessage,
+    count: &Counted,
+    encrypted_chat_key: Option<&str>,
+) -> Announcement {
+    let messages_v = count.messages_v;
+    let last_edited = count.last_edited.max(msg.created_at);
+    let confirmed = ServerMessage::ChatMessageConfirmed(ChatMessageConfirmed {
+        chat_id: chat.clone(),
+        message_id: msg.message_id.clone(),
+        temp_id: msg.temp_id.clone(),
+        new_messages_v: messages_v,
+        new_last_edited_overall_timestamp: last_edited,
+    });
+    // A re-send (the answer to `request_chat_history` or `request_chat_embeds`): the
+    // other devices have the message already.
+    let relayed = (!count.resend).then(|| {
+        ServerMessage::NewChatMessage(NewChatMessage {
+            chat_id: chat.clone(),
+            message_id: msg.message_id.clone(),
+            role: Role::User,
+            sender_name: msg.sender_name.clone(),
+            content: msg.content.clone(),
+            created_at: msg.created_at,
+            messages_v,
+            last_edited_overall_timestamp: last_edited,
+            encrypted_chat_key: encrypted_chat_key.map(String::from),
+        })
+    });
+    Announcement { confirmed, relayed }
 }
 
 /// A user message's place in its chat.
@@ -365,19 +306,6 @@ struct Counted {
     resend: bool,
     /// The server asked for this message's history or embeds (on any node).
     asked: bool,
-}
-
-/// What the chat's record of message ids says of a message.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Seen {
-    New,
-    /// Sent before and not answered: the answer to a history or embeds request (`asked`),
-    /// or a copy that carries the history.
-    Resend {
-        asked: bool,
-    },
-    /// Sent (or answered) before: acknowledged, nothing else.
-    Duplicate,
 }
 
 /// Shape checks of a re-sent history that need no state. Every role is accepted (the
