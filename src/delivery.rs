@@ -36,6 +36,10 @@ pub enum Envelope {
         audience: Audience,
         turn: Option<(TaskId, u64)>,
         frame: Box<ServerMessage>,
+        /// A turn frame its node appended again to a log the store lost (for devices that
+        /// follow the turn only).
+        #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+        again: bool,
     },
     /// `cancel_skill` from a device on `origin`, for the node that runs the skill.
     CancelSkill {
@@ -145,19 +149,21 @@ impl Delivery {
                     audience,
                     turn: None,
                     frame: Box::new(msg.clone()),
+                    again: false,
                 },
             );
         }
     }
 
-    /// Publishes a turn's frame to the other nodes (after it is in the turn's log).
+    /// Publishes a turn's frame to the other nodes (after it is in the turn's log);
+    /// `again` when it was appended again to a log the store lost after the turn ended.
     pub async fn publish_turn(
         &self,
         user: &UserHash,
         audience: Audience,
-        task: &TaskId,
-        index: u64,
+        (task, index): (&TaskId, u64),
         msg: ServerMessage,
+        again: bool,
     ) {
         let Some(link) = &self.link else {
             return;
@@ -167,6 +173,7 @@ impl Delivery {
             audience,
             turn: Some((task.clone(), index)),
             frame: Box::new(msg),
+            again,
         };
         if let Err(e) = publish(&link.bus, &link.keyring, user, &envelope).await {
             tracing::debug!(error = %e, "a turn frame did not reach the bus");
@@ -271,11 +278,18 @@ impl Delivery {
                 audience,
                 turn: Some((task, index)),
                 frame,
+                again,
                 ..
             } => {
                 let encoded = outbox::EncodedFrame::new(frame);
-                let hub = &self.hub;
-                let devices = hub.send_turn_from_peer(user, audience, task, *index, encoded, frame);
+                let turn = (task, *index);
+                let devices = (self.hub).send_turn_minding_gaps(
+                    user,
+                    audience,
+                    turn,
+                    (encoded, frame),
+                    *again,
+                );
                 let chat = match &**frame {
                     ServerMessage::AiMessageUpdate(u) if !devices.is_empty() => u.chat_id.clone(),
                     _ => return None,

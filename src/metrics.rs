@@ -38,6 +38,10 @@ pub struct Metrics {
     pub lost_turns: Counter,
     /// Answers generated again after postprocessing judged them harmful.
     pub reprocessed_answers: Counter,
+    /// Logs of turns ended here appended again after the store lost them.
+    pub turn_logs_refilled: Counter,
+    /// Logs of turns ended here kept to append again (see `turn::writer::ended`).
+    pub turn_logs_kept: Gauge,
     pub turn_seconds: Histogram,
     pub ttft_seconds: Histogram,
     pub history_requests: Family<ReasonLabel, Counter>,
@@ -94,6 +98,8 @@ impl Metrics {
             turns: Family::default(),
             lost_turns: Counter::default(),
             reprocessed_answers: Counter::default(),
+            turn_logs_refilled: Counter::default(),
+            turn_logs_kept: Gauge::default(),
             turn_seconds: Histogram::new(exponential_buckets(0.005, 2.0, 16)),
             ttft_seconds: Histogram::new(exponential_buckets(0.0001, 2.0, 18)),
             history_requests: Family::default(),
@@ -180,6 +186,16 @@ impl Metrics {
             "reprocessed_answers",
             "Answers generated again and replaced after postprocessing judged them harmful",
             self.reprocessed_answers.clone(),
+        );
+        r.register(
+            "turn_logs_refilled",
+            "Logs of turns ended here appended again after the store lost them",
+            self.turn_logs_refilled.clone(),
+        );
+        r.register(
+            "turn_logs_kept",
+            "Logs of turns ended here kept to append again if the store loses them",
+            self.turn_logs_kept.clone(),
         );
         r.register(
             "turn_duration_seconds",

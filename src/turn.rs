@@ -10,6 +10,7 @@ pub mod log;
 pub mod node;
 mod post;
 pub mod reaper;
+pub mod rejoin;
 mod report;
 mod routine;
 mod run;

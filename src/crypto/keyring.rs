@@ -267,7 +267,8 @@ impl Keyring {
     }
 
     /// Writes the current key's wrapped copy again when it was last written
-    /// [`REWRITE_EVERY`] ago (best effort: a store that is down is retried next time).
+    /// [`REWRITE_EVERY`] ago (best effort: a store that is down is tried again at the next
+    /// seal).
     async fn rewrite_if_due(&self, user: &UserHash, k: &CachedKey) {
         let Some(wrapped) = &k.wrapped else {
             return;
@@ -287,7 +288,12 @@ impl Keyring {
             .backend
             .put_wrapped(&name, wrapped.as_bytes().to_vec(), WRAPPED_KEY_TTL);
         if let Err(e) = put.await {
-            tracing::debug!(error = %e, "cannot rewrite a wrapped data key");
+            tracing::debug!(error = %e, "cannot rewrite a wrapped data key; tried again when next used");
+            if let Some(due) = Instant::now().checked_sub(REWRITE_EVERY) {
+                *k.written
+                    .lock()
+                    .unwrap_or_else(std::sync::PoisonError::into_inner) = due;
+            }
         }
     }
 
@@ -363,6 +369,20 @@ impl Keyring {
         };
         aead::open(&key.key, &aad(user, scope, purpose, &key_id), body)
             .map_err(|_| OpenError::Failed)
+    }
+
+    /// The store of wrapped keys may have lost them (it restarted): each current key's
+    /// wrapped copy is written again the next time it seals, before the value it seals
+    /// reaches the store (another node can then open that value).
+    pub fn rewrite_when_used(&self) {
+        let Some(due) = Instant::now().checked_sub(REWRITE_EVERY) else {
+            return;
+        };
+        for k in self.current.iter() {
+            *k.written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = due;
+        }
     }
 
     /// Forgets every cached data key (tests, and a future key-rotation hook).

@@ -7,7 +7,7 @@
 //! after the task's final one (see `position`). While it resumes a task,
 //! live frames of that task wait in its buffer until the replay from the log is done. A
 //! frame from another node that skips an update the device never had starts such a wait
-//! too ([`Hub::send_turn_from_peer`]: the caller catches the device up from the log).
+//! too ([`Hub::send_turn_minding_gaps`]: the caller catches the device up from the log).
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
@@ -150,6 +150,20 @@ impl Device {
         true
     }
 
+    /// The `sequence` of the newest update of `task` the device had (0: none).
+    pub fn sequence_in(&self, task: &TaskId) -> u64 {
+        let turns = self.positions();
+        turns
+            .iter()
+            .find(|p| &p.task == task)
+            .map_or(0, |p| p.sequence)
+    }
+
+    /// Whether the device has a position in `task` (it had frames of it, or catches up).
+    pub fn follows(&self, task: &TaskId) -> bool {
+        self.positions().iter().any(|p| &p.task == task)
+    }
+
     /// The newest turn this device receives frames of, and its chat (what a catch-up from
     /// the log after a bus outage reads).
     pub fn followed_turn(&self) -> Option<(TaskId, ChatId)> {
@@ -192,8 +206,28 @@ impl Device {
 
     /// Ends a resume: the held live frames newer than the replay go out, in order.
     pub fn end_resume(&self, task: &TaskId) {
+        self.release_held(task, false);
+    }
+
+    /// [`Device::end_resume`] unless the first held update the device has not had skips
+    /// one (the log it replayed had lost its tail, which the node running the turn logs
+    /// again before its next frame): then it goes on holding and returns false, for the
+    /// caller to replay the log again.
+    pub fn end_resume_if_whole(&self, task: &TaskId) -> bool {
+        self.release_held(task, true)
+    }
+
+    fn release_held(&self, task: &TaskId, whole_only: bool) -> bool {
         let mut turns = self.positions();
         let pos = position(&mut turns, task);
+        if whole_only && pos.sequence > 0 {
+            let next = (pos.held.iter().flatten())
+                .filter(|(index, _, msg)| pos.takes(*index, msg))
+                .find_map(|(_, _, msg)| update_sequence(msg));
+            if next.is_some_and(|s| s > pos.sequence + 1) {
+                return false;
+            }
+        }
         let held = pos.held.take().unwrap_or_default();
         let mut out = Vec::new();
         for (index, frame, msg) in held {
@@ -206,6 +240,7 @@ impl Device {
         for (frame, msg) in out {
             self.outbox.send_encoded(frame, &msg);
         }
+        true
     }
 }
 
@@ -309,37 +344,29 @@ impl Hub {
         frame: EncodedFrame,
         msg: &ServerMessage,
     ) {
-        self.deliver_turn(user, audience, (task, index), frame, msg, false);
+        for d in self.devices(user).iter().filter(|d| audience.includes(d)) {
+            d.send_turn(task, index, frame.clone(), msg, false);
+        }
     }
 
-    /// [`Hub::send_turn`] for a frame from another node: the devices it would reach past
-    /// an update they have not had (frames lost on the way, e.g. while Redis restarted)
-    /// hold the turn's frames from it on and are returned, for a catch-up from the log.
-    pub fn send_turn_from_peer(
-        &self,
-        user: &UserHash,
-        audience: &Audience,
-        task: &TaskId,
-        index: u64,
-        frame: EncodedFrame,
-        msg: &ServerMessage,
-    ) -> Vec<Arc<Device>> {
-        self.deliver_turn(user, audience, (task, index), frame, msg, true)
-    }
-
-    /// The devices that started holding the turn (none without `hold_gaps`).
-    fn deliver_turn(
+    /// [`Hub::send_turn`] for a logged frame (another node's, or this node's flusher's):
+    /// the devices it would reach past an update they have not had (frames lost on the
+    /// way, or a log read before the store got back entries it had lost) hold the turn's
+    /// frames from it on and are returned, for a catch-up that ends the hold.
+    /// A frame sent `again` (its node appended it again to a log the store lost, after the
+    /// turn ended) reaches only devices that follow the turn: ones that missed its end,
+    /// not ones that connected since or forgot it.
+    pub fn send_turn_minding_gaps(
         &self,
         user: &UserHash,
         audience: &Audience,
         (task, index): (&TaskId, u64),
-        frame: EncodedFrame,
-        msg: &ServerMessage,
-        hold_gaps: bool,
+        (frame, msg): (EncodedFrame, &ServerMessage),
+        again: bool,
     ) -> Vec<Arc<Device>> {
         (self.devices(user).into_iter())
-            .filter(|d| audience.includes(d))
-            .filter(|d| d.send_turn(task, index, frame.clone(), msg, hold_gaps))
+            .filter(|d| audience.includes(d) && (!again || d.follows(task)))
+            .filter(|d| d.send_turn(task, index, frame.clone(), msg, true))
             .collect()
     }
 }

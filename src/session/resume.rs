@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use super::Session;
 use crate::turn::log::{self, Logged};
+use crate::turn::rejoin;
 
 /// How long a resume waits for another node's log to reach the device's position.
 const LOG_CATCH_UP: Duration = Duration::from_millis(500);
@@ -35,7 +36,7 @@ impl Session {
             self.device.drop_turn(&m.task_id);
         }
         self.reply(ServerMessage::AiTaskResumed(AiTaskResumed {
-            chat_id: m.chat_id,
+            chat_id: m.chat_id.clone(),
             task_id: m.task_id.clone(),
             recovered: replayed.is_some(),
         }));
@@ -48,7 +49,8 @@ impl Session {
                 self.device.replay(&m.task_id, index, &frame);
             }
         }
-        self.device.end_resume(&m.task_id);
+        let again = || self.read_log(&m.chat_id, &m.task_id);
+        rejoin::release_when_whole(&self.device, &m.task_id, again).await;
     }
 
     /// Sends the new connection every answer no device has stored yet.
@@ -70,26 +72,37 @@ impl Session {
         }
     }
 
-    /// The device now shows `chat`: if a turn of it runs on this node, the typing frame
-    /// and the answer so far go out at once, then its live frames.
+    /// The device now shows `chat`: if a turn of it runs, the typing frame and the answer
+    /// so far go out at once (to a device that had updates of it: the ones it missed), then
+    /// its live frames.
     pub(super) async fn catch_up(&self, chat: &ChatId) {
         let Some(task) = self.app.turns.active_task(&self.device.user, chat).await else {
             return;
         };
         // What this device already had of the turn is not sent again (nor anything while
         // a resume of it is under way, or after its end).
+        let followed = self.device.sequence_in(&task) > 0;
         if !self.device.begin_catch_up(&task) {
             return;
         }
         let Some(read) = self.read_log(chat, &task).await else {
             return self.device.end_resume(&task);
         };
-        let (frames, last) = log::latest(&read);
+        // A device that had updates of the turn (it showed the chat before) gets the ones
+        // it missed, in order; one that had none, the newest at once.
+        let (frames, last) = match followed {
+            true => (
+                log::replay(&read, 0).map(|r| r.frames).unwrap_or_default(),
+                0,
+            ),
+            false => log::latest(&read),
+        };
         for (index, frame) in frames {
             self.device.replay(&task, index, &frame);
         }
         self.device.skip_to(&task, last, 0);
-        self.device.end_resume(&task);
+        let again = || self.read_log(chat, &task);
+        rejoin::release_when_whole(&self.device, &task, again).await;
     }
 
     /// [`Session::read_log`], read again while the device is ahead of the log (it had a

@@ -112,8 +112,12 @@ pub enum LogError {
 }
 
 impl Passing for LogError {
+    /// The turn store, or the store of wrapped keys (the same Redis), coming back.
     fn passing(&self) -> bool {
-        matches!(self, Self::Store(e) if e.passing())
+        match self {
+            Self::Store(e) => e.passing(),
+            Self::Seal(e) => matches!(e, SealError::Store(_)),
+        }
     }
 }
 
@@ -156,6 +160,14 @@ impl TurnLog {
 
     pub fn store(&self) -> &Arc<dyn TurnStore> {
         &self.store
+    }
+
+    /// The store may have restarted without its data: the sealing keys' wrapped copies are
+    /// written again when next used ([`Keyring::rewrite_when_used`]).
+    pub fn store_may_have_restarted(&self) {
+        if let Some(keyring) = &self.keyring {
+            keyring.rewrite_when_used();
+        }
     }
 
     /// True when the log lives in this process (embedded mode): its appends never wait,
@@ -282,35 +294,46 @@ pub fn replay(log: &Logged, last_sequence: u64) -> Option<Replay> {
     if log.first.is_some_and(|f| f > 1) {
         return None;
     }
-    let mut text = String::new();
     let mut found = last_sequence == 0;
     let mut after = 0;
     let mut out = Vec::new();
-    for (index, entry) in &log.entries {
-        let frame = match entry {
-            LogEntry::Chunk { append, update } => {
-                if !append {
-                    text.clear();
-                }
-                text.push_str(&update.full_content_so_far);
-                let mut update = update.clone();
-                update.full_content_so_far = text.clone();
-                (Audience::All, ServerMessage::AiMessageUpdate(update))
-            }
-            LogEntry::Frame { audience, frame } => (audience.clone(), frame.clone()),
-        };
-        let sequence = match &frame.1 {
+    for (index, audience, frame) in frames(&log.entries) {
+        let sequence = match &frame {
             ServerMessage::AiMessageUpdate(u) => Some(u.sequence),
             _ => None,
         };
-        if found && matches!(frame.0, Audience::All | Audience::Showing(_)) {
-            out.push((*index, frame.1));
+        if found && matches!(audience, Audience::All | Audience::Showing(_)) {
+            out.push((index, frame));
         } else if !found && sequence == Some(last_sequence) {
             found = true;
-            after = *index;
+            after = index;
         }
     }
     found.then_some(Replay { after, frames: out })
+}
+
+/// The frames of a log's entries (from its first), in order with their audiences, chunks
+/// with their cumulative text.
+pub fn frames(
+    entries: &[(u64, LogEntry)],
+) -> impl Iterator<Item = (u64, Audience, ServerMessage)> + '_ {
+    let mut text = String::new();
+    entries.iter().map(move |(index, entry)| match entry {
+        LogEntry::Chunk { append, update } => {
+            if !append {
+                text.clear();
+            }
+            text.push_str(&update.full_content_so_far);
+            let mut update = update.clone();
+            update.full_content_so_far = text.clone();
+            (
+                *index,
+                Audience::All,
+                ServerMessage::AiMessageUpdate(update),
+            )
+        }
+        LogEntry::Frame { audience, frame } => (*index, audience.clone(), frame.clone()),
+    })
 }
 
 /// Whether the device's position is ahead of what the log holds yet: the turn goes on and

@@ -12,8 +12,9 @@ use tokio::sync::mpsc;
 
 use super::deps::TurnDeps;
 use super::log::{self, Replay};
-use super::store::CancelReason;
+use super::rejoin;
 use super::store::patience::patiently;
+use super::store::{CancelReason, NotedTurn};
 use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
 use crate::delivery::{Device, Inbound, NodeControl};
@@ -61,6 +62,11 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 Err(e) => tracing::warn!(error = %e, "unreadable control message"),
             },
             Received::Reconnected { down_since_ms } => {
+                // The store may have restarted and lost the logs of turns that ended here
+                // (and the keys that open them).
+                deps.outlet.log.store_may_have_restarted();
+                let outlet = deps.outlet.clone();
+                deps.tasks.spawn(async move { outlet.refill_ended().await });
                 catch_up(&deps, down_since_ms).await;
             }
         }
@@ -78,7 +84,7 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
     let users: HashSet<UserHash> = devices.iter().map(|d| d.user_hash.clone()).collect();
     let since = down_since_ms - CATCH_UP_MARGIN.as_millis() as i64;
     let store = deps.outlet.log.store();
-    let recent: HashMap<UserHash, Vec<(ChatId, TaskId)>> = futures_util::stream::iter(users)
+    let recent: HashMap<UserHash, Vec<NotedTurn>> = futures_util::stream::iter(users)
         .map(|user| async move {
             // Read again while the store's connection comes back: the bus can be back first,
             // right after a Redis restart (one catch-up read none).
@@ -104,10 +110,14 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
             true => recent.get(&device.user_hash).map(Vec::as_slice),
             false => None,
         };
-        let noted = noted.unwrap_or_default();
-        for (chat, task) in noted.iter().rev().take(CATCH_UP_TURNS) {
-            if !turns.iter().any(|(t, _)| t == task) {
-                turns.push((task.clone(), chat.clone()));
+        // Turns that began before the device connected it has had, or has a position in
+        // (then they are caught up, unless it had their end); a new connection does not
+        // get them again.
+        let could_miss = |n: &&NotedTurn| n.at_ms >= device.connected_ms || device.follows(&n.task);
+        let noted = noted.unwrap_or_default().iter().rev().filter(could_miss);
+        for n in noted.take(CATCH_UP_TURNS) {
+            if !turns.iter().any(|(t, _)| *t == n.task) {
+                turns.push((n.task.clone(), n.chat.clone()));
             }
         }
         for (task, chat) in turns {
@@ -147,7 +157,8 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
                 }
                 replayed += replay.frames.len();
             }
-            device.end_resume(&task);
+            let again = || read_log(&deps, &device.user_hash, &chat, &task);
+            rejoin::release_when_whole(&device, &task, again).await;
         }
         let unread = read.values().filter(|r| r.is_none()).count();
         tracing::info!(replayed, unread, "caught up from the turn logs");

@@ -25,6 +25,15 @@ use crate::ids::NodeId;
 /// Turns noted per user at most ([`TurnStore::note_turn`]; the oldest go first).
 pub const RECENT_TURNS: usize = 32;
 
+/// A turn noted among its owner's recent ones ([`TurnStore::note_turn`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct NotedTurn {
+    pub chat: ChatId,
+    pub task: TaskId,
+    /// When its log began (unix ms).
+    pub at_ms: i64,
+}
+
 /// Who runs a chat's turn, and for whom.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Lease {
@@ -253,24 +262,24 @@ pub trait TurnStore: Send + Sync {
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
 
-    /// Notes that `owner` has the turn `(chat, task)`, which logs frames now (its log's
-    /// first entry, or again after the store lost its data), for nodes whose link to the
-    /// others was down meanwhile ([`TurnStore::recent_turns`]). A user's newest
-    /// [`RECENT_TURNS`] notes are kept, for `keep` after the newest.
+    /// Notes that `owner` has the turn, which logs frames (its log's first entry, or
+    /// again after the store lost its data; noted at `turn.at_ms`, when its log began),
+    /// for nodes whose link to the others was down meanwhile ([`TurnStore::recent_turns`]).
+    /// A user's newest [`RECENT_TURNS`] notes are kept, for `keep` after the last note.
     fn note_turn<'a>(
         &'a self,
         owner: &'a UserHash,
-        chat: &'a ChatId,
-        task: &'a TaskId,
+        turn: &'a NotedTurn,
         keep: Duration,
     ) -> BoxFuture<'a, Result<(), TurnStoreError>>;
 
-    /// The turns noted for `owner` at or after `since_ms` (unix ms), by the time noted.
+    /// The turns noted for `owner` that began at or after `since_ms` (unix ms), oldest
+    /// first.
     fn recent_turns<'a>(
         &'a self,
         owner: &'a UserHash,
         since_ms: i64,
-    ) -> BoxFuture<'a, Result<Vec<(ChatId, TaskId)>, TurnStoreError>>;
+    ) -> BoxFuture<'a, Result<Vec<NotedTurn>, TurnStoreError>>;
 
     /// Reachability for `/readyz`.
     fn ping(&self) -> BoxFuture<'_, Result<(), TurnStoreError>>;

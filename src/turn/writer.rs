@@ -14,6 +14,7 @@
 //! (`TurnEvent::FollowUp`) goes to the outlet's follow-up hook, which the runner gives
 //! (admission as a follow-up message, [`super::follow_up`]).
 
+mod ended;
 mod flush;
 mod recent;
 
@@ -51,6 +52,8 @@ pub struct Outlet {
     /// The writers of turns running on this node (entries leave when a writer is dropped).
     writers: DashMap<TaskId, Weak<TurnWriter>>,
     follow_ups: FollowUps,
+    /// The logs of turns that ended here lately, to append again to a store that lost them.
+    ended: ended::EndedLogs,
 }
 
 impl Outlet {
@@ -68,6 +71,7 @@ impl Outlet {
             tasks,
             writers: DashMap::new(),
             follow_ups,
+            ended: ended::EndedLogs::default(),
         }
     }
 

@@ -8,7 +8,9 @@ use chatd_protocol::{AiMessageUpdate, ServerMessage};
 use chatd_test_harness::fake_llm::{Gate, Reply};
 use chatd_test_harness::redis::RedisServer;
 
-use crate::cluster::{Cluster, Shared};
+use chatd_test_harness::process::wait_until;
+
+use crate::cluster::{Cluster, Shared, task_of, updates_until_final};
 use crate::support::{answer_task, ping, replayed_from_start, user_message};
 
 const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
@@ -195,4 +197,64 @@ fn resume(chat: &str, task: &chatd_protocol::TaskId, from: u64) -> chatd_protoco
         task_id: task.clone(),
         last_sequence: from,
     })
+}
+
+/// A turn that ended before Redis came back without its log (or from a snapshot taken
+/// before its end): a device whose node was out meanwhile reads that log later, so the node
+/// that wrote it appends it again once its bus is back (chaos: missed turns).
+#[tokio::test]
+async fn an_ended_turn_whose_log_redis_lost_is_logged_again_by_its_node() {
+    let mut c = Cluster::start(2).await;
+    let chat = "chat-refilled";
+    let mut d0 = c.connect_showing(0, "dave", chat).await;
+    c.fake.push(Reply::Text {
+        chunks: vec!["Kept ".into(), "in memory.".into()],
+        delay: std::time::Duration::ZERO,
+        usage: None,
+    });
+    d0.send(&user_message(chat, "m1", "remember this")).await;
+    let task = task_of(&mut d0).await;
+    let answer = updates_until_final(&mut d0, &task).await;
+    assert_eq!(answer.last().map(|u| u.1.as_str()), Some("Kept in memory."));
+
+    // The turn is over on node 0 (its log ended, and is kept there).
+    wait_for_metric(&c, "chatd_turn_logs_kept 1").await;
+    // Redis comes back without the turn's log; node 0, whose bus reconnects, writes it again.
+    c.redis_mut().server().restart().await.unwrap();
+    wait_for_metric(&c, "chatd_turn_logs_refilled_total 1").await;
+
+    // A device on the other node (one that was out meanwhile) gets the whole turn from it.
+    let mut d1 = c.connect(1, "dave").await;
+    d1.send(&resume(chat, &task, 0)).await;
+    let recovered = d1
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+            _ => None,
+        })
+        .await;
+    assert!(
+        recovered,
+        "node 0 logged:\n{}\nnode 1 logged:\n{}",
+        c.node(0).log_text(),
+        c.node(1).log_text()
+    );
+    let got = updates_until_final(&mut d1, &task).await;
+    assert_eq!(
+        got.last(),
+        answer.last(),
+        "the log read after the restart: {got:?}"
+    );
+}
+
+/// Waits until node 0's `/metrics` holds `line`.
+async fn wait_for_metric(c: &Cluster, line: &str) {
+    wait_until(line, || async {
+        let metrics = reqwest::get(c.node(0).http_url("/metrics")).await;
+        match metrics {
+            Ok(m) => m.text().await.is_ok_and(|m| m.contains(line)),
+            Err(_) => false,
+        }
+    })
+    .await
+    .unwrap_or_else(|e| panic!("{e}; node 0 logged:\n{}", c.node(0).log_text()));
 }

@@ -11,7 +11,7 @@ use chatd::ids::NodeId;
 use chatd::turn::store::memory::MemoryTurnStore;
 use chatd::turn::store::redis::RedisTurnStore;
 use chatd::turn::store::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogSlot, RECENT_TURNS, TurnStore,
+    Admit, Admitted, CancelReason, Finished, Lease, LogSlot, NotedTurn, RECENT_TURNS, TurnStore,
     TurnStoreError,
 };
 use chatd_protocol::{ChatId, MessageId, TaskId};
@@ -427,28 +427,33 @@ async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {
 /// checks sets); other users see none; a note again keeps one entry.
 async fn recent_turns_are_noted_per_user(s: Arc<dyn TurnStore>) {
     let bob = UserHash::of(&UserId::parse("bob").unwrap());
-    let before = chatd::clock::unix_millis() - 1;
-    let tasks: Vec<(ChatId, TaskId)> = (0..RECENT_TURNS + 2)
-        .map(|i| (chat(&format!("c-recent-{}", i % 3)), TaskId::random()))
+    let now = chatd::clock::unix_millis();
+    let turns: Vec<NotedTurn> = (0..RECENT_TURNS + 2)
+        .map(|i| NotedTurn {
+            chat: chat(&format!("c-recent-{}", i % 3)),
+            task: TaskId::random(),
+            at_ms: now + i as i64,
+        })
         .collect();
-    for (c, task) in &tasks {
-        s.note_turn(&owner(), c, task, LONG).await.unwrap();
+    for turn in &turns {
+        s.note_turn(&owner(), turn, LONG).await.unwrap();
     }
-    let noted = s.recent_turns(&owner(), before).await.unwrap();
-    assert_eq!(noted.len(), RECENT_TURNS, "at most RECENT_TURNS");
-    assert!(
-        noted.iter().all(|n| tasks.contains(n)),
-        "each with its chat"
-    );
-    assert!(s.recent_turns(&bob, before).await.unwrap().is_empty());
-    let later = chatd::clock::unix_millis() + 60_000;
+    let noted = s.recent_turns(&owner(), now).await.unwrap();
+    assert_eq!(noted, turns[2..], "the newest RECENT_TURNS, oldest first");
+    assert!(s.recent_turns(&bob, now).await.unwrap().is_empty());
+    let later = now + RECENT_TURNS as i64 + 2;
     assert!(s.recent_turns(&owner(), later).await.unwrap().is_empty());
+    assert_eq!(s.recent_turns(&owner(), now + 5).await.unwrap(), turns[5..]);
 
-    let (c, task) = &noted[0];
-    s.note_turn(&owner(), c, task, LONG).await.unwrap();
-    let again = s.recent_turns(&owner(), before).await.unwrap();
-    assert_eq!(again.len(), RECENT_TURNS);
-    assert_eq!(again.iter().filter(|(_, t)| t == task).count(), 1);
+    // A note again keeps one entry, at the time it names (a turn noted again after the
+    // store lost its notes keeps its place).
+    let mut again = noted[0].clone();
+    again.at_ms = now + 100;
+    s.note_turn(&owner(), &again, LONG).await.unwrap();
+    let after = s.recent_turns(&owner(), now).await.unwrap();
+    assert_eq!(after.len(), RECENT_TURNS);
+    assert_eq!(after.iter().filter(|n| n.task == again.task).count(), 1);
+    assert_eq!(after.last(), Some(&again));
 }
 
 async fn redis_store() -> (RedisServer, Arc<dyn TurnStore>) {

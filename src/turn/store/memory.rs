@@ -10,8 +10,8 @@ use futures_util::future::{BoxFuture, ready};
 use tokio::time::Instant;
 
 use super::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
-    TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, NotedTurn, Renewed,
+    TurnStore, TurnStoreError,
 };
 use crate::crypto::UserHash;
 use crate::ids::NodeId;
@@ -364,19 +364,14 @@ impl TurnStore for MemoryTurnStore {
     fn note_turn<'a>(
         &'a self,
         owner: &'a UserHash,
-        chat: &'a ChatId,
-        task: &'a TaskId,
+        turn: &'a NotedTurn,
         keep: Duration,
     ) -> Res<'a, ()> {
-        self.recent.note(owner, chat, task, keep);
+        self.recent.note(owner, turn, keep);
         Box::pin(ready(Ok(())))
     }
 
-    fn recent_turns<'a>(
-        &'a self,
-        owner: &'a UserHash,
-        since_ms: i64,
-    ) -> Res<'a, Vec<(ChatId, TaskId)>> {
+    fn recent_turns<'a>(&'a self, owner: &'a UserHash, since_ms: i64) -> Res<'a, Vec<NotedTurn>> {
         Box::pin(ready(Ok(self.recent.since(owner, since_ms))))
     }
 

@@ -22,8 +22,8 @@ use futures_util::future::BoxFuture;
 
 use self::reply::{lease_at, number, strings, text};
 use super::{
-    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, Renewed, TurnStore,
-    TurnStoreError,
+    Admit, Admitted, CancelReason, Finished, Lease, LogRead, LogSlot, NotedTurn, Renewed,
+    TurnStore, TurnStoreError,
 };
 use crate::crypto::UserHash;
 use crate::ids::NodeId;
@@ -332,18 +332,13 @@ impl TurnStore for RedisTurnStore {
     fn note_turn<'a>(
         &'a self,
         owner: &'a UserHash,
-        chat: &'a ChatId,
-        task: &'a TaskId,
+        turn: &'a NotedTurn,
         keep: Duration,
     ) -> Res<'a, ()> {
-        Box::pin(recent::note(self, owner, chat, task, keep))
+        Box::pin(recent::note(self, owner, turn, keep))
     }
 
-    fn recent_turns<'a>(
-        &'a self,
-        owner: &'a UserHash,
-        since_ms: i64,
-    ) -> Res<'a, Vec<(ChatId, TaskId)>> {
+    fn recent_turns<'a>(&'a self, owner: &'a UserHash, since_ms: i64) -> Res<'a, Vec<NotedTurn>> {
         Box::pin(recent::since(self, owner, since_ms))
     }
 

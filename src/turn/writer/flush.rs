@@ -23,12 +23,12 @@ use tokio::sync::{mpsc, watch};
 
 use super::super::lease_clock::Standing;
 use super::super::log::{LogEntry, LogError};
-use super::super::store::{LogSlot, TurnStoreError};
+use super::super::store::{LogSlot, NotedTurn, TurnStoreError};
 use super::recent::Recent;
 use super::{Logged, Outlet, TurnKey};
-use crate::delivery::Audience;
 use crate::delivery::frames::{self, Head, LostTurn};
 use crate::delivery::outbox::EncodedFrame;
+use crate::delivery::{Audience, Device};
 use chatd_protocol::ServerMessage;
 
 /// The most frames that wait for a store that cannot be reached (the oldest are dropped).
@@ -52,6 +52,7 @@ pub(super) async fn flush(
         recent: Recent::default(),
         waiting: VecDeque::new(),
         noted: false,
+        began_ms: crate::clock::unix_millis(),
         held: false,
         ended: false,
         tip,
@@ -95,11 +96,13 @@ pub(super) async fn flush(
         let lost = flusher.waiting.len();
         tracing::warn!(lost, "turn frames the log could not take reached no device");
     }
-    if !flusher.fenced
-        && let Err(e) = outlet.log.end(&key.chat, &key.task, key.generation).await
-    {
+    if flusher.fenced {
+        return;
+    }
+    if let Err(e) = outlet.log.end(&key.chat, &key.task, key.generation).await {
         tracing::warn!(error = %e, "could not end the turn log");
     }
+    outlet.keep_ended(&key, flusher.began_ms, flusher.recent.into_entries());
 }
 
 struct Flusher<'a> {
@@ -112,6 +115,8 @@ struct Flusher<'a> {
     waiting: VecDeque<Logged>,
     /// The turn is noted among its owner's recent turns (see [`Flusher::note`]).
     noted: bool,
+    /// When this flusher began (unix ms): what the turn is noted at.
+    began_ms: i64,
     /// The waiting frames wait for the lease (it lapsed by this node's clock).
     held: bool,
     /// The turn ended here as lost ([`Flusher::end_as_lost`]): later frames are dropped.
@@ -288,7 +293,12 @@ impl Flusher<'_> {
         if log.in_process() {
             return;
         }
-        let noted = (log.store()).note_turn(&k.owner, &k.chat, &k.task, log.keep);
+        let turn = NotedTurn {
+            chat: k.chat.clone(),
+            task: k.task.clone(),
+            at_ms: self.began_ms,
+        };
+        let noted = (log.store()).note_turn(&k.owner, &turn, log.keep);
         if let Err(e) = noted.await {
             // Tried again after the next frame the log takes.
             self.noted = false;
@@ -306,11 +316,34 @@ impl Flusher<'_> {
         publish: bool,
     ) {
         let (k, delivery) = (self.key, &self.outlet.delivery);
-        (delivery.hub).send_turn(&k.owner, &audience, &k.task, index, frame, &msg);
+        let turn = (&k.task, index);
+        let held =
+            (delivery.hub).send_turn_minding_gaps(&k.owner, &audience, turn, (frame, &msg), false);
+        if !held.is_empty() {
+            self.fill_gaps(&held);
+        }
         if publish {
             delivery
-                .publish_turn(&k.owner, audience, &k.task, index, msg)
+                .publish_turn(&k.owner, audience, (&k.task, index), msg, false)
                 .await;
+        }
+    }
+
+    /// Devices here that this frame would reach past an update they have not had (they
+    /// resumed from a log read before the store got back entries it had lost) get the
+    /// turn's frames from the kept ones, in order, then the held ones.
+    fn fill_gaps(&self, devices: &[Arc<Device>]) {
+        let task = &self.key.task;
+        let frames = self.recent.replayable();
+        tracing::debug!(
+            devices = devices.len(),
+            "devices here missed frames; replaying kept ones"
+        );
+        for device in devices {
+            for (index, frame) in &frames {
+                device.replay(task, *index, frame);
+            }
+            device.end_resume(task);
         }
     }
 

@@ -3,6 +3,11 @@
 
 use std::collections::VecDeque;
 
+use chatd_protocol::ServerMessage;
+
+use super::super::log::{self, LogEntry};
+use crate::delivery::Audience;
+
 /// The most entries, and bytes of them, a flusher keeps to refill its log.
 const RECENT_ENTRIES: usize = 256;
 const RECENT_BYTES: usize = 256 * 1024;
@@ -27,12 +32,34 @@ impl Recent {
         }
     }
 
+    /// The kept entries, in order.
+    pub(super) fn into_entries(self) -> Vec<(u64, Vec<u8>)> {
+        self.entries.into()
+    }
+
+    /// The kept entries as the frames a device catching up gets (for all devices, or the
+    /// ones showing the chat), in order, chunks with their cumulative text.
+    pub(super) fn replayable(&self) -> Vec<(u64, ServerMessage)> {
+        let entries = decode(self.entries.iter().map(|(i, e)| (*i, e.as_slice())));
+        log::frames(&entries)
+            .filter(|(_, audience, _)| matches!(audience, Audience::All | Audience::Showing(_)))
+            .map(|(index, _, frame)| (index, frame))
+            .collect()
+    }
+
     /// The kept entries after index `last`, in order.
     pub(super) fn after(&self, last: u64) -> impl Iterator<Item = (u64, &[u8])> {
         (self.entries.iter())
             .filter(move |(i, _)| *i > last)
             .map(|(i, e)| (*i, e.as_slice()))
     }
+}
+
+/// Entries in their stored form, opened (an entry that does not parse is left out).
+pub(super) fn decode<'a>(entries: impl Iterator<Item = (u64, &'a [u8])>) -> Vec<(u64, LogEntry)> {
+    entries
+        .filter_map(|(index, entry)| Some((index, serde_json::from_slice(entry).ok()?)))
+        .collect()
 }
 
 #[cfg(test)]

@@ -4,17 +4,16 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Mutex, PoisonError};
 use std::time::Duration;
 
-use chatd_protocol::{ChatId, TaskId};
 use tokio::time::Instant;
 
-use super::super::RECENT_TURNS;
+use super::super::{NotedTurn, RECENT_TURNS};
 use crate::crypto::UserHash;
 
 /// Notes between two sweeps of users whose notes all expired.
 const SWEEP_EVERY: u32 = 1024;
 
-/// A user's notes: when they expire, and each turn (noted at, unix ms), oldest first.
-type Notes = (Instant, VecDeque<(i64, ChatId, TaskId)>);
+/// A user's notes: when they expire, and each turn, the oldest (by when it began) first.
+type Notes = (Instant, VecDeque<NotedTurn>);
 
 #[derive(Default)]
 struct Users {
@@ -31,7 +30,7 @@ impl Recent {
         self.0.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    pub(super) fn note(&self, owner: &UserHash, chat: &ChatId, task: &TaskId, keep: Duration) {
+    pub(super) fn note(&self, owner: &UserHash, turn: &NotedTurn, keep: Duration) {
         let now = Instant::now();
         let mut s = self.lock();
         let s = &mut *s;
@@ -44,16 +43,17 @@ impl Recent {
             entry.1.clear();
         }
         entry.0 = now + keep;
-        entry.1.retain(|(_, c, t)| !(c == chat && t == task));
         entry
             .1
-            .push_back((crate::clock::unix_millis(), chat.clone(), task.clone()));
+            .retain(|n| !(n.chat == turn.chat && n.task == turn.task));
+        entry.1.push_back(turn.clone());
+        entry.1.make_contiguous().sort_by_key(|n| n.at_ms);
         while entry.1.len() > RECENT_TURNS {
             entry.1.pop_front();
         }
     }
 
-    pub(super) fn since(&self, owner: &UserHash, since_ms: i64) -> Vec<(ChatId, TaskId)> {
+    pub(super) fn since(&self, owner: &UserHash, since_ms: i64) -> Vec<NotedTurn> {
         let s = self.lock();
         let Some((until, notes)) = s.users.get(owner) else {
             return Vec::new();
@@ -62,8 +62,8 @@ impl Recent {
             return Vec::new();
         }
         (notes.iter())
-            .filter(|(at, _, _)| *at >= since_ms)
-            .map(|(_, c, t)| (c.clone(), t.clone()))
+            .filter(|n| n.at_ms >= since_ms)
+            .cloned()
             .collect()
     }
 }
