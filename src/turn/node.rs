@@ -110,9 +110,8 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
             true => recent.get(&device.user_hash).map(Vec::as_slice),
             false => None,
         };
-        // Turns that began before the device connected it has had, or has a position in
-        // (then they are caught up, unless it had their end); a new connection does not
-        // get them again.
+        // A turn that began before the device connected is caught up only when the device
+        // follows it (it had frames of it): a new connection does not get old turns again.
         let could_miss = |n: &&NotedTurn| n.at_ms >= device.connected_ms || device.follows(&n.task);
         let noted = noted.unwrap_or_default().iter().rev().filter(could_miss);
         for n in noted.take(CATCH_UP_TURNS) {

@@ -4,7 +4,6 @@
 //! the store's word, and a turn the store lost meanwhile (Redis came back empty) ends on
 //! that node as it ended on the other, with the text the log held (chaos: two `node_lost`
 //! texts for one turn).
-//!
 
 use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage};
 use chatd_test_harness::fake_llm::Gate;
