@@ -109,12 +109,11 @@ impl Outlet {
         let kept = self.ended.keep(EndedLog::new(key, began_ms, entries));
         self.metrics.turn_logs_kept.set(kept as i64);
     }
-}
 
-impl Outlet {
     /// After the bus reconnected (the store may have restarted): each ended log kept here
     /// that the store lost entries or the end of gets them again, and the frames it had
-    /// lost go out again to the devices here and on the other nodes.
+    /// lost go out again to the other nodes (this node's devices had them when they were
+    /// first logged).
     pub async fn refill_ended(&self) {
         let logs = self.ended.fresh();
         let checked = logs.len();
@@ -166,7 +165,6 @@ impl Outlet {
             "an ended turn's log lost entries (the store restarted); they were appended again"
         );
         let entries = recent::decode(l.entries.iter().map(|(i, e)| (*i, e.as_slice())));
-        // This node's devices had them when they were first logged.
         for (index, audience, msg) in log::frames(&entries).filter(|f| f.0 > had) {
             (self.delivery)
                 .publish_turn(&l.owner, audience, (&l.turn.task, index), msg, true)
