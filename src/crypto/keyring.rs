@@ -138,6 +138,16 @@ struct CachedKey {
 }
 
 impl CachedKey {
+    /// The wrapped copy is written again at the next seal.
+    fn rewrite_when_used(&self) {
+        if let Some(due) = Instant::now().checked_sub(REWRITE_EVERY) {
+            *self
+                .written
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = due;
+        }
+    }
+
     fn new(id: KeyId, key: SecretKey, wrapped: Option<Arc<str>>) -> Self {
         let now = Instant::now();
         Self {
@@ -289,11 +299,7 @@ impl Keyring {
             .put_wrapped(&name, wrapped.as_bytes().to_vec(), WRAPPED_KEY_TTL);
         if let Err(e) = put.await {
             tracing::debug!(error = %e, "cannot rewrite a wrapped data key; tried again when next used");
-            if let Some(due) = Instant::now().checked_sub(REWRITE_EVERY) {
-                *k.written
-                    .lock()
-                    .unwrap_or_else(std::sync::PoisonError::into_inner) = due;
-            }
+            k.rewrite_when_used();
         }
     }
 
@@ -375,13 +381,8 @@ impl Keyring {
     /// wrapped copy is written again the next time it seals, before the value it seals
     /// reaches the store (another node can then open that value).
     pub fn rewrite_when_used(&self) {
-        let Some(due) = Instant::now().checked_sub(REWRITE_EVERY) else {
-            return;
-        };
         for k in self.current.iter() {
-            *k.written
-                .lock()
-                .unwrap_or_else(std::sync::PoisonError::into_inner) = due;
+            k.rewrite_when_used();
         }
     }
 

@@ -43,7 +43,8 @@ pub type FollowUps = Box<dyn Fn(&TurnContext, Arc<str>) + Send + Sync>;
 
 /// Where a node's turn writers write: this node's devices and the other nodes, the turn
 /// logs, the metrics; the flushers run on `tasks`. It also knows the writers running here,
-/// so a device that resumes can wait for what they wrote to reach the log.
+/// so a device that resumes can wait for what they wrote to reach the log, and keeps the
+/// logs of turns that ended here lately, to write back to a store that lost them.
 pub struct Outlet {
     pub delivery: Arc<Delivery>,
     pub log: TurnLog,

@@ -6,9 +6,12 @@
 //! A frame the store cannot take (after [`super::super::store::patience::PATIENCE`])
 //! waits, with the frames behind it, for the next try (the next frame, a retry while none
 //! comes, or the end); a fenced append stops the turn's output (the turn belongs to
-//! another generation, whose log tells the devices how it ended). The flusher keeps its newest entries ([`Recent`]): a log that
-//! lost some (Redis came back from an older snapshot, or without its data) refuses the next
-//! append as `Behind`, and gets them again before it.
+//! another generation, whose log tells the devices how it ended). The flusher keeps its
+//! newest entries ([`Recent`]): a log that lost some (Redis came back from an older
+//! snapshot, or without its data) refuses the next append as `Behind`, and gets them again
+//! before it; a device here that a frame would reach past an update it missed (it resumed
+//! from such a log) gets them too, before the frame. When the log ends, the kept entries go
+//! to the outlet's ended logs (`super::ended`), to be written back after the turn.
 //!
 //! While the turn's lease lapsed by this node's clock the frames wait too, logged nowhere,
 //! until the store's word ([`Standing`]): renewed, they go on; taken by another node, they
