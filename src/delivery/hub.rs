@@ -9,7 +9,6 @@
 //! frame from another node that skips an update the device never had starts such a wait
 //! too ([`Hub::send_turn_minding_gaps`]: the caller catches the device up from the log).
 
-use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 
 use chatd_protocol::{ChatId, ServerMessage, TaskId};
@@ -18,7 +17,7 @@ use dashmap::DashMap;
 use super::outbox::{EncodedFrame, Outbox};
 use crate::auth::UserId;
 use crate::crypto::UserHash;
-use position::{TurnPosition, position, turn_chat, update_sequence};
+use position::{Positions, turn_chat, update_sequence};
 
 /// A socket, unique across nodes (random), so a turn running on any node can address the
 /// device that sent its message.
@@ -41,7 +40,9 @@ pub struct Device {
     /// across an await.
     active_chat: Mutex<Option<ChatId>>,
     /// Positions in recent turns. A std Mutex: a few comparisons per frame, no await.
-    turns: Mutex<VecDeque<TurnPosition>>,
+    turns: Mutex<Positions>,
+    /// Told when a live frame of a turn is held (see [`Device::next_held`]).
+    held_one: tokio::sync::Notify,
 }
 
 impl Device {
@@ -54,7 +55,8 @@ impl Device {
             outbox,
             connected_ms: crate::clock::unix_millis(),
             active_chat: Mutex::new(None),
-            turns: Mutex::new(VecDeque::new()),
+            turns: Mutex::new(Positions::default()),
+            held_one: tokio::sync::Notify::new(),
         }
     }
 
@@ -77,7 +79,7 @@ impl Device {
         self.outbox.send(msg)
     }
 
-    fn positions(&self) -> std::sync::MutexGuard<'_, VecDeque<TurnPosition>> {
+    fn positions(&self) -> std::sync::MutexGuard<'_, Positions> {
         self.turns.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
@@ -94,7 +96,7 @@ impl Device {
         hold_gaps: bool,
     ) -> bool {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         if !pos.takes(index, msg) {
             return false;
         }
@@ -111,6 +113,8 @@ impl Device {
         if let Some(held) = &mut pos.held {
             if held.len() < RESUME_BUFFER {
                 held.push((index, frame, msg.clone()));
+                drop(turns);
+                self.held_one.notify_waiters();
             } else {
                 drop(turns);
                 tracing::warn!("resume buffer full: closing slow consumer");
@@ -119,9 +123,14 @@ impl Device {
             }
             return gap;
         }
+        let renumbered = pos.renumbered(msg);
+        let msg = renumbered.as_ref().unwrap_or(msg);
         pos.advance(index, msg);
         drop(turns);
-        self.outbox.send_encoded(frame, msg);
+        match &renumbered {
+            Some(m) => self.outbox.send(m),
+            None => self.outbox.send_encoded(frame, msg),
+        };
         false
     }
 
@@ -130,7 +139,7 @@ impl Device {
     /// order, what this device had before, up to where it says it is.
     pub fn begin_resume(&self, task: &TaskId) {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         pos.index = 0;
         pos.sequence = 0;
         pos.held.get_or_insert_with(Vec::new);
@@ -142,7 +151,7 @@ impl Device {
     /// resume or catch-up of it is under way (that one ends the hold).
     pub fn begin_catch_up(&self, task: &TaskId) -> bool {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         if pos.held.is_some() || pos.has_ended() {
             return false;
         }
@@ -176,7 +185,7 @@ impl Device {
     /// `sequence` (frames up to them count as had).
     pub fn skip_to(&self, task: &TaskId, index: u64, sequence: u64) {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         pos.index = pos.index.max(index);
         pos.sequence = pos.sequence.max(sequence);
     }
@@ -184,10 +193,12 @@ impl Device {
     /// Sends a replayed frame of a resume (in log order) and moves the position to it.
     pub fn replay(&self, task: &TaskId, index: u64, msg: &ServerMessage) {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         if !pos.takes(index, msg) {
             return;
         }
+        let renumbered = pos.renumbered(msg);
+        let msg = renumbered.as_ref().unwrap_or(msg);
         pos.advance(index, msg);
         if pos.chat.is_none() {
             pos.chat = turn_chat(msg);
@@ -196,10 +207,16 @@ impl Device {
         self.outbox.send(msg);
     }
 
+    /// Resolves when a live frame of a turn is next held (awaited with `enable` first, so
+    /// none held between the call and the await is missed).
+    pub fn next_held(&self) -> tokio::sync::futures::Notified<'_> {
+        self.held_one.notified()
+    }
+
     /// Nothing more of `task` reaches the device (`recovered: false`): held or later.
     pub fn drop_turn(&self, task: &TaskId) {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         pos.index = u64::MAX;
         pos.held = None;
     }
@@ -219,7 +236,7 @@ impl Device {
 
     fn release_held(&self, task: &TaskId, whole_only: bool) -> bool {
         let mut turns = self.positions();
-        let pos = position(&mut turns, task);
+        let pos = turns.at(task);
         if whole_only && pos.sequence > 0 {
             let next = (pos.held.iter().flatten())
                 .filter(|(index, _, msg)| pos.takes(*index, msg))
@@ -232,13 +249,17 @@ impl Device {
         let mut out = Vec::new();
         for (index, frame, msg) in held {
             if pos.takes(index, &msg) {
-                pos.advance(index, &msg);
-                out.push((frame, msg));
+                let renumbered = pos.renumbered(&msg);
+                pos.advance(index, renumbered.as_ref().unwrap_or(&msg));
+                out.push((frame, msg, renumbered));
             }
         }
         drop(turns);
-        for (frame, msg) in out {
-            self.outbox.send_encoded(frame, &msg);
+        for (frame, msg, renumbered) in out {
+            match &renumbered {
+                Some(m) => self.outbox.send(m),
+                None => self.outbox.send_encoded(frame, &msg),
+            };
         }
         true
     }

@@ -13,6 +13,8 @@ use crate::delivery::outbox::EncodedFrame;
 
 /// Turns whose positions a device remembers (the newest first; older ones are forgotten).
 pub(super) const TRACKED_TURNS: usize = 8;
+/// Older turns a device remembers it had the end of (24 bytes each).
+const ENDED_TURNS: usize = 64;
 
 pub(super) struct TurnPosition {
     pub(super) task: TaskId,
@@ -39,6 +41,23 @@ impl TurnPosition {
         index > self.index && !after_end
     }
 
+    /// A final update numbered at or below what the device had (a node that took the turn
+    /// over ended it after a log that had lost its newest updates: Redis came back from a
+    /// snapshot) renumbered to follow it: the ending is told once, after what the device
+    /// had.
+    pub(super) fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
+        match msg {
+            ServerMessage::AiMessageUpdate(u)
+                if u.is_final_chunk && self.sequence > 0 && u.sequence <= self.sequence =>
+            {
+                let mut u = u.clone();
+                u.sequence = self.sequence + 1;
+                Some(ServerMessage::AiMessageUpdate(u))
+            }
+            _ => None,
+        }
+    }
+
     /// The device had the turn's final update.
     pub(super) fn has_ended(&self) -> bool {
         self.ended
@@ -61,32 +80,70 @@ pub(super) fn update_sequence(msg: &ServerMessage) -> Option<u64> {
     }
 }
 
-/// The device's position in `task`, created (and the oldest forgotten) when new.
-pub(super) fn position<'a>(
-    turns: &'a mut VecDeque<TurnPosition>,
-    task: &TaskId,
-) -> &'a mut TurnPosition {
-    let found = turns.iter().position(|p| &p.task == task);
-    let at = match found {
-        Some(i) => i,
-        None => {
-            if turns.len() >= TRACKED_TURNS {
-                // The oldest that no resume or catch-up holds is forgotten.
-                let idle = turns.iter().rposition(|p| p.held.is_none());
-                turns.remove(idle.unwrap_or(turns.len() - 1));
-            }
-            turns.push_front(TurnPosition {
-                task: task.clone(),
-                index: 0,
-                sequence: 0,
-                chat: None,
-                held: None,
-                ended: false,
-            });
-            0
+/// A device's positions in its recent turns, and the ends of older turns it had.
+#[derive(Default)]
+pub(super) struct Positions {
+    /// The newest first.
+    turns: VecDeque<TurnPosition>,
+    /// Turns whose position was forgotten after the device had their final update: what a
+    /// catch-up or a frame sent again of such a turn is measured against (it never gets
+    /// the turn again). The newest last.
+    ended: VecDeque<Ended>,
+}
+
+/// Where a device stood when it forgot a turn it had the end of (a hash of the task id).
+struct Ended {
+    task: u64,
+    index: u64,
+    sequence: u64,
+}
+
+fn task_hash(task: &TaskId) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    task.hash(&mut h);
+    h.finish()
+}
+
+impl Positions {
+    pub(super) fn iter(&self) -> impl Iterator<Item = &TurnPosition> {
+        self.turns.iter()
+    }
+
+    /// The device's position in `task`, created (and the oldest forgotten) when new; a
+    /// turn it forgot after its end is ended again.
+    pub(super) fn at(&mut self, task: &TaskId) -> &mut TurnPosition {
+        if let Some(i) = self.turns.iter().position(|p| &p.task == task) {
+            return &mut self.turns[i];
         }
-    };
-    &mut turns[at]
+        if self.turns.len() >= TRACKED_TURNS {
+            // The oldest that no resume or catch-up holds is forgotten.
+            let idle = self.turns.iter().rposition(|p| p.held.is_none());
+            let gone = self.turns.remove(idle.unwrap_or(self.turns.len() - 1));
+            if let Some(gone) = gone.filter(|p| p.ended) {
+                if self.ended.len() >= ENDED_TURNS {
+                    self.ended.pop_front();
+                }
+                self.ended.push_back(Ended {
+                    task: task_hash(&gone.task),
+                    index: gone.index,
+                    sequence: gone.sequence,
+                });
+            }
+        }
+        let hash = task_hash(task);
+        let was =
+            (self.ended.iter().position(|e| e.task == hash)).and_then(|i| self.ended.remove(i));
+        self.turns.push_front(TurnPosition {
+            task: task.clone(),
+            index: was.as_ref().map_or(0, |e| e.index),
+            sequence: was.as_ref().map_or(0, |e| e.sequence),
+            chat: None,
+            held: None,
+            ended: was.is_some(),
+        });
+        &mut self.turns[0]
+    }
 }
 
 /// The chat a turn frame names (the answer's frames all do).

@@ -181,3 +181,52 @@ fn a_frame_sent_again_reaches_only_devices_that_follow_the_turn() {
     assert_eq!(sequences(&rx), [2]);
     assert!(sequences(&new_rx).is_empty(), "{}", newcomer.conn_id);
 }
+
+/// A device that had a turn's end and then many newer turns forgets its position in it,
+/// but not that it had the end: a catch-up or a frame sent again never replays it.
+#[test]
+fn a_turn_forgotten_after_its_end_is_not_caught_up_again() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
+    let mut last = update(2);
+    if let ServerMessage::AiMessageUpdate(u) = &mut last {
+        u.is_final_chunk = true;
+    }
+    d.replay(&task, 1, &update(1));
+    d.replay(&task, 2, &last);
+    for i in 0..super::position::TRACKED_TURNS + 2 {
+        let other = TaskId::parse(format!("other-{i}")).unwrap();
+        d.replay(&other, 1, &update(1));
+    }
+    assert_eq!(sequences(&rx).len(), 2 + super::position::TRACKED_TURNS + 2);
+    assert!(!d.follows(&task), "its position was forgotten");
+    assert!(!d.begin_catch_up(&task), "it had the end");
+    d.replay(&task, 1, &update(1));
+    let again = update(2);
+    let frame = (EncodedFrame::new(&again), &again);
+    hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 2), frame, false);
+    assert!(sequences(&rx).is_empty(), "nothing of the ended turn again");
+}
+
+/// A node that took a turn over ended it after a log that had lost the newest update (Redis
+/// came back from a snapshot): its final update, numbered like the lost one, reaches a
+/// device that had the lost one numbered after it, and one that had not as it is.
+#[test]
+fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
+    let hub = Hub::default();
+    let (ahead, rx) = device(&hub);
+    let (behind, behind_rx) = device(&hub);
+    let (user, task) = (ahead.user_hash.clone(), TaskId::parse("t1").unwrap());
+    ahead.replay(&task, 1, &update(1));
+    ahead.replay(&task, 2, &update(2));
+    behind.replay(&task, 1, &update(1));
+    let mut lost = update(2);
+    if let ServerMessage::AiMessageUpdate(u) = &mut lost {
+        u.is_final_chunk = true;
+    }
+    let frame = (EncodedFrame::new(&lost), &lost);
+    hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 3), frame, false);
+    assert_eq!(sequences(&rx), [1, 2, 3]);
+    assert_eq!(sequences(&behind_rx), [1, 2]);
+}

@@ -370,3 +370,21 @@ fn a_pending_answer_agrees_with_any_outcome_of_the_same_text_only() {
     h.frame(1, 3, pending("the whole answer"));
     assert_eq!(h.kinds(), vec!["divergent_ending"]);
 }
+
+/// A frame read just before a connection closed can be recorded after its close: the
+/// connection is still closed for the turns after it (not "open throughout").
+#[test]
+fn a_frame_recorded_after_its_connections_close_does_not_reopen_it() {
+    let mut h = H::new();
+    h.push(1, 2, What::Disconnected("moving".into()));
+    h.frame(
+        1,
+        2,
+        Frame {
+            kind: "error".into(),
+            ..Frame::default()
+        },
+    );
+    h.ack(0, 1, "m1").update(0, 1, "t1", 1, true);
+    assert!(!h.kinds().contains(&"missed_turn"), "{:?}", h.kinds());
+}

@@ -68,9 +68,16 @@ pub fn check(events: &[Event], verdict: &mut Verdict) {
     for (at, e) in events.iter().enumerate() {
         match &e.what {
             What::Disconnected(_) => {
-                if let Some(c) = seen.conns.get_mut(&e.conn) {
-                    c.close.get_or_insert((at, e.at_ms));
-                }
+                // A frame read before the close can be recorded after it: the connection
+                // stays closed from here, whenever its first frame is recorded.
+                let link = Link {
+                    user: e.user,
+                    node: e.node,
+                    open: at,
+                    close: None,
+                };
+                let c = seen.conns.entry(e.conn).or_insert(link);
+                c.close.get_or_insert((at, e.at_ms));
             }
             What::Fault {
                 lasted_ms, kind, ..
