@@ -156,7 +156,12 @@ impl User {
         match f.kind.as_str() {
             "chat_message_confirmed" if f.message == t.message => t.acked = true,
             "message_queued" if f.user_message == t.message => t.behind = Some(f.task.clone()),
-            "request_chat_history" => self.send_message(t, true).await,
+            // The turn did not start: unacknowledged until the re-send is (sent again when
+            // its node stops first).
+            "request_chat_history" => {
+                t.acked = false;
+                self.send_message(t, true).await;
+            }
             _ => {}
         }
         let ours = f.user_message == t.message

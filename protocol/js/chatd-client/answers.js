@@ -120,6 +120,9 @@ export class Answers extends Synced {
     const embeds = (await this.chatEmbeds(chatId))
       .filter((e) => e.type && e.content && ['finished', 'error', 'cancelled'].includes(e.status))
       .map((e) => ({ embed_id: e.embed_id, type: e.type, content: e.content, status: e.status }));
+    // Unconfirmed again until the re-send is: the server did not start its turn, and a server
+    // that stops before taking the re-send leaves it to this device to send it again.
+    this.sending.set(latest.message_id, { chat_id: chatId, content: latest.content, created_at: latest.created_at, at: latest.at ?? Date.now() });
     this.sendAdded(chatId, latest.message_id, latest.content, latest.created_at, history, embeds);
     this.emit('history_resent', { chat_id: chatId, message_id: latest.message_id, messages: history.length });
   }
