@@ -216,9 +216,7 @@ impl Device {
     /// Nothing more of `task` reaches the device (`recovered: false`): held or later.
     pub fn drop_turn(&self, task: &TaskId) {
         let mut turns = self.positions();
-        let pos = turns.at(task);
-        pos.index = u64::MAX;
-        pos.held = None;
+        turns.at(task).drop_all();
     }
 
     /// Ends a resume: the held live frames newer than the replay go out, in order.

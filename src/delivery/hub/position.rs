@@ -1,6 +1,6 @@
 //! Where a device stands in one turn: the newest log index and update it had, the turn's
-//! chat, the frames held while it resumes, and whether it had the final update. After the
-//! final update, no other update of the turn reaches the device but a `correction` (an
+//! chat, the frames held while it resumes, and whether it had the final update (or, not
+//! showing the chat, `ai_background_response_completed`). After the final update, no other update of the turn reaches the device but a `correction` (an
 //! answer replaced after its end, see `turn::reprocess`): a turn's ending is told
 //! once, even when two nodes both end it (one was paused past its lease and another ended
 //! the turn with `node_lost`, then Redis lost the record of that before the first woke up).
@@ -13,8 +13,8 @@ use crate::delivery::outbox::EncodedFrame;
 
 /// Turns whose positions a device remembers (the newest first; older ones are forgotten).
 pub(super) const TRACKED_TURNS: usize = 8;
-/// Older turns a device remembers it had the end of (24 bytes each).
-const ENDED_TURNS: usize = 64;
+/// Older turns whose positions a device remembers in short (32 bytes each).
+const FORGOTTEN_TURNS: usize = 64;
 
 pub(super) struct TurnPosition {
     pub(super) task: TaskId,
@@ -33,12 +33,19 @@ pub(super) struct TurnPosition {
 impl TurnPosition {
     /// Whether frame `index` (`msg`) is new to the device: not had, and not an update
     /// after the final one (a `correction`, which replaces an answer after its end, is).
+    /// The update that follows the device's newest is new wherever it stands in the log:
+    /// a frame after it reached the device first (its node died before sending it, and a
+    /// catch-up from the log brings it now).
     pub(super) fn takes(&self, index: u64, msg: &ServerMessage) -> bool {
-        let after_end = match msg {
-            ServerMessage::AiMessageUpdate(u) => self.ended && u.correction.is_none(),
-            _ => false,
-        };
-        index > self.index && !after_end
+        match msg {
+            ServerMessage::AiMessageUpdate(u) if self.ended => {
+                u.correction.is_some() && index > self.index
+            }
+            ServerMessage::AiMessageUpdate(u) => {
+                index > self.index || (self.index < u64::MAX && u.sequence == self.sequence + 1)
+            }
+            _ => index > self.index,
+        }
     }
 
     /// A final update numbered at or below what the device had (a node that took the turn
@@ -58,6 +65,12 @@ impl TurnPosition {
         }
     }
 
+    /// Nothing more of the turn reaches the device (held or later).
+    pub(super) fn drop_all(&mut self) {
+        self.index = u64::MAX;
+        self.held = None;
+    }
+
     /// The device had the turn's final update.
     pub(super) fn has_ended(&self) -> bool {
         self.ended
@@ -65,10 +78,15 @@ impl TurnPosition {
 
     /// The device had frame `index` (`msg`).
     pub(super) fn advance(&mut self, index: u64, msg: &ServerMessage) {
-        self.index = index;
-        if let ServerMessage::AiMessageUpdate(u) = msg {
-            self.sequence = self.sequence.max(u.sequence);
-            self.ended |= u.is_final_chunk;
+        self.index = self.index.max(index);
+        match msg {
+            ServerMessage::AiMessageUpdate(u) => {
+                self.sequence = self.sequence.max(u.sequence);
+                self.ended |= u.is_final_chunk;
+            }
+            // A device not showing the chat gets this instead of the final update.
+            ServerMessage::AiBackgroundResponseCompleted(_) => self.ended = true,
+            _ => {}
         }
     }
 }
@@ -80,22 +98,23 @@ pub(super) fn update_sequence(msg: &ServerMessage) -> Option<u64> {
     }
 }
 
-/// A device's positions in its recent turns, and the ends of older turns it had.
+/// A device's positions in its recent turns, and in short where it stood in older ones.
 #[derive(Default)]
 pub(super) struct Positions {
     /// The newest first.
     turns: VecDeque<TurnPosition>,
-    /// Turns whose position was forgotten after the device had their final update: what a
+    /// Where the device stood in older turns, whose positions were forgotten: what a
     /// catch-up or a frame sent again of such a turn is measured against (it never gets
-    /// the turn again). The newest last.
-    ended: VecDeque<Ended>,
+    /// what it had again, nor anything of a turn it had the end of). The newest last.
+    forgotten: VecDeque<Forgotten>,
 }
 
-/// Where a device stood when it forgot a turn it had the end of (a hash of the task id).
-struct Ended {
+/// A forgotten position (a hash of the task id).
+struct Forgotten {
     task: u64,
     index: u64,
     sequence: u64,
+    ended: bool,
 }
 
 fn task_hash(task: &TaskId) -> u64 {
@@ -111,7 +130,7 @@ impl Positions {
     }
 
     /// The device's position in `task`, created (and the oldest forgotten) when new; a
-    /// turn it forgot after its end is ended again.
+    /// forgotten one comes back as it was.
     pub(super) fn at(&mut self, task: &TaskId) -> &mut TurnPosition {
         if let Some(i) = self.turns.iter().position(|p| &p.task == task) {
             return &mut self.turns[i];
@@ -120,27 +139,28 @@ impl Positions {
             // The oldest that no resume or catch-up holds is forgotten.
             let idle = self.turns.iter().rposition(|p| p.held.is_none());
             let gone = self.turns.remove(idle.unwrap_or(self.turns.len() - 1));
-            if let Some(gone) = gone.filter(|p| p.ended) {
-                if self.ended.len() >= ENDED_TURNS {
-                    self.ended.pop_front();
+            if let Some(gone) = gone.filter(|p| p.index > 0) {
+                if self.forgotten.len() >= FORGOTTEN_TURNS {
+                    self.forgotten.pop_front();
                 }
-                self.ended.push_back(Ended {
+                self.forgotten.push_back(Forgotten {
                     task: task_hash(&gone.task),
                     index: gone.index,
                     sequence: gone.sequence,
+                    ended: gone.ended,
                 });
             }
         }
         let hash = task_hash(task);
-        let was =
-            (self.ended.iter().position(|e| e.task == hash)).and_then(|i| self.ended.remove(i));
+        let was = (self.forgotten.iter().position(|e| e.task == hash))
+            .and_then(|i| self.forgotten.remove(i));
         self.turns.push_front(TurnPosition {
             task: task.clone(),
             index: was.as_ref().map_or(0, |e| e.index),
             sequence: was.as_ref().map_or(0, |e| e.sequence),
             chat: None,
             held: None,
-            ended: was.is_some(),
+            ended: was.is_some_and(|e| e.ended),
         });
         &mut self.turns[0]
     }

@@ -182,10 +182,11 @@ fn a_frame_sent_again_reaches_only_devices_that_follow_the_turn() {
     assert!(sequences(&new_rx).is_empty(), "{}", newcomer.conn_id);
 }
 
-/// A device that had a turn's end and then many newer turns forgets its position in it,
-/// but not that it had the end: a catch-up or a frame sent again never replays it.
+/// A device that had many newer turns forgets its positions in older ones, but not where
+/// it stood: a catch-up or a frame sent again never replays what it had, nor a turn it had
+/// the end of.
 #[test]
-fn a_turn_forgotten_after_its_end_is_not_caught_up_again() {
+fn a_forgotten_turn_is_measured_against_where_the_device_stood() {
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
@@ -207,6 +208,34 @@ fn a_turn_forgotten_after_its_end_is_not_caught_up_again() {
     let frame = (EncodedFrame::new(&again), &again);
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 2), frame, false);
     assert!(sequences(&rx).is_empty(), "nothing of the ended turn again");
+
+    // A turn it had part of, and the end of as a device not showing the chat: forgotten,
+    // a replay from the log sends only what it lacks, and nothing of the other.
+    let (part, background) = (TaskId::parse("t2").unwrap(), TaskId::parse("t3").unwrap());
+    d.replay(&part, 1, &update(1));
+    let done = ServerMessage::AiBackgroundResponseCompleted(
+        serde_json::from_value(serde_json::json!({"chat_id": "c1", "message_id": "m1",
+            "user_message_id": "u1", "task_id": "t3", "full_content": "text"}))
+        .unwrap(),
+    );
+    hub.send_turn_minding_gaps(
+        &user,
+        &Audience::All,
+        (&background, 1),
+        (EncodedFrame::new(&done), &done),
+        false,
+    );
+    for i in 0..super::position::TRACKED_TURNS + 2 {
+        let other = TaskId::parse(format!("more-{i}")).unwrap();
+        d.replay(&other, 1, &update(1));
+    }
+    rx.drain();
+    assert!(!d.begin_catch_up(&background), "it had the end");
+    assert!(d.begin_catch_up(&part));
+    d.replay(&part, 1, &update(1));
+    d.replay(&part, 2, &update(2));
+    d.end_resume(&part);
+    assert_eq!(sequences(&rx), [2]);
 }
 
 /// A node that took a turn over ended it after a log that had lost the newest update (Redis
@@ -229,4 +258,24 @@ fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 3), frame, false);
     assert_eq!(sequences(&rx), [1, 2, 3]);
     assert_eq!(sequences(&behind_rx), [1, 2]);
+}
+
+/// A device got a frame past an update it never had (the update's node died before sending
+/// it): that update, replayed from the log, still reaches it, though the log holds it
+/// before the frame the device had.
+#[test]
+fn the_update_a_device_lacks_reaches_it_from_before_its_position() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let task = TaskId::parse("t1").unwrap();
+    d.replay(&task, 1, &update(1));
+    let typing_ended = ServerMessage::AiTypingEnded(
+        serde_json::from_value(serde_json::json!({"chat_id": "c1", "message_id": "m1",
+            "task_id": "t1"}))
+        .unwrap(),
+    );
+    d.replay(&task, 3, &typing_ended);
+    d.replay(&task, 2, &update(2));
+    d.replay(&task, 2, &update(2));
+    assert_eq!(sequences(&rx), [1, 2], "taken once");
 }

@@ -25,13 +25,13 @@ use std::sync::Arc;
 use tokio::sync::{mpsc, watch};
 
 use super::super::lease_clock::Standing;
-use super::super::log::{self, LogEntry, LogError};
+use super::super::log::{LogEntry, LogError};
 use super::super::store::{LogSlot, NotedTurn, TurnStoreError};
 use super::recent::Recent;
 use super::{Logged, Outlet, TurnKey};
+use crate::delivery::Audience;
 use crate::delivery::frames::{self, Head, LostTurn};
 use crate::delivery::outbox::EncodedFrame;
-use crate::delivery::{Audience, Device};
 use chatd_protocol::ServerMessage;
 
 /// The most frames that wait for a store that cannot be reached (the oldest are dropped).
@@ -332,38 +332,6 @@ impl Flusher<'_> {
         }
     }
 
-    /// Devices here that this frame would reach past an update they have not had (they
-    /// resumed from a log read before the store got back entries it had lost, or this
-    /// node took the turn over and the dead node's last frames never reached them) get the
-    /// turn's frames from the kept ones, in order, then the held ones; when the kept ones
-    /// do not reach back far enough, from the log.
-    async fn fill_gaps(&self, devices: &[Arc<Device>]) {
-        let k = self.key;
-        let frames = self.recent.replayable();
-        tracing::debug!(
-            devices = devices.len(),
-            "devices here missed frames; replaying kept ones"
-        );
-        let mut logged = None;
-        for device in devices {
-            for (index, frame) in &frames {
-                device.replay(&k.task, *index, frame);
-            }
-            if device.end_resume_if_whole(&k.task) {
-                continue;
-            }
-            // This flusher appended the log up to this frame: it holds what the device lacks.
-            if logged.is_none() {
-                let read = self.outlet.log.read_patiently(&k.owner, &k.chat, &k.task);
-                logged = Some(read.await.ok().flatten().and_then(|l| log::replay(&l, 0)));
-            }
-            for (index, frame) in logged.iter().flatten().flat_map(|r| &r.frames) {
-                device.replay(&k.task, *index, frame);
-            }
-            device.end_resume(&k.task);
-        }
-    }
-
     /// Appends the entry right after the log's newest; a log that lost entries gets the
     /// kept ones after its newest first (what is not kept stays a hole: a device resuming
     /// before it is told the log cannot recover it). True when it lost entries.
@@ -396,3 +364,5 @@ impl Flusher<'_> {
             .map(drop)
     }
 }
+
+mod gaps;
