@@ -91,10 +91,7 @@ impl Session {
         // A device that had updates of the turn (it showed the chat before) gets the ones
         // it missed, in order; one that had none, the newest at once.
         let (frames, last) = match followed {
-            true => (
-                log::replay(&read, 0).map(|r| r.frames).unwrap_or_default(),
-                0,
-            ),
+            true => (rejoin::catch_up_frames(&read.entries), 0),
             false => log::latest(&read),
         };
         for (index, frame) in frames {

@@ -5,13 +5,13 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::{ChatId, TaskId};
+use chatd_protocol::{ChatId, ServerMessage, TaskId};
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
 
 use super::deps::TurnDeps;
-use super::log::{self, Replay};
+use super::log;
 use super::rejoin;
 use super::store::patience::patiently;
 use super::store::{CancelReason, NotedTurn};
@@ -143,18 +143,19 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
     }
     let deps = deps.clone();
     deps.tasks.clone().spawn(async move {
-        let mut read: HashMap<TaskId, Option<Replay>> = HashMap::new();
+        let mut read: HashMap<TaskId, Option<Vec<(u64, ServerMessage)>>> = HashMap::new();
         let mut replayed = 0;
         for (device, task, chat) in followed {
             if !read.contains_key(&task) {
                 let log = read_log(&deps, &device.user_hash, &chat, &task).await;
-                read.insert(task.clone(), log.and_then(|l| log::replay(&l, 0)));
+                let frames = log.map(|l| rejoin::catch_up_frames(&l.entries));
+                read.insert(task.clone(), frames);
             }
-            if let Some(Some(replay)) = read.get(&task) {
-                for (index, frame) in &replay.frames {
+            if let Some(Some(frames)) = read.get(&task) {
+                for (index, frame) in frames {
                     device.replay(&task, *index, frame);
                 }
-                replayed += replay.frames.len();
+                replayed += frames.len();
             }
             let again = || read_log(&deps, &device.user_hash, &chat, &task);
             rejoin::release_when_whole(&device, &task, again).await;

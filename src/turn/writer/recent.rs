@@ -5,8 +5,8 @@ use std::collections::VecDeque;
 
 use chatd_protocol::ServerMessage;
 
-use super::super::log::{self, LogEntry};
-use crate::delivery::Audience;
+use super::super::log::LogEntry;
+use super::super::rejoin;
 
 /// The most entries, and bytes of them, a flusher keeps to refill its log.
 const RECENT_ENTRIES: usize = 256;
@@ -41,10 +41,7 @@ impl Recent {
     /// ones showing the chat), in order, chunks with their cumulative text.
     pub(super) fn replayable(&self) -> Vec<(u64, ServerMessage)> {
         let entries = decode(self.entries.iter().map(|(i, e)| (*i, e.as_slice())));
-        log::frames(&entries)
-            .filter(|(_, audience, _)| matches!(audience, Audience::All | Audience::Showing(_)))
-            .map(|(index, _, frame)| (index, frame))
-            .collect()
+        rejoin::catch_up_frames(&entries)
     }
 
     /// The kept entries after index `last`, in order.

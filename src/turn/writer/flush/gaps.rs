@@ -5,7 +5,7 @@ use std::sync::Arc;
 
 use chatd_protocol::ServerMessage;
 
-use super::super::super::log;
+use super::super::super::rejoin::catch_up_frames;
 use super::Flusher;
 use crate::delivery::Device;
 
@@ -35,8 +35,8 @@ impl Flusher<'_> {
                 false => {
                     if logged.is_none() {
                         let read = self.outlet.log.read_patiently(&k.owner, &k.chat, &k.task);
-                        let replay = read.await.ok().flatten().and_then(|l| log::replay(&l, 0));
-                        logged = Some(replay.map(|r| r.frames).unwrap_or_default());
+                        let read = read.await.ok().flatten();
+                        logged = Some(read.map_or_else(Vec::new, |l| catch_up_frames(&l.entries)));
                     }
                     logged.as_ref().unwrap_or(&kept)
                 }
