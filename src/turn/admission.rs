@@ -18,6 +18,8 @@ use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chatd_protocol::{ChatId, MessageId, TaskId};
+// tokio's clock, as the lease clock's.
+use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
 use self::queued::{Queued, Work};
@@ -175,6 +177,7 @@ impl Turns {
             work,
         };
         let value = queued.seal(self.keyring.as_deref(), &owner, chat).await?;
+        let asked = Instant::now();
         let admitted = self
             .store
             .admit(Admit {
@@ -190,7 +193,8 @@ impl Turns {
             .await?;
         Ok(match admitted {
             Admitted::Started(lease) => {
-                Admission::Start(Box::new(self.start(user, lease, vec![queued.work], parent)))
+                let work = vec![queued.work];
+                Admission::Start(Box::new(self.start(user, (lease, asked), work, parent)))
             }
             Admitted::Queued { active } => Admission::Queued {
                 active_task_id: active.task,
@@ -203,15 +207,16 @@ impl Turns {
         })
     }
 
-    /// A ticket for a lease this node holds, registered so it can be cancelled here.
+    /// A ticket for a lease this node holds (granted in answer to a request sent at
+    /// `asked`), registered so it can be cancelled here.
     fn start(
         &self,
         user: &UserId,
-        lease: Lease,
+        (lease, asked): (Lease, Instant),
         work: Vec<Work>,
         parent: &CancellationToken,
     ) -> TurnTicket {
-        let ticket = TurnTicket::new(lease, self.lease, work, parent);
+        let ticket = TurnTicket::new((lease, asked, self.lease), work, parent);
         self.local().insert(
             ticket.task_id.clone(),
             Local {
@@ -235,7 +240,7 @@ impl Turns {
         if parent.is_cancelled() {
             return None;
         }
-        let next = TaskId::random();
+        let (next, asked) = (TaskId::random(), Instant::now());
         let finished = match self.store.finish(&ticket.lease, &next, self.lease).await {
             Ok(f) => f,
             Err(e) => {
@@ -243,7 +248,9 @@ impl Turns {
                 return None;
             }
         };
-        self.next_turn(finished, parent).await.map(|(_, t)| t)
+        self.next_turn((finished, asked), parent)
+            .await
+            .map(|(_, t)| t)
     }
 
     /// Hands a chat whose node was lost (its lease now this node's, see
@@ -253,9 +260,9 @@ impl Turns {
         lease: &Lease,
         parent: &CancellationToken,
     ) -> Option<(UserId, TurnTicket)> {
-        let next = TaskId::random();
+        let (next, asked) = (TaskId::random(), Instant::now());
         match self.store.finish(lease, &next, self.lease).await {
-            Ok(finished) => self.next_turn(finished, parent).await,
+            Ok(finished) => self.next_turn((finished, asked), parent).await,
             Err(e) => {
                 tracing::warn!(error = %e, "cannot hand a lost turn's chat over");
                 None
@@ -266,7 +273,7 @@ impl Turns {
     /// The ticket for the messages a finished turn handed over.
     async fn next_turn(
         &self,
-        finished: Finished,
+        (finished, asked): (Finished, Instant),
         parent: &CancellationToken,
     ) -> Option<(UserId, TurnTicket)> {
         let Finished::Next { lease, queued } = finished else {
@@ -291,7 +298,7 @@ impl Turns {
                 .await;
             return None;
         };
-        let ticket = self.start(&user, lease, work, parent);
+        let ticket = self.start(&user, (lease, asked), work, parent);
         Some((user, ticket))
     }
 

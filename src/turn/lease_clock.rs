@@ -47,10 +47,11 @@ const LOST: u8 = 2;
 const CLOSED: u8 = 3;
 
 impl LeaseClock {
-    /// A lease of `ttl` granted now.
-    pub fn new(ttl: Duration) -> Self {
+    /// A lease of `ttl` granted in answer to a request sent at `asked` (counted from then:
+    /// a node paused between the two must not take the answer for a fresh lease).
+    pub fn new(asked: Instant, ttl: Duration) -> Self {
         let clock = LeaseClock {
-            base: Instant::now(),
+            base: asked,
             until: AtomicU64::new(0),
             verdict: AtomicU8::new(OPEN),
             changed: Notify::new(),
@@ -143,21 +144,25 @@ mod tests {
 
     #[test]
     fn a_lease_holds_until_its_length_after_the_last_renewal() {
-        let clock = LeaseClock::new(Duration::from_secs(60));
+        let clock = LeaseClock::new(Instant::now(), Duration::from_secs(60));
         assert!(clock.holds());
-        let lapsed = LeaseClock::new(Duration::ZERO);
+        let lapsed = LeaseClock::new(Instant::now(), Duration::ZERO);
         assert!(!lapsed.holds(), "a lease of no length never holds");
         lapsed.renewed(Instant::now(), Duration::from_secs(60));
         assert!(lapsed.holds(), "a renewal brings it back");
+        // A grant answered after the node was paused past its length has lapsed already.
+        let asked = Instant::now().checked_sub(Duration::from_secs(6));
+        let late = asked.map(|asked| LeaseClock::new(asked, Duration::from_secs(2)));
+        assert!(late.is_none_or(|c| !c.holds()));
         // An older renewal answered late does not shorten it.
-        let clock = LeaseClock::new(Duration::from_secs(60));
+        let clock = LeaseClock::new(Instant::now(), Duration::from_secs(60));
         clock.renewed(clock.base, Duration::ZERO);
         assert!(clock.holds());
     }
 
     #[tokio::test]
     async fn a_lapsed_lease_settles_at_the_stores_word() {
-        let clock = LeaseClock::new(Duration::ZERO);
+        let clock = LeaseClock::new(Instant::now(), Duration::ZERO);
         assert_eq!(clock.standing(), Standing::Lapsed);
         // The store's word comes while the clock is awaited.
         let (standing, ()) = tokio::join!(clock.settled(), async { clock.lost() });
@@ -166,10 +171,10 @@ mod tests {
         clock.close();
         assert_eq!(clock.standing(), Standing::Lost, "a verdict stands");
         assert_eq!(clock.until(), None, "no lapse to keep to after a verdict");
-        let open = LeaseClock::new(Duration::from_secs(60));
+        let open = LeaseClock::new(Instant::now(), Duration::from_secs(60));
         let until = open.until().map(|u| u.duration_since(open.base));
         assert_eq!(until, Some(Duration::from_secs(60)));
-        let closed = LeaseClock::new(Duration::ZERO);
+        let closed = LeaseClock::new(Instant::now(), Duration::ZERO);
         closed.close();
         assert_eq!(
             closed.settled().await,

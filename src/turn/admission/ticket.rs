@@ -48,11 +48,10 @@ struct Flags {
 }
 
 impl TurnTicket {
-    /// A ticket for `lease` answering `work` (oldest first); its token is a child of
-    /// `parent`.
+    /// A ticket for `lease` (of `ttl`, asked for at `asked`) answering `work` (oldest
+    /// first); its token is a child of `parent`.
     pub(super) fn new(
-        lease: Lease,
-        ttl: std::time::Duration,
+        (lease, asked, ttl): (Lease, tokio::time::Instant, std::time::Duration),
         work: Vec<Work>,
         parent: &CancellationToken,
     ) -> Self {
@@ -82,7 +81,7 @@ impl TurnTicket {
             follow_ups: follow_ups.into(),
             requesters,
             lease,
-            lease_clock: Arc::new(LeaseClock::new(ttl)),
+            lease_clock: Arc::new(LeaseClock::new(asked, ttl)),
             cancel: parent.child_token(),
             flags: Arc::default(),
         }
