@@ -48,14 +48,16 @@ impl TurnPosition {
         }
     }
 
-    /// A final update numbered at or below what the device had (a node that took the turn
-    /// over ended it after a log that had lost its newest updates: Redis came back from a
-    /// snapshot) renumbered to follow it: the ending is told once, after what the device
-    /// had.
+    /// A final update not numbered right after the device's newest, renumbered to be: the
+    /// ending is told once, after what the device had. Numbered at or below it: a node
+    /// that took the turn over ended it after a log that had lost its newest updates
+    /// (Redis came back from a snapshot). Above it, once the log was read for what lies
+    /// between and had nothing (its head was lost with the node that wrote it): the final
+    /// update holds the whole text, so the device lacks nothing it shows.
     pub(super) fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
         match msg {
             ServerMessage::AiMessageUpdate(u)
-                if u.is_final_chunk && self.sequence > 0 && u.sequence <= self.sequence =>
+                if u.is_final_chunk && self.sequence > 0 && u.sequence != self.sequence + 1 =>
             {
                 let mut u = u.clone();
                 u.sequence = self.sequence + 1;

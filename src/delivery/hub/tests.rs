@@ -240,7 +240,8 @@ fn a_forgotten_turn_is_measured_against_where_the_device_stood() {
 
 /// A node that took a turn over ended it after a log that had lost the newest update (Redis
 /// came back from a snapshot): its final update, numbered like the lost one, reaches a
-/// device that had the lost one numbered after it, and one that had not as it is.
+/// device that had the lost one numbered after it, and one that had not as it is; a final
+/// update past updates nothing holds any more is numbered after the device's newest.
 #[test]
 fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
     let hub = Hub::default();
@@ -258,6 +259,17 @@ fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 3), frame, false);
     assert_eq!(sequences(&rx), [1, 2, 3]);
     assert_eq!(sequences(&behind_rx), [1, 2]);
+
+    // A log whose head was lost gives a device catching up only the ending: numbered right
+    // after what the device had (it holds the whole text).
+    let (late, late_rx) = device(&hub);
+    late.replay(&task, 1, &update(1));
+    let mut ending = update(9);
+    if let ServerMessage::AiMessageUpdate(u) = &mut ending {
+        u.is_final_chunk = true;
+    }
+    late.replay(&task, 9, &ending);
+    assert_eq!(sequences(&late_rx), [1, 2]);
 }
 
 /// A device got a frame past an update it never had (the update's node died before sending
