@@ -3,8 +3,9 @@
 //! "other devices", "devices showing a chat" or one device. Local only (no bus).
 //!
 //! A turn frame carries its index in the turn's log. A device drops a turn frame it has
-//! already had (index not above its position in that task), and any `ai_message_update`
-//! after the task's final one (see `position`). While it resumes a task,
+//! already had (index not above its position in that task, unless it is the update after
+//! the device's newest), and any `ai_message_update` after the task's final one; a final
+//! update not numbered right after the device's newest is renumbered (see `position`). While it resumes a task,
 //! live frames of that task wait in its buffer until the replay from the log is done. A
 //! frame from another node that skips an update the device never had starts such a wait
 //! too ([`Hub::send_turn_minding_gaps`]: the caller catches the device up from the log).
@@ -123,9 +124,7 @@ impl Device {
             }
             return gap;
         }
-        let renumbered = pos.renumbered(msg);
-        let msg = renumbered.as_ref().unwrap_or(msg);
-        pos.advance(index, msg);
+        let renumbered = pos.take(index, msg);
         drop(turns);
         match &renumbered {
             Some(m) => self.outbox.send(m),
@@ -197,9 +196,8 @@ impl Device {
         if !pos.takes(index, msg) {
             return;
         }
-        let renumbered = pos.renumbered(msg);
+        let renumbered = pos.take(index, msg);
         let msg = renumbered.as_ref().unwrap_or(msg);
-        pos.advance(index, msg);
         if pos.chat.is_none() {
             pos.chat = turn_chat(msg);
         }
@@ -247,8 +245,7 @@ impl Device {
         let mut out = Vec::new();
         for (index, frame, msg) in held {
             if pos.takes(index, &msg) {
-                let renumbered = pos.renumbered(&msg);
-                pos.advance(index, renumbered.as_ref().unwrap_or(&msg));
+                let renumbered = pos.take(index, &msg);
                 out.push((frame, msg, renumbered));
             }
         }

@@ -54,7 +54,7 @@ impl TurnPosition {
     /// (Redis came back from a snapshot). Above it, once the log was read for what lies
     /// between and had nothing (its head was lost with the node that wrote it): the final
     /// update holds the whole text, so the device lacks nothing it shows.
-    pub(super) fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
+    fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
         match msg {
             ServerMessage::AiMessageUpdate(u)
                 if u.is_final_chunk && self.sequence > 0 && u.sequence != self.sequence + 1 =>
@@ -76,6 +76,14 @@ impl TurnPosition {
     /// The device had the turn's final update.
     pub(super) fn has_ended(&self) -> bool {
         self.ended
+    }
+
+    /// The device gets frame `index` (`msg`): its position moves to it, and a final update
+    /// to renumber comes back renumbered ([`TurnPosition::renumbered`]), to send instead.
+    pub(super) fn take(&mut self, index: u64, msg: &ServerMessage) -> Option<ServerMessage> {
+        let renumbered = self.renumbered(msg);
+        self.advance(index, renumbered.as_ref().unwrap_or(msg));
+        renumbered
     }
 
     /// The device had frame `index` (`msg`).
