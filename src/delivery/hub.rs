@@ -205,12 +205,6 @@ impl Device {
         self.outbox.send(msg);
     }
 
-    /// Whether live frames of `task` are held for the device.
-    pub fn holds_any(&self, task: &TaskId) -> bool {
-        (self.positions().iter())
-            .any(|p| &p.task == task && p.held.as_ref().is_some_and(|h| !h.is_empty()))
-    }
-
     /// Resolves when a live frame of a turn is next held (awaited with `enable` first, so
     /// none held between the call and the await is missed).
     pub fn next_held(&self) -> tokio::sync::futures::Notified<'_> {

@@ -50,7 +50,7 @@ impl Session {
             }
         }
         let again = || self.read_log(&m.chat_id, &m.task_id);
-        rejoin::release_when_whole(&self.device, &m.task_id, false, again).await;
+        rejoin::release_when_whole(&self.device, &m.task_id, again).await;
     }
 
     /// Sends the new connection every answer no device has stored yet.
@@ -99,7 +99,7 @@ impl Session {
         }
         self.device.skip_to(&task, last, 0);
         let again = || self.read_log(chat, &task);
-        rejoin::release_when_whole(&self.device, &task, false, again).await;
+        rejoin::release_when_whole(&self.device, &task, again).await;
     }
 
     /// [`Session::read_log`], read again while the device is ahead of the log (it had a

@@ -143,38 +143,27 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
     }
     let deps = deps.clone();
     deps.tasks.clone().spawn(async move {
-        // Each turn's log once: its frames, and whether it has its end.
-        let mut read: HashMap<TaskId, Option<CaughtUp>> = HashMap::new();
+        let mut read: HashMap<TaskId, Option<Vec<(u64, ServerMessage)>>> = HashMap::new();
         let mut replayed = 0;
-        let mut releases = Vec::new();
         for (device, task, chat) in followed {
             if !read.contains_key(&task) {
                 let log = read_log(&deps, &device.user_hash, &chat, &task).await;
-                let frames = log.map(|l| (rejoin::catch_up_frames(&l.entries), l.ended));
+                let frames = log.map(|l| rejoin::catch_up_frames(&l.entries));
                 read.insert(task.clone(), frames);
             }
-            let mut unended = true;
-            if let Some(Some((frames, ended))) = read.get(&task) {
+            if let Some(Some(frames)) = read.get(&task) {
                 for (index, frame) in frames {
                     device.replay(&task, *index, frame);
                 }
                 replayed += frames.len();
-                unended = !ended;
             }
-            let deps = &deps;
-            releases.push(async move {
-                let again = || read_log(deps, &device.user_hash, &chat, &task);
-                rejoin::release_when_whole(&device, &task, unended, again).await;
-            });
+            let again = || read_log(&deps, &device.user_hash, &chat, &task);
+            rejoin::release_when_whole(&device, &task, again).await;
         }
         let unread = read.values().filter(|r| r.is_none()).count();
-        futures_util::future::join_all(releases).await;
         tracing::info!(replayed, unread, "caught up from the turn logs");
     });
 }
-
-/// A log read for a catch-up: the frames devices get, and whether it has its end.
-type CaughtUp = (Vec<(u64, ServerMessage)>, bool);
 
 /// The turn's log (read again while the store's connection comes back after the outage).
 async fn read_log(

@@ -21,28 +21,24 @@ const REFILL_WAIT: Duration = Duration::from_secs(1);
 
 /// Ends `device`'s hold on `task`, reading the log again (`read`) and replaying it while
 /// the held frames skip an update: each time once the turn's next live frame is held (or
-/// [`REFILL_WAIT`] passed). With `unended` (a catch-up read a log without its end), also
-/// while nothing is held: the turn may have ended while the store had lost its log, whose
-/// node writes it back once its own bus is back (nothing live would show the gap).
-pub async fn release_when_whole<F, Fut>(device: &Device, task: &TaskId, unended: bool, mut read: F)
+/// [`REFILL_WAIT`] passed).
+pub async fn release_when_whole<F, Fut>(device: &Device, task: &TaskId, mut read: F)
 where
     F: FnMut() -> Fut,
     Fut: Future<Output = Option<Logged>>,
 {
-    let mut unended = unended;
     for _ in 0..REREADS {
         let next = device.next_held();
         tokio::pin!(next);
         next.as_mut().enable();
-        if (!unended || device.holds_any(task)) && device.end_resume_if_whole(task) {
+        if device.end_resume_if_whole(task) {
             return;
         }
-        tracing::debug!("held frames skip an update, or the log has no end: reading it again");
+        tracing::debug!("held frames skip an update: reading the turn's log again");
         let _ = tokio::time::timeout(REFILL_WAIT, next).await;
         let Some(logged) = read().await else {
             break;
         };
-        unended &= !logged.ended;
         for (index, frame) in catch_up_frames(&logged.entries) {
             device.replay(task, index, &frame);
         }
