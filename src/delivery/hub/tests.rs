@@ -31,6 +31,15 @@ fn update(sequence: u64) -> ServerMessage {
     ))
 }
 
+/// The final update, numbered `sequence`.
+fn final_update(sequence: u64) -> ServerMessage {
+    let mut last = update(sequence);
+    if let ServerMessage::AiMessageUpdate(u) = &mut last {
+        u.is_final_chunk = true;
+    }
+    last
+}
+
 /// The sequences of the updates queued for the device.
 fn sequences(rx: &OutboxReceiver) -> Vec<u64> {
     rx.drain()
@@ -97,10 +106,7 @@ fn no_update_reaches_a_device_after_the_final_one() {
             msg,
         );
     };
-    let mut last = update(2);
-    if let ServerMessage::AiMessageUpdate(u) = &mut last {
-        u.is_final_chunk = true;
-    }
+    let last = final_update(2);
     send(1, &update(1));
     send(2, &last);
     send(3, &update(3));
@@ -135,10 +141,7 @@ fn a_catch_up_leaves_a_resume_and_an_ended_turn_alone() {
     d.end_resume(&task);
     assert_eq!(sequences(&rx), [2], "the resume's position was kept");
 
-    let mut last = update(3);
-    if let ServerMessage::AiMessageUpdate(u) = &mut last {
-        u.is_final_chunk = true;
-    }
+    let last = final_update(3);
     d.replay(&task, 3, &last);
     assert!(!d.begin_catch_up(&task), "it had the end");
 }
@@ -190,10 +193,7 @@ fn a_forgotten_turn_is_measured_against_where_the_device_stood() {
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
-    let mut last = update(2);
-    if let ServerMessage::AiMessageUpdate(u) = &mut last {
-        u.is_final_chunk = true;
-    }
+    let last = final_update(2);
     d.replay(&task, 1, &update(1));
     d.replay(&task, 2, &last);
     for i in 0..super::position::TRACKED_TURNS + 2 {
@@ -251,10 +251,7 @@ fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
     ahead.replay(&task, 1, &update(1));
     ahead.replay(&task, 2, &update(2));
     behind.replay(&task, 1, &update(1));
-    let mut lost = update(2);
-    if let ServerMessage::AiMessageUpdate(u) = &mut lost {
-        u.is_final_chunk = true;
-    }
+    let lost = final_update(2);
     let frame = (EncodedFrame::new(&lost), &lost);
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 3), frame, false);
     assert_eq!(sequences(&rx), [1, 2, 3]);
@@ -264,10 +261,7 @@ fn a_final_update_numbered_at_what_a_device_had_is_renumbered_after_it() {
     // after what the device had (it holds the whole text).
     let (late, late_rx) = device(&hub);
     late.replay(&task, 1, &update(1));
-    let mut ending = update(9);
-    if let ServerMessage::AiMessageUpdate(u) = &mut ending {
-        u.is_final_chunk = true;
-    }
+    let ending = final_update(9);
     late.replay(&task, 9, &ending);
     assert_eq!(sequences(&late_rx), [1, 2]);
 }
