@@ -80,10 +80,6 @@ impl Turn<'_> {
         let answer = outcome.text.clone();
         self.writer.emit(&ctx, TurnEvent::Finished(outcome));
         app.metrics
-            .turns
-            .get_or_create(&OutcomeLabel { outcome: label })
-            .inc();
-        app.metrics
             .turn_seconds
             .observe(self.started.elapsed().as_secs_f64());
         if label == "completed" {
@@ -101,6 +97,12 @@ impl Turn<'_> {
             () = self.writer.settled() => {}
             () = app.shutdown.cancelled() => {}
         }
+        // Counted once its ending is in the log: a device that resumes the turn on any
+        // node after the count reads how it ended.
+        app.metrics
+            .turns
+            .get_or_create(&OutcomeLabel { outcome: label })
+            .inc();
     }
 
     /// Starts compressing the chat's history on the turn tracker when it may have passed
