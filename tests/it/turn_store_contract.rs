@@ -513,3 +513,50 @@ contract!(
     logs_keep_the_writers_numbering,
     recent_turns_are_noted_per_user,
 );
+
+/// A node that admits a turn and never hears the reply (it stops, or its link to Redis is
+/// cut, between the script and the reply) leaves a lease no node runs: it is still taken
+/// over once it expires (its deadline was recorded before the admission), so the message
+/// gets its `node_lost` ending and the chat is not held for a day.
+#[tokio::test]
+async fn an_admission_whose_reply_was_lost_is_taken_over() {
+    let server = RedisServer::start().await.unwrap();
+    let timeout = Duration::from_millis(200);
+    let s = RedisTurnStore::new(&server.url(), false, timeout).unwrap();
+    // The scripts are loaded (a paused server would refuse to load one later).
+    let _ = started(admit(&s, &chat("c-first"), "m1", "a", LONG, 10).await);
+
+    // Writes wait on the server past the node's timeout, then run.
+    let c = chat("c-unheard");
+    server
+        .cli(&["CLIENT", "PAUSE", "600", "WRITE"])
+        .await
+        .unwrap();
+    let unheard = s
+        .admit(Admit {
+            chat: &c,
+            owner: &owner(),
+            task: &TaskId::random(),
+            node: &node("dead"),
+            message: &msg("m1"),
+            value: b"value of m1".to_vec(),
+            lease: SHORT,
+            max_queue: 10,
+        })
+        .await;
+    assert!(unheard.is_err(), "the reply came in time: {unheard:?}");
+    // Scripts queue behind the paused admission: a lease once the pause is over.
+    let held = loop {
+        if let Ok(held) = s.active(&c).await {
+            break held;
+        }
+    };
+    assert!(held.is_some(), "the admission never ran");
+    until_expired(&s, &c).await;
+    let taken = s.take_over_expired(&node("b"), LONG, 10).await.unwrap();
+    assert_eq!(
+        taken.iter().map(|l| &l.chat).collect::<Vec<_>>(),
+        vec![&c],
+        "the unheard lease was not taken over"
+    );
+}

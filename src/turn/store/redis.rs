@@ -3,8 +3,8 @@
 //! the logs of its turns, each a Stream), so every step is one Lua script on one slot. Two
 //! keys live elsewhere, each written beside the chat's script: `{t:<task>}` (which chat a
 //! task is in, for `cancel_ai_task`) and `{turns}:leases` (every lease's deadline, for the
-//! nodes that look for lost turns; a take-over re-checks the lease inside its own script,
-//! so a stale entry there is harmless). This file owns the keys, the connection and a
+//! nodes that look for lost turns, recorded before an admission too; a take-over
+//! re-checks the lease inside its own script, so a stale entry there is harmless). This file owns the keys, the connection and a
 //! lease's life (admit, renew, finish, cancel); taking over lost turns is in [`take_over`],
 //! the turns' logs in [`logs`], reading script replies in [`reply`].
 
@@ -94,12 +94,26 @@ impl RedisTurnStore {
     }
 
     async fn zadd_lease(&self, chat: &ChatId, until: u64) {
+        self.zadd_lease_with(chat, until, None).await;
+    }
+
+    /// Records a deadline for a lease about to be admitted, unless the chat has one: the
+    /// lease is then never without one, even when its node stops (or is cut from Redis)
+    /// between the admission and its reply. By this node's clock (the server's is not
+    /// known before the script); a take-over re-checks the lease, and refreshes an early
+    /// deadline.
+    async fn zadd_lease_ahead(&self, chat: &ChatId, lease: Duration) {
+        let until = crate::clock::unix_millis().max(0) as u64 + lease.as_millis() as u64;
+        self.zadd_lease_with(chat, until, Some("NX")).await;
+    }
+
+    async fn zadd_lease_with(&self, chat: &ChatId, until: u64, only: Option<&str>) {
         let mut conn = match self.redis.conn().await {
             Ok(c) => c,
             Err(_) => return,
         };
         let mut cmd = ::redis::cmd("ZADD");
-        cmd.arg(LEASES).arg(until).arg(chat.as_str());
+        cmd.arg(LEASES).arg(only).arg(until).arg(chat.as_str());
         if let Err(e) = self.redis.run(cmd.query_async::<()>(&mut conn)).await {
             tracing::debug!(error = %e, "cannot record a lease deadline");
         }
@@ -132,6 +146,7 @@ type Res<'a, T> = BoxFuture<'a, Result<T, TurnStoreError>>;
 impl TurnStore for RedisTurnStore {
     fn admit<'a>(&'a self, req: Admit<'a>) -> Res<'a, Admitted> {
         Box::pin(async move {
+            self.zadd_lease_ahead(req.chat, req.lease).await;
             let mut conn = self.redis.conn().await?;
             let mut call = self.admit.key(chat_key(req.chat, "lease"));
             call.key(chat_key(req.chat, "gen"))
