@@ -361,6 +361,16 @@ async fn logs_keep_the_writers_numbering(s: Arc<dyn TurnStore>) {
     assert_eq!(strict(6).await.unwrap(), 6);
     assert_eq!(strict(6).await.unwrap(), 6, "a repeat is still a repeat");
     assert_eq!(s.log_read(&c, &t, 0).await.unwrap().unwrap().last, 6);
+    // A log the store lost refuses a writer's next frame and stays lost until the writer
+    // puts its frames back: a device resuming meanwhile finds no log, never an empty one
+    // that would let the writer's next frame through after nothing.
+    let lost = TaskId::random();
+    let slot = LogSlot::new(2, 9).contiguous();
+    assert!(matches!(
+        s.log_append(&c, &lost, slot, b"x".to_vec(), 10, LONG).await,
+        Err(TurnStoreError::Behind { last: 0 })
+    ));
+    assert_eq!(s.log_read(&c, &lost, 0).await.unwrap(), None);
 }
 
 async fn logs_number_trim_end_and_expire(s: Arc<dyn TurnStore>) {

@@ -288,6 +288,10 @@ impl TurnStore for MemoryTurnStore {
         } = &mut *s;
         let log = match logs.entry((chat.clone(), task.clone())) {
             std::collections::hash_map::Entry::Occupied(o) => o.into_mut(),
+            // A writer that wants no hole gets nothing written (see below).
+            std::collections::hash_map::Entry::Vacant(_) if slot.contiguous && slot.index > 1 => {
+                return Box::pin(ready(Err(TurnStoreError::Behind { last: 0 })));
+            }
             std::collections::hash_map::Entry::Vacant(v) => {
                 log_order.push_back((now + keep, v.key().clone()));
                 v.insert(Log::new(generation, now + keep))
@@ -299,13 +303,13 @@ impl TurnStore for MemoryTurnStore {
         if log.ended || generation < log.fence {
             return Box::pin(ready(Err(TurnStoreError::Fenced)));
         }
-        log.fence = generation;
-        if slot.index <= log.last {
-            return Box::pin(ready(Ok(slot.index)));
-        }
         if slot.contiguous && slot.index > log.last + 1 {
             let last = log.last;
             return Box::pin(ready(Err(TurnStoreError::Behind { last })));
+        }
+        log.fence = generation;
+        if slot.index <= log.last {
+            return Box::pin(ready(Ok(slot.index)));
         }
         log.last = slot.index;
         log.entries.push_back((log.last, entry));

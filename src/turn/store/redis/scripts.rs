@@ -133,17 +133,18 @@ return 1
 /// KEYS: stream, meta. ARGV: gen, entry, max len, keep ms, index, contiguous ('1'). Appends
 /// under the fence at the writer's index (an index the log has passed is a repeat: nothing
 /// written). → the index; -1 fenced; -2 - last when contiguous and the log's newest is
-/// older than index - 1 (nothing written).
+/// older than index - 1 (nothing written, not even the fence: a log the store lost stays
+/// absent until its writer puts its frames back).
 pub const LOG_APPEND: &str = r#"
 if redis.call('HGET', KEYS[2], 'ended') == '1' then return -1 end
 local fence = tonumber(redis.call('HGET', KEYS[2], 'fence') or '0')
 local gen = tonumber(ARGV[1])
 if gen < fence then return -1 end
-if gen > fence then redis.call('HSET', KEYS[2], 'fence', gen) end
 local index = tonumber(ARGV[5])
 local last = tonumber(redis.call('HGET', KEYS[2], 'last') or '0')
-if index <= last then return index end
 if ARGV[6] == '1' and index > last + 1 then return -2 - last end
+if gen > fence then redis.call('HSET', KEYS[2], 'fence', gen) end
+if index <= last then return index end
 redis.call('HSET', KEYS[2], 'last', index)
 redis.call('XADD', KEYS[1], 'MAXLEN', ARGV[3], index .. '-0', 'v', ARGV[2])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
