@@ -1,8 +1,8 @@
 //! One turn of a user: the message from one device, every device reading the answer. The
 //! client acts as a real one would: it resumes (`resume_ai_task` from the last sequence it
 //! has) on another node when its connection breaks or goes silent, re-sends a message
-//! that was not acknowledged, answers `request_chat_history`, and may cancel the turn or
-//! drop a device on purpose.
+//! that was not acknowledged (or whose answer it never saw start) from there, answers
+//! `request_chat_history`, and may cancel the turn or drop a device on purpose.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -233,7 +233,11 @@ impl User {
             None => json!({"type": "set_active_chat", "payload": {"chat_id": t.chat}}),
         };
         self.send(d as usize, &frame, None).await;
-        if d as usize == t.sender && !t.acked {
+        // Not acknowledged, or acknowledged but its answer never seen starting (its node
+        // may have stopped before any device heard of the turn, and the store may have
+        // lost it since): sent again, the server tells where it stands (its running or
+        // queued turn, a confirmation if it was answered, or a turn now).
+        if d as usize == t.sender {
             self.send_message(t, false).await;
         }
     }
@@ -241,7 +245,8 @@ impl User {
     /// Nothing came for a while: every device still waiting moves to another node.
     async fn stalled(&mut self, t: &mut Turn) {
         for d in 0..self.devices.len() as u32 {
-            let waiting = !t.done.contains(&d) && (t.task.is_some() || !t.acked);
+            let sender = d as usize == t.sender;
+            let waiting = !t.done.contains(&d) && (t.task.is_some() || !t.acked || sender);
             if waiting {
                 let node = self
                     .drop_device(d as usize, "silent: moving to another node")
