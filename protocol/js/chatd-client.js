@@ -87,7 +87,15 @@ export class ChatdClient extends Capabilities {
     if (this.activeChat) this.send({ type: 'set_active_chat', payload: { chat_id: this.activeChat } });
     // Messages sent while the socket was down, or not yet confirmed: sent (again). The server
     // answers a message id once, so a copy it already has only gets confirmed. (Those of an
-    // earlier page join them after the sync: resendEarlier.)
+    // earlier page join them after the sync: resendEarlier.) So do confirmed ones whose turn
+    // this device never heard of (its node may have stopped right after confirming): the
+    // server says where each stands (its turn, its place in the queue, or a confirmation
+    // of one answered meanwhile); at most three times.
+    for (const [id, m] of this.starting) {
+      this.starting.delete(id);
+      const tries = (m.tries ?? 0) + 1;
+      if (tries <= 3) this.sending.set(id, { ...m, tries });
+    }
     for (const id of this.sending.keys()) this.resend(id);
     // Answers that were streaming when the page or the socket went away.
     for (const s of /** @type {StreamRecord[]} */ (await this.store.all('streams'))) {

@@ -138,12 +138,14 @@ export const ENDINGS = /** @type {Record<string, string>} */ ({
 /** Frames of a turn. @type {Record<string, (this: ChatdClient, p: any) => any>} */
 export const ANSWER_HANDLERS = {
   ai_task_initiated(p) {
+    this.starting.delete(p.user_message_id);
     this.running.set(p.chat_id, p.ai_task_id);
     this.emit('task', { chat_id: p.chat_id, task_id: p.ai_task_id, state: 'started' });
     this.emitChats();
   },
 
   message_queued(p) {
+    this.starting.delete(p.user_message_id);
     this.emit('task', { chat_id: p.chat_id, task_id: p.active_task_id, state: 'queued', user_message_id: p.user_message_id, message: p.message });
   },
 
@@ -180,6 +182,7 @@ export const ANSWER_HANDLERS = {
   },
 
   async ai_typing_started(p) {
+    this.starting.delete(p.user_message_id);
     const taskId = p.message_id;
     this.running.set(p.chat_id, taskId);
     if (!this.answers.has(taskId) && !this.finished.has(taskId)) {

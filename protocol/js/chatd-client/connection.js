@@ -180,6 +180,7 @@ export const CONNECTION_HANDLERS = {
   },
 
   error(p) {
+    if (p.message_id) this.starting.delete(p.message_id);
     this.fail(p.code, p.message, { chat_id: p.chat_id, message_id: p.message_id, details: p.details });
   },
 };

@@ -70,6 +70,8 @@ export class LocalState extends Connection {
     this.thinking = new Map();
     /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages written here the server has not confirmed */
     this.sending = new Map();
+    /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number, tries?: number}>} user messages written here, confirmed, whose turn this device has not heard of yet (no `ai_task_initiated`, `message_queued` or typing frame): sent again after a reconnect (their node may have stopped right after confirming) */
+    this.starting = new Map();
     /** @type {Map<string, {chat_id: string, content: string, created_at: number, at: number}>} user messages an earlier page wrote and never saw confirmed: into `sending` after the first sync */
     this.earlier = new Map();
   }

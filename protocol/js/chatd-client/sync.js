@@ -255,6 +255,7 @@ export const SYNC_HANDLERS = {
     const mine = this.sending.get(p.message_id);
     if (!mine) return;
     this.sending.delete(p.message_id);
+    this.starting.set(p.message_id, mine);
     // Not sent again by a later page (a message confirmed long ago may be unknown to the server's cache).
     if (m) await this.store.put('messages', { ...m, confirmed: true });
     this.emit('message', { message: {
