@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::{ChatId, ServerMessage, TaskId};
+use chatd_protocol::{AiTaskResumed, ChatId, ServerMessage, TaskId};
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -24,8 +24,12 @@ use crate::delivery::{Device, Inbound, NodeControl};
 const CATCH_UP_MARGIN: Duration = Duration::from_secs(60);
 /// A user's newest noted turns a device catches up on after an outage, at most.
 const CATCH_UP_TURNS: usize = 4;
-/// Users whose recent turns are read at once after an outage.
+/// Users whose recent turns (and then turns whose logs) are read at once after an outage.
 const CATCH_UP_READS: usize = 32;
+/// Times a turn's log that is lost, or has no end while the turn no longer runs, is read
+/// again after an outage, and the pause before each.
+const LOST_LOG_READS: usize = 6;
+const LOST_LOG_WAIT: Duration = Duration::from_millis(500);
 
 /// Handles what the bus delivers until shutdown or until the bus is gone.
 pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
@@ -136,33 +140,82 @@ async fn catch_up(deps: &Arc<TurnDeps>, down_since_ms: i64) {
 
 /// Devices that hold the live frames of a turn get what they missed of it from the turn's
 /// log, in order, then the held frames. A frame from another node is published after its
-/// log append, so the log read here holds every frame up to the newest one held.
+/// log append, so the log read here holds every frame up to the newest one held. Each turn
+/// is read once for all its devices, the turns at once.
 fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatId)>) {
     if followed.is_empty() {
         return;
     }
+    let mut turns: HashMap<TaskId, (ChatId, Vec<Arc<Device>>)> = HashMap::new();
+    for (device, task, chat) in followed {
+        turns
+            .entry(task)
+            .or_insert_with(|| (chat, Vec::new()))
+            .1
+            .push(device);
+    }
     let deps = deps.clone();
     deps.tasks.clone().spawn(async move {
-        let mut read: HashMap<TaskId, Option<Vec<(u64, ServerMessage)>>> = HashMap::new();
-        let mut replayed = 0;
-        for (device, task, chat) in followed {
-            if !read.contains_key(&task) {
-                let log = read_log(&deps, &device.user_hash, &chat, &task).await;
-                let frames = log.map(|l| rejoin::catch_up_frames(&l.entries));
-                read.insert(task.clone(), frames);
-            }
-            if let Some(Some(frames)) = read.get(&task) {
+        let caught_up: Vec<Option<usize>> = futures_util::stream::iter(turns)
+            .map(|(task, (chat, devices))| catch_up_turn(&deps, task, chat, devices))
+            .buffer_unordered(CATCH_UP_READS)
+            .collect()
+            .await;
+        let replayed: usize = caught_up.iter().flatten().sum();
+        let unread = caught_up.iter().filter(|r| r.is_none()).count();
+        tracing::info!(replayed, unread, "caught up from the turn logs");
+    });
+}
+
+/// One turn's catch-up for its devices here: the frames replayed to each (`None`: no log).
+/// A log that is not there, or has no end while its turn no longer runs, is read again a
+/// few times: the node that wrote it (or that ends it as lost) may not have put it back
+/// yet after the store restarted. Still none: a device that had part of the answer is
+/// told nothing more will come (`ai_task_resumed`, `recovered: false`: sync instead).
+async fn catch_up_turn(
+    deps: &TurnDeps,
+    task: TaskId,
+    chat: ChatId,
+    devices: Vec<Arc<Device>>,
+) -> Option<usize> {
+    let owner = devices.first()?.user_hash.clone();
+    let mut read = read_log(deps, &owner, &chat, &task).await;
+    for _ in 0..LOST_LOG_READS {
+        if read.as_ref().is_some_and(|l| l.ended) || runs(deps, &chat, &task).await {
+            break;
+        }
+        tokio::time::sleep(LOST_LOG_WAIT).await;
+        read = read_log(deps, &owner, &chat, &task).await;
+    }
+    let frames = read.map(|l| rejoin::catch_up_frames(&l.entries));
+    let per_device = devices.iter().map(|device| async {
+        match &frames {
+            Some(frames) => {
                 for (index, frame) in frames {
                     device.replay(&task, *index, frame);
                 }
-                replayed += frames.len();
             }
-            let again = || read_log(&deps, &device.user_hash, &chat, &task);
-            rejoin::release_when_whole(&device, &task, again).await;
+            None if device.sequence_in(&task) > 0 => {
+                device.drop_turn(&task);
+                device.send(&ServerMessage::AiTaskResumed(AiTaskResumed {
+                    chat_id: chat.clone(),
+                    task_id: task.clone(),
+                    recovered: false,
+                }));
+            }
+            None => {}
         }
-        let unread = read.values().filter(|r| r.is_none()).count();
-        tracing::info!(replayed, unread, "caught up from the turn logs");
+        let again = || read_log(deps, &device.user_hash, &chat, &task);
+        rejoin::release_when_whole(device, &task, again).await;
     });
+    futures_util::future::join_all(per_device).await;
+    frames.map(|f| f.len() * devices.len())
+}
+
+/// Whether the turn runs (its lease is live): its live frames reach the devices.
+async fn runs(deps: &TurnDeps, chat: &ChatId, task: &TaskId) -> bool {
+    let active = deps.turns.store().active(chat).await;
+    active.is_ok_and(|lease| lease.is_some_and(|l| &l.task == task))
 }
 
 /// The turn's log (read again while the store's connection comes back after the outage).

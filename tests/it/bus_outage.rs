@@ -165,3 +165,87 @@ async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_de
     assert_eq!(last.task_id, whole.task_id);
     assert_eq!(last.full_content_so_far, whole.full_content_so_far);
 }
+
+/// A device off the bus while its turn ends, whose log is then lost for good (the node that
+/// ran it died, and Redis came back without its data): once back on the bus it is told
+/// that nothing more of the turn will come (`ai_task_resumed`, `recovered: false`: sync
+/// instead), never left waiting for an ending (issue 37: missed turns after a node kill and
+/// a Redis restart without data).
+#[tokio::test]
+async fn a_turn_whose_log_was_lost_while_a_node_was_off_the_bus_is_told_lost() {
+    let server = RedisServer::start().await.unwrap();
+    let cut_user = [
+        "ACL", "SETUSER", "cut", "on", ">cut-pw", "~*", "&*", "+@all",
+    ];
+    server.cli(&cut_user).await.unwrap();
+    let cut_url = format!("redis://cut:cut-pw@127.0.0.1:{}", server.port());
+    let mut c = Cluster::start_with_env(2, Shared::Server(server), "", |i| match i {
+        2 => vec![("CHATD__CACHE__REDIS_URL", cut_url.clone())],
+        _ => Vec::new(),
+    })
+    .await;
+    let chat = "chat-lost-log";
+    let gate = Gate::new();
+    c.fake.push(Reply::Stall {
+        chunks: vec!["First part.\n\n".into()],
+        gate: gate.clone(),
+        then: Box::new(Reply::Text {
+            chunks: vec!["The end.".into()],
+            delay: Duration::ZERO,
+            usage: None,
+        }),
+    });
+    let mut here = c.connect_showing(0, "bob", chat).await;
+    let mut there = c.connect_showing(1, "bob", chat).await;
+    here.send(&user_message(chat, "m1", "go on")).await;
+    gate.reached().await;
+    let task = there
+        .recv_until(|m| match m {
+            ServerMessage::AiMessageUpdate(u) => Some(u.task_id.clone()),
+            _ => None,
+        })
+        .await;
+
+    // Node 2 loses its channels; the turn ends on node 1, which then dies with what it
+    // kept of the log, and Redis forgets everything.
+    cli(&c, &["ACL", "SETUSER", "cut", "resetchannels"]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cli(&c, &["PUBSUB", "CHANNELS", "{n:node-2}*"])
+        .await
+        .contains("node-2")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 kept its channels"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+    gate.release();
+    here.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(()),
+        _ => None,
+    })
+    .await;
+    c.kill(0).await;
+    assert_eq!(cli(&c, &["FLUSHALL"]).await.trim(), "OK");
+    cli(&c, &["ACL", "SETUSER", "cut", "allchannels"]).await;
+
+    // Back on the bus: the device hears the turn is lost, and nothing else of it.
+    let told = there
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) if r.task_id == task => Some(r.recovered),
+            ServerMessage::AiMessageUpdate(u) if u.task_id == task => {
+                panic!("an update of a turn whose log is lost: {u:?}")
+            }
+            _ => None,
+        })
+        .await;
+    assert!(!told, "told the turn was recovered");
+}
+
+async fn cli(c: &Cluster, args: &[&str]) -> String {
+    match c.redis() {
+        Shared::Server(r) => r.cli(args).await.unwrap(),
+        Shared::Cluster(_) => unreachable!(),
+    }
+}
