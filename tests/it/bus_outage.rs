@@ -106,41 +106,13 @@ async fn frames_published_while_a_node_was_off_the_bus_reach_its_devices_in_orde
 /// Redis connection was cut).
 #[tokio::test]
 async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_devices() {
-    let server = RedisServer::start().await.unwrap();
-    let cut_user = [
-        "ACL", "SETUSER", "cut", "on", ">cut-pw", "~*", "&*", "+@all",
-    ];
-    server.cli(&cut_user).await.unwrap();
-    let cut_url = format!("redis://cut:cut-pw@127.0.0.1:{}", server.port());
-    let c = Cluster::start_with_env(2, Shared::Server(server), "", |i| match i {
-        2 => vec![("CHATD__CACHE__REDIS_URL", cut_url.clone())],
-        _ => Vec::new(),
-    })
-    .await;
+    let c = cluster_with_a_node_to_cut().await;
     let chat = "chat-off-the-bus";
     let mut here = c.connect_showing(0, "bob", chat).await;
     let mut there = c.connect_showing(1, "bob", chat).await;
 
     // Node 2 loses its channels: its subscriber is dropped and cannot subscribe again.
-    let redis = c.redis();
-    let cli = |args: &'static [&'static str]| async move {
-        match redis {
-            Shared::Server(r) => r.cli(args).await.unwrap(),
-            Shared::Cluster(_) => unreachable!(),
-        }
-    };
-    cli(&["ACL", "SETUSER", "cut", "resetchannels"]).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while cli(&["PUBSUB", "CHANNELS", "{n:node-2}*"])
-        .await
-        .contains("node-2")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "node 2 kept its channels"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    off_the_bus(&c).await;
 
     c.fake.push(Reply::Text {
         chunks: vec!["First part.\n\n".into(), "The end.".into()],
@@ -158,7 +130,7 @@ async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_de
 
     // Back on the bus: the device on node 2 gets the turn from its first update to its
     // final one, in order.
-    cli(&["ACL", "SETUSER", "cut", "allchannels"]).await;
+    back_on_the_bus(&c).await;
     let (sequences, last) = updates_to_the_end(&mut there).await;
     let expected: Vec<u64> = (1..=sequences.len() as u64).collect();
     assert_eq!(sequences, expected, "every update, in order");
@@ -173,53 +145,20 @@ async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_de
 /// a Redis restart without data).
 #[tokio::test]
 async fn a_turn_whose_log_was_lost_while_a_node_was_off_the_bus_is_told_lost() {
-    let server = RedisServer::start().await.unwrap();
-    let cut_user = [
-        "ACL", "SETUSER", "cut", "on", ">cut-pw", "~*", "&*", "+@all",
-    ];
-    server.cli(&cut_user).await.unwrap();
-    let cut_url = format!("redis://cut:cut-pw@127.0.0.1:{}", server.port());
-    let mut c = Cluster::start_with_env(2, Shared::Server(server), "", |i| match i {
-        2 => vec![("CHATD__CACHE__REDIS_URL", cut_url.clone())],
-        _ => Vec::new(),
-    })
-    .await;
+    let mut c = cluster_with_a_node_to_cut().await;
     let chat = "chat-lost-log";
     let gate = Gate::new();
-    c.fake.push(Reply::Stall {
-        chunks: vec!["First part.\n\n".into()],
-        gate: gate.clone(),
-        then: Box::new(Reply::Text {
-            chunks: vec!["The end.".into()],
-            delay: Duration::ZERO,
-            usage: None,
-        }),
-    });
+    c.fake.push(crate::cluster::stall(&gate));
     let mut here = c.connect_showing(0, "bob", chat).await;
     let mut there = c.connect_showing(1, "bob", chat).await;
     here.send(&user_message(chat, "m1", "go on")).await;
+    let task = crate::cluster::task_of(&mut here).await;
     gate.reached().await;
-    let task = there
-        .recv_until(|m| match m {
-            ServerMessage::AiMessageUpdate(u) => Some(u.task_id.clone()),
-            _ => None,
-        })
-        .await;
+    crate::cluster::updates_until(&mut there, &task, 2).await;
 
     // Node 2 loses its channels; the turn ends on node 1, which then dies with what it
     // kept of the log, and Redis forgets everything.
-    cli(&c, &["ACL", "SETUSER", "cut", "resetchannels"]).await;
-    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-    while cli(&c, &["PUBSUB", "CHANNELS", "{n:node-2}*"])
-        .await
-        .contains("node-2")
-    {
-        assert!(
-            tokio::time::Instant::now() < deadline,
-            "node 2 kept its channels"
-        );
-        tokio::time::sleep(Duration::from_millis(25)).await;
-    }
+    off_the_bus(&c).await;
     gate.release();
     here.recv_until(|m| match m {
         ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(()),
@@ -228,7 +167,7 @@ async fn a_turn_whose_log_was_lost_while_a_node_was_off_the_bus_is_told_lost() {
     .await;
     c.kill(0).await;
     assert_eq!(cli(&c, &["FLUSHALL"]).await.trim(), "OK");
-    cli(&c, &["ACL", "SETUSER", "cut", "allchannels"]).await;
+    back_on_the_bus(&c).await;
 
     // Back on the bus: the device hears the turn is lost, and nothing else of it.
     let told = there
@@ -241,6 +180,43 @@ async fn a_turn_whose_log_was_lost_while_a_node_was_off_the_bus_is_told_lost() {
         })
         .await;
     assert!(!told, "told the turn was recovered");
+}
+
+/// Two nodes on one redis-server; node 2 (the second) uses a Redis user whose channels can
+/// be taken away ([`off_the_bus`]).
+async fn cluster_with_a_node_to_cut() -> Cluster {
+    let server = RedisServer::start().await.unwrap();
+    let cut_user = [
+        "ACL", "SETUSER", "cut", "on", ">cut-pw", "~*", "&*", "+@all",
+    ];
+    server.cli(&cut_user).await.unwrap();
+    let cut_url = format!("redis://cut:cut-pw@127.0.0.1:{}", server.port());
+    Cluster::start_with_env(2, Shared::Server(server), "", |i| match i {
+        2 => vec![("CHATD__CACHE__REDIS_URL", cut_url.clone())],
+        _ => Vec::new(),
+    })
+    .await
+}
+
+/// Node 2 loses its channels: its subscriber is dropped and cannot subscribe again
+/// (polled: Redis tells no one when it drops a subscriber).
+async fn off_the_bus(c: &Cluster) {
+    cli(c, &["ACL", "SETUSER", "cut", "resetchannels"]).await;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+    while cli(c, &["PUBSUB", "CHANNELS", "{n:node-2}*"])
+        .await
+        .contains("node-2")
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "node 2 kept its channels"
+        );
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn back_on_the_bus(c: &Cluster) {
+    cli(c, &["ACL", "SETUSER", "cut", "allchannels"]).await;
 }
 
 async fn cli(c: &Cluster, args: &[&str]) -> String {
