@@ -1,13 +1,15 @@
 //! The first stage: the turn's history from the AI cache or the client's re-send; or a
 //! request for it (`request_chat_history`, `request_chat_embeds`), or a typed refusal when
 //! it is invalid or the cache fails; or a routine waiting in the chat takes the message as
-//! its answer. Then `ai_task_initiated`.
+//! its answer; or nothing, for messages another turn answered meanwhile. Then
+//! `ai_task_initiated`.
 
 use std::sync::Arc;
 
 use chatd_protocol::ErrorCode;
 
 use super::{Settled, Turn};
+use crate::cache::ai::MessageSeen;
 use crate::delivery::Audience;
 use crate::delivery::frames::Notice;
 use crate::history::{self, Prepared};
@@ -61,16 +63,38 @@ pub(in crate::turn) struct Ready {
 }
 
 impl Turn<'_> {
+    /// Whether every message of the turn was answered by another turn meanwhile: a node
+    /// that took a message and then stalled (paused, or waiting on the store) admits it
+    /// late, after the client's copy sent elsewhere was taken as new (the store had lost
+    /// the first claim) and answered. That turn held the chat's lease before this one and
+    /// settled the message before letting it go, so the chat's record of message ids tells.
+    async fn answered_meanwhile(&self) -> bool {
+        let inbound = &self.ticket.inbound;
+        for i in inbound.iter() {
+            let id = &i.message.message_id;
+            let seen = self.deps.ai_cache.claim_message(&self.owner, self.chat, id);
+            if !matches!(seen.await, Ok(MessageSeen::Answered)) {
+                return false;
+            }
+        }
+        !inbound.is_empty()
+    }
+
     /// The turn's history; or what to ask the client for; or the turn ended here (refused,
-    /// cancelled, or a routine answered).
+    /// cancelled, answered meanwhile, or a routine answered).
     pub(in crate::turn) async fn prepare(&self) -> Start {
         let (app, ticket) = (self.deps.as_ref(), self.ticket);
         let history = history::prepare(&app.ai_cache, &self.owner, self.chat, &ticket.inbound);
-        let (prepared, privacy) = tokio::select! {
+        let answered = self.answered_meanwhile();
+        let (prepared, privacy, answered) = tokio::select! {
             biased;
             _ = ticket.cancel.cancelled() => return Start::Ended,
-            p = futures_util::future::join(history, self.load_privacy()) => p,
+            p = futures_util::future::join3(history, self.load_privacy(), answered) => p,
         };
+        if answered {
+            tracing::info!("the turn's messages were answered meanwhile; not answered again");
+            return Start::Ended;
+        }
         let history = match prepared {
             Ok(Prepared::Ready(history)) => history,
             Ok(Prepared::NeedHistory(request)) => {
