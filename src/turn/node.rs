@@ -22,6 +22,8 @@ use crate::delivery::{Device, Inbound, NodeControl};
 /// Turns noted this long before an outage began are caught up after it too (a turn is
 /// noted when it begins; one that began before the outage may end during it).
 const CATCH_UP_MARGIN: Duration = Duration::from_secs(60);
+/// When a node back from a bus outage looks for the turns its devices missed again.
+const CATCH_UP_AGAIN: Duration = Duration::from_secs(2);
 /// A user's newest noted turns a device catches up on after an outage, at most.
 const CATCH_UP_TURNS: usize = 4;
 /// Users whose recent turns (and then turns whose logs) are read at once after an outage.
@@ -72,6 +74,18 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 let outlet = deps.outlet.clone();
                 deps.tasks.spawn(async move { outlet.refill_ended().await });
                 catch_up(&deps, down_since_ms).await;
+                // The store may have come back without its data: the nodes that wrote
+                // the turns note them again (and write their logs back) once their own
+                // bus is back, a moment later. A second look finds those.
+                let again = deps.clone();
+                deps.tasks.spawn(async move {
+                    tokio::select! {
+                        () = again.shutdown.cancelled() => {}
+                        () = tokio::time::sleep(CATCH_UP_AGAIN) => {
+                            catch_up(&again, down_since_ms).await;
+                        }
+                    }
+                });
             }
         }
     }
