@@ -5,7 +5,7 @@ use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::{AiTaskResumed, ChatId, ServerMessage, TaskId};
+use chatd_protocol::{ChatId, TaskId};
 
 use futures_util::StreamExt;
 use tokio::sync::mpsc;
@@ -184,8 +184,8 @@ fn replay_missed(deps: &Arc<TurnDeps>, followed: Vec<(Arc<Device>, TaskId, ChatI
 /// One turn's catch-up for its devices here: the frames replayed to each (`None`: no log).
 /// A log that is not there, or has no end while its turn no longer runs, is read again a
 /// few times: the node that wrote it (or that ends it as lost) may not have put it back
-/// yet after the store restarted. Still none: a device that had part of the answer is
-/// told nothing more will come (`ai_task_resumed`, `recovered: false`: sync instead).
+/// yet after the store restarted. (Still none, nothing is said: a turn whose lease has
+/// expired may yet be taken over and ended, and a device that resumes it is told.)
 async fn catch_up_turn(
     deps: &TurnDeps,
     task: TaskId,
@@ -203,21 +203,8 @@ async fn catch_up_turn(
     }
     let frames = read.map(|l| rejoin::catch_up_frames(&l.entries));
     let per_device = devices.iter().map(|device| async {
-        match &frames {
-            Some(frames) => {
-                for (index, frame) in frames {
-                    device.replay(&task, *index, frame);
-                }
-            }
-            None if device.sequence_in(&task) > 0 => {
-                device.drop_turn(&task);
-                device.send(&ServerMessage::AiTaskResumed(AiTaskResumed {
-                    chat_id: chat.clone(),
-                    task_id: task.clone(),
-                    recovered: false,
-                }));
-            }
-            None => {}
+        for (index, frame) in frames.iter().flatten() {
+            device.replay(&task, *index, frame);
         }
         let again = || read_log(deps, &device.user_hash, &chat, &task);
         rejoin::release_when_whole(device, &task, again).await;

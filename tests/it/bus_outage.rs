@@ -138,50 +138,6 @@ async fn a_turn_that_began_and_ended_while_a_node_was_off_the_bus_reaches_its_de
     assert_eq!(last.full_content_so_far, whole.full_content_so_far);
 }
 
-/// A device off the bus while its turn ends, whose log is then lost for good (the node that
-/// ran it died, and Redis came back without its data): once back on the bus it is told
-/// that nothing more of the turn will come (`ai_task_resumed`, `recovered: false`: sync
-/// instead), never left waiting for an ending (issue 37: missed turns after a node kill and
-/// a Redis restart without data).
-#[tokio::test]
-async fn a_turn_whose_log_was_lost_while_a_node_was_off_the_bus_is_told_lost() {
-    let mut c = cluster_with_a_node_to_cut().await;
-    let chat = "chat-lost-log";
-    let gate = Gate::new();
-    c.fake.push(crate::cluster::stall(&gate));
-    let mut here = c.connect_showing(0, "bob", chat).await;
-    let mut there = c.connect_showing(1, "bob", chat).await;
-    here.send(&user_message(chat, "m1", "go on")).await;
-    let task = crate::cluster::task_of(&mut here).await;
-    gate.reached().await;
-    crate::cluster::updates_until(&mut there, &task, 2).await;
-
-    // Node 2 loses its channels; the turn ends on node 1, which then dies with what it
-    // kept of the log, and Redis forgets everything.
-    off_the_bus(&c).await;
-    gate.release();
-    here.recv_until(|m| match m {
-        ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(()),
-        _ => None,
-    })
-    .await;
-    c.kill(0).await;
-    assert_eq!(cli(&c, &["FLUSHALL"]).await.trim(), "OK");
-    back_on_the_bus(&c).await;
-
-    // Back on the bus: the device hears the turn is lost, and nothing else of it.
-    let told = there
-        .recv_until(|m| match m {
-            ServerMessage::AiTaskResumed(r) if r.task_id == task => Some(r.recovered),
-            ServerMessage::AiMessageUpdate(u) if u.task_id == task => {
-                panic!("an update of a turn whose log is lost: {u:?}")
-            }
-            _ => None,
-        })
-        .await;
-    assert!(!told, "told the turn was recovered");
-}
-
 /// Two nodes on one redis-server; node 2 (the second) uses a Redis user whose channels can
 /// be taken away ([`off_the_bus`]).
 async fn cluster_with_a_node_to_cut() -> Cluster {
