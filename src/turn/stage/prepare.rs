@@ -71,8 +71,7 @@ impl Turn<'_> {
     async fn answered_meanwhile(&self) -> bool {
         let inbound = &self.ticket.inbound;
         for i in inbound.iter() {
-            let id = &i.message.message_id;
-            let seen = self.deps.ai_cache.claim_message(&self.owner, self.chat, id);
+            let seen = (self.deps.ai_cache).claim_message(&self.owner, self.chat, i.message_id());
             if !matches!(seen.await, Ok(MessageSeen::Answered)) {
                 return false;
             }
