@@ -531,7 +531,9 @@ contract!(
 #[tokio::test]
 async fn an_admission_whose_reply_was_lost_is_taken_over() {
     let server = RedisServer::start().await.unwrap();
-    let timeout = Duration::from_millis(200);
+    // Generous for a loaded machine; the pause outlasts two of them (the deadline's write,
+    // then the admission's).
+    let timeout = Duration::from_secs(1);
     let s = RedisTurnStore::new(&server.url(), false, timeout).unwrap();
     // The scripts are loaded (a paused server would refuse to load one later).
     let _ = started(admit(&s, &chat("c-first"), "m1", "a", LONG, 10).await);
@@ -539,7 +541,7 @@ async fn an_admission_whose_reply_was_lost_is_taken_over() {
     // Writes wait on the server past the node's timeout, then run.
     let c = chat("c-unheard");
     server
-        .cli(&["CLIENT", "PAUSE", "600", "WRITE"])
+        .cli(&["CLIENT", "PAUSE", "3000", "WRITE"])
         .await
         .unwrap();
     let unheard = s
