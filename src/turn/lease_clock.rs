@@ -7,7 +7,7 @@
 //! none, hands none on) until the store's word: renewed, they go on; lost, they are
 //! dropped, so the turn ends with what its log held when another node could read it.
 
-use std::sync::atomic::{AtomicU8, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
 use std::time::Duration;
 
 use tokio::sync::{Mutex, MutexGuard, Notify};
@@ -24,6 +24,8 @@ pub struct LeaseClock {
     changed: Notify,
     /// Held by the one renewal under way (see [`LeaseClock::renewing`]).
     renewal: Mutex<()>,
+    /// The turn was lost before any of its frames was logged ([`LeaseClock::lost_unseen`]).
+    unseen: AtomicBool,
 }
 
 /// Where the turn stands with the store, as the writer needs it.
@@ -47,6 +49,17 @@ const LOST: u8 = 2;
 const CLOSED: u8 = 3;
 
 impl LeaseClock {
+    /// The writer ended the lost turn without a frame: none of its frames had been
+    /// logged, so no device had heard of it, and its messages may be sent again.
+    pub fn lost_unseen(&self) {
+        self.unseen.store(true, Ordering::Release);
+    }
+
+    /// Whether [`LeaseClock::lost_unseen`] was said.
+    pub fn was_lost_unseen(&self) -> bool {
+        self.unseen.load(Ordering::Acquire)
+    }
+
     /// A lease of `ttl` granted in answer to a request sent at `asked` (counted from then:
     /// a node paused between the two must not take the answer for a fresh lease).
     pub fn new(asked: Instant, ttl: Duration) -> Self {
@@ -56,6 +69,7 @@ impl LeaseClock {
             verdict: AtomicU8::new(OPEN),
             changed: Notify::new(),
             renewal: Mutex::new(()),
+            unseen: AtomicBool::new(false),
         };
         clock.renewed(clock.base, ttl);
         clock

@@ -53,10 +53,18 @@ impl Turn<'_> {
             self.confirm_lease().await;
         }
         // Lost while it had lapsed: the writer ended the turn with what its log held (as
-        // another node may have done) and takes no more of its frames.
-        if self.ticket.interruption() == Interruption::NodeLost {
+        // another node may have done) and takes no more of its frames. Once it has acted
+        // on the store's word: a turn lost before any of its frames was logged ended
+        // without a frame, and its messages are released for the client's copy.
+        let lost = self.ticket.interruption() == Interruption::NodeLost;
+        if lost {
             outcome.interrupted = Some(Interruption::NodeLost);
+            tokio::select! {
+                () = self.writer.settled() => {}
+                () = app.shutdown.cancelled() => {}
+            }
         }
+        let unseen = lost && self.ticket.lease_clock.was_lost_unseen();
         let answered = !outcome.text.trim().is_empty() && !self.ticket.abandoned();
         if answered {
             self.remember(&ctx, &outcome.text).await;
@@ -66,8 +74,9 @@ impl Turn<'_> {
         // A turn abandoned here was answered elsewhere or as lost (another node took its
         // lease and ended it with `node_lost`, which that node settled: releasing the ids
         // here would undo it), or its chat is gone: a copy is a duplicate. Only a turn that
-        // gave no answer releases its messages for another try.
-        self.settle(match answered || self.ticket.abandoned() {
+        // gave no answer (or was lost before any device heard of it) releases its messages
+        // for another try.
+        self.settle(match answered || (self.ticket.abandoned() && !unseen) {
             true => Settled::Answered,
             false => Settled::Unanswered,
         })

@@ -17,7 +17,8 @@
 //! until the store's word ([`Standing`]): renewed, they go on; taken by another node, they
 //! are dropped like fenced ones; lost (the store forgot the turn meanwhile), they are
 //! dropped and the flusher ends the turn with `node_lost` right after the log's newest
-//! frame ([`Tip`]), as another node may have done from that log; later frames are dropped.
+//! frame ([`Tip`]), as another node may have done from that log (or, when none was logged,
+//! without a frame: no device heard of it); later frames are dropped.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -199,13 +200,26 @@ impl Flusher<'_> {
     /// ended the turn so from that log, and the store has since forgotten that ending).
     fn end_as_lost(&mut self) {
         let dropped = self.waiting.len();
+        self.waiting.clear();
+        self.ended = true;
+        if self.tip.index == 0 {
+            // No device had a frame of it (frames go out once logged): no ending either.
+            // The client's copy of its message may be answered by another turn already,
+            // and the message is released for one (see `LeaseClock::lost_unseen`).
+            tracing::warn!(
+                dropped,
+                "the store lost the turn before any of its frames was logged; it ends without a frame"
+            );
+            if let Some(clock) = &self.key.lease {
+                clock.lost_unseen();
+            }
+            return;
+        }
         tracing::warn!(
             dropped,
             logged = self.tip.index,
             "the store lost the turn while its lease had lapsed here; it ends as lost after its logged frames"
         );
-        self.waiting.clear();
-        self.ended = true;
         let (k, tip) = (self.key, &self.tip);
         let lost = LostTurn {
             head: Head {
