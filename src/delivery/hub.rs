@@ -233,7 +233,10 @@ impl Device {
     fn release_held(&self, task: &TaskId, whole_only: bool) -> bool {
         let mut turns = self.positions();
         let pos = turns.at(task);
-        if whole_only && pos.sequence > 0 {
+        // A device that had no update yet but other frames of the turn (a resume from 0
+        // that replayed a log being written back, which held no update yet) waits for
+        // update 1 too.
+        if whole_only && (pos.sequence > 0 || pos.index > 0) {
             let next = (pos.held.iter().flatten())
                 .filter(|(index, _, msg)| pos.takes(*index, msg))
                 .find_map(|(_, _, msg)| update_sequence(msg));

@@ -285,3 +285,31 @@ fn the_update_a_device_lacks_reaches_it_from_before_its_position() {
     d.replay(&task, 2, &update(2));
     assert_eq!(sequences(&rx), [1, 2], "taken once");
 }
+
+/// A resume from 0 that replayed a log being written back (Redis came back empty; the
+/// turn's node puts its frames back one by one), which held the turn's first frame but no
+/// update yet: a held live update that skips the first ones keeps the hold until the log,
+/// read again, has them (chaos: `sequence 7 after 0`).
+#[test]
+fn a_resume_from_zero_holds_a_live_update_past_updates_the_log_lacked() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
+    d.begin_resume(&task);
+    let live = update(7);
+    let frame = (EncodedFrame::new(&live), &live);
+    hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 9), frame, false);
+    let started = ServerMessage::AiTaskInitiated(chatd_protocol::AiTaskInitiated {
+        chat_id: ChatId::parse("c1").unwrap(),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        ai_task_id: task.clone(),
+        status: "processing_started".into(),
+    });
+    d.replay(&task, 1, &started);
+    assert!(!d.end_resume_if_whole(&task), "updates 1 to 6 are missing");
+    for sequence in 1..=6 {
+        d.replay(&task, sequence + 2, &update(sequence));
+    }
+    assert!(d.end_resume_if_whole(&task));
+    assert_eq!(sequences(&rx), [1, 2, 3, 4, 5, 6, 7]);
+}
