@@ -192,10 +192,13 @@ async fn catch_up_turn(
     chat: ChatId,
     devices: Vec<Arc<Device>>,
 ) -> Option<usize> {
-    let owner = devices.first()?.user_hash.clone();
+    let first = devices.first()?;
+    let (owner, user) = (first.user_hash.clone(), first.user.clone());
     let mut read = read_log(deps, &owner, &chat, &task).await;
     for _ in 0..LOST_LOG_READS {
-        if read.as_ref().is_some_and(|l| l.ended) || runs(deps, &chat, &task).await {
+        // A turn that runs (its lease is live) sends its live frames to the devices.
+        let runs = || async { deps.turns.active_task(&user, &chat).await == Some(task.clone()) };
+        if read.as_ref().is_some_and(|l| l.ended) || runs().await {
             break;
         }
         tokio::time::sleep(LOST_LOG_WAIT).await;
@@ -211,12 +214,6 @@ async fn catch_up_turn(
     });
     futures_util::future::join_all(per_device).await;
     frames.map(|f| f.len() * devices.len())
-}
-
-/// Whether the turn runs (its lease is live): its live frames reach the devices.
-async fn runs(deps: &TurnDeps, chat: &ChatId, task: &TaskId) -> bool {
-    let active = deps.turns.store().active(chat).await;
-    active.is_ok_and(|lease| lease.is_some_and(|l| &l.task == task))
 }
 
 /// The turn's log (read again while the store's connection comes back after the outage).
