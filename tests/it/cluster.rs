@@ -91,11 +91,29 @@ impl Cluster {
         Self::start_with_env(n, redis, extra, |_| Vec::new()).await
     }
 
+    /// `n` nodes whose turn leases outlast a Redis restart on a loaded machine. With the
+    /// 2 s lease a slow restart keeps every renewal from the store until the lease lapses,
+    /// and a lapsed turn whose lease the store lost ends as lost (rightly: another node may
+    /// have ended it meanwhile), which is not what a test of riding out a restart is about.
+    pub(crate) async fn start_outlasting_restarts(n: usize, redis: Shared) -> Cluster {
+        Self::launch(n, redis, "", "8s", |_| Vec::new()).await
+    }
+
     /// [`Cluster::start_with`], node `i` (from 1) also getting the environment `env(i)`.
     pub(crate) async fn start_with_env(
         n: usize,
         redis: Shared,
         extra: &str,
+        env: impl Fn(usize) -> Vec<(&'static str, String)>,
+    ) -> Cluster {
+        Self::launch(n, redis, extra, "2s", env).await
+    }
+
+    async fn launch(
+        n: usize,
+        redis: Shared,
+        extra: &str,
+        lease: &str,
         env: impl Fn(usize) -> Vec<(&'static str, String)>,
     ) -> Cluster {
         let redis_cluster = matches!(redis, Shared::Cluster(_));
@@ -132,7 +150,7 @@ speculative_main_call = "off"
 [cluster]
 enabled = true
 node_id = "node-{i}"
-lease = "2s"
+lease = "{lease}"
 {extra}
 "#,
                 llm = fake.base_url(),
@@ -424,7 +442,8 @@ async fn three_nodes(mut c: Cluster) {
 
 #[tokio::test]
 async fn a_redis_restart_during_a_turn_is_survived_without_restarting_a_node() {
-    let mut c = Cluster::start(2).await;
+    let redis = Shared::Server(RedisServer::start().await.unwrap());
+    let mut c = Cluster::start_outlasting_restarts(2, redis).await;
     let chat = "chat-redis-restart";
     let gate = Gate::new();
     c.fake.push(stall(&gate));

@@ -22,7 +22,7 @@ fn text(chunks: &[&str]) -> Vec<String> {
 #[tokio::test]
 async fn frames_a_restarted_redis_lost_are_logged_again_in_their_place() {
     let redis = Shared::Server(RedisServer::start().await.unwrap());
-    let mut c = Cluster::start_with(2, redis, "").await;
+    let mut c = Cluster::start_outlasting_restarts(2, redis).await;
     let chat = "chat-log-refill";
     let (first, second) = (Gate::new(), Gate::new());
     c.fake.push(Reply::Stall {
@@ -98,7 +98,7 @@ async fn frames_a_restarted_redis_lost_are_logged_again_in_their_place() {
 #[tokio::test]
 async fn after_an_empty_restart_a_resume_waits_for_the_running_turn_and_keeps_its_word() {
     let redis = Shared::Server(RedisServer::start().await.unwrap());
-    let mut c = Cluster::start_with(2, redis, "").await;
+    let mut c = Cluster::start_outlasting_restarts(2, redis).await;
     let chat = "chat-empty-restart-resume";
     let gate = Gate::new();
     c.fake.push(Reply::Stall {
