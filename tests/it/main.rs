@@ -59,6 +59,7 @@ mod speculation;
 mod speculation_contract;
 mod store;
 mod store_contract;
+mod store_start;
 mod summaries;
 mod sync;
 mod sync_paging;

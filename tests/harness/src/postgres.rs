@@ -147,19 +147,29 @@ impl Postgres {
 
     /// A crash and a restart: SIGKILLs the postmaster (the caller kills its backends too,
     /// as a machine crash would), then starts it again on the same data and port; it
-    /// recovers from its WAL. Retries while the old processes still hold the shared memory.
+    /// recovers from its WAL.
     pub async fn crash_and_restart(&mut self) -> anyhow::Result<()> {
+        self.stop().await;
+        self.start_again().await
+    }
+
+    /// SIGKILLs the postmaster and leaves the database down (its port free) until
+    /// [`Postgres::start_again`].
+    pub async fn stop(&mut self) {
         if let Some(mut child) = self.child.take() {
             let _ = child.kill().await;
         }
+    }
+
+    /// Starts the stopped server again on the same data and port. Retries while the old
+    /// processes still hold the shared memory.
+    pub async fn start_again(&mut self) -> anyhow::Result<()> {
         let mut last = None;
         for _ in 0..20 {
             match self.serve().await {
                 Ok(()) => return Ok(()),
                 Err(e) => {
-                    if let Some(mut child) = self.child.take() {
-                        let _ = child.kill().await;
-                    }
+                    self.stop().await;
                     last = Some(e);
                     tokio::time::sleep(std::time::Duration::from_millis(250)).await;
                 }
