@@ -141,6 +141,7 @@ impl Device {
         let pos = turns.at(task);
         pos.index = 0;
         pos.sequence = 0;
+        pos.resumed = true;
         pos.held.get_or_insert_with(Vec::new);
     }
 

@@ -28,6 +28,8 @@ pub(super) struct TurnPosition {
     pub(super) held: Option<Vec<(u64, EncodedFrame, ServerMessage)>>,
     /// The final `ai_message_update` was delivered.
     ended: bool,
+    /// The device resumed the turn, naming where it stood (0: from the start).
+    pub(super) resumed: bool,
 }
 
 impl TurnPosition {
@@ -53,11 +55,14 @@ impl TurnPosition {
     /// that took the turn over ended it after a log that had lost its newest updates
     /// (Redis came back from a snapshot). Above it, once the log was read for what lies
     /// between and had nothing (its head was lost with the node that wrote it): the final
-    /// update holds the whole text, so the device lacks nothing it shows.
+    /// update holds the whole text, so the device lacks nothing it shows. A device that
+    /// had no update is measured so only when it resumed from the start: one that came in
+    /// later starts wherever the turn stands.
     fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
+        let placed = self.sequence > 0 || self.resumed;
         match msg {
             ServerMessage::AiMessageUpdate(u)
-                if u.is_final_chunk && self.sequence > 0 && u.sequence != self.sequence + 1 =>
+                if u.is_final_chunk && placed && u.sequence != self.sequence + 1 =>
             {
                 let mut u = u.clone();
                 u.sequence = self.sequence + 1;
@@ -171,6 +176,7 @@ impl Positions {
             chat: None,
             held: None,
             ended: was.is_some_and(|e| e.ended),
+            resumed: false,
         });
         &mut self.turns[0]
     }

@@ -313,3 +313,22 @@ fn a_resume_from_zero_holds_a_live_update_past_updates_the_log_lacked() {
     assert!(d.end_resume_if_whole(&task));
     assert_eq!(sequences(&rx), [1, 2, 3, 4, 5, 6, 7]);
 }
+
+/// A resume from 0 whose log lost every update (its writer's node died and Redis came back
+/// empty; the node that took the turn over ended it after what was left): the ending, the
+/// whole text, goes out numbered 1 (chaos: `sequence 4 after 0` right after a resume). A
+/// device that never resumed gets it as numbered: it starts wherever the turn stands.
+#[test]
+fn a_resume_from_zero_gets_a_final_update_past_lost_updates_numbered_1() {
+    let hub = Hub::default();
+    let (resumed, rx) = device(&hub);
+    let (joined, joined_rx) = device(&hub);
+    let task = TaskId::parse("t1").unwrap();
+    resumed.begin_resume(&task);
+    resumed.replay(&task, 5, &final_update(4));
+    resumed.end_resume(&task);
+    assert_eq!(sequences(&rx), [1]);
+
+    joined.replay(&task, 5, &final_update(4));
+    assert_eq!(sequences(&joined_rx), [4]);
+}
