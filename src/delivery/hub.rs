@@ -106,7 +106,7 @@ impl Device {
         }
         let gap = hold_gaps
             && pos.held.is_none()
-            && pos.sequence > 0
+            && pos.placed()
             && update_sequence(msg).is_some_and(|s| s > pos.sequence + 1);
         if gap {
             pos.held = Some(Vec::new());
@@ -237,7 +237,7 @@ impl Device {
         // A device that had no update yet but other frames of the turn (a resume from 0
         // that replayed a log being written back, which held no update yet) waits for
         // update 1 too.
-        if whole_only && (pos.sequence > 0 || pos.index > 0) {
+        if whole_only && (pos.placed() || pos.index > 0) {
             let next = (pos.held.iter().flatten())
                 .filter(|(index, _, msg)| pos.takes(*index, msg))
                 .find_map(|(_, _, msg)| update_sequence(msg));

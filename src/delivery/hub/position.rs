@@ -59,10 +59,9 @@ impl TurnPosition {
     /// had no update is measured so only when it resumed from the start: one that came in
     /// later starts wherever the turn stands.
     fn renumbered(&self, msg: &ServerMessage) -> Option<ServerMessage> {
-        let placed = self.sequence > 0 || self.resumed;
         match msg {
             ServerMessage::AiMessageUpdate(u)
-                if u.is_final_chunk && placed && u.sequence != self.sequence + 1 =>
+                if u.is_final_chunk && self.placed() && u.sequence != self.sequence + 1 =>
             {
                 let mut u = u.clone();
                 u.sequence = self.sequence + 1;
@@ -70,6 +69,12 @@ impl TurnPosition {
             }
             _ => None,
         }
+    }
+
+    /// Whether the device's next update must be numbered right after its newest: it had
+    /// one, or it resumed the turn from a position it named (0: from the start).
+    pub(super) fn placed(&self) -> bool {
+        self.sequence > 0 || self.resumed
     }
 
     /// Nothing more of the turn reaches the device (held or later).

@@ -332,3 +332,32 @@ fn a_resume_from_zero_gets_a_final_update_past_lost_updates_numbered_1() {
     joined.replay(&task, 5, &final_update(4));
     assert_eq!(sequences(&joined_rx), [4]);
 }
+
+/// A resume from 0 replayed a log being written back that held other frames of the turn
+/// but no update, and its hold ended before the next live frame came: a live update past
+/// updates the device never had starts a hold for a catch-up from the log, as it does for
+/// a device that had updates (chaos run AE: `sequence 11 after 0`).
+#[test]
+fn after_a_resume_from_zero_a_live_update_past_missing_ones_waits_for_a_catch_up() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
+    d.begin_resume(&task);
+    let started = ServerMessage::AiTaskInitiated(chatd_protocol::AiTaskInitiated {
+        chat_id: ChatId::parse("c1").unwrap(),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        ai_task_id: task.clone(),
+        status: "processing_started".into(),
+    });
+    d.replay(&task, 1, &started);
+    assert!(d.end_resume_if_whole(&task), "nothing held yet");
+    let live = update(3);
+    let frame = (EncodedFrame::new(&live), &live);
+    let held = hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 5), frame, false);
+    assert_eq!(held.len(), 1, "the device waits for a catch-up");
+    for sequence in 1..=2 {
+        d.replay(&task, sequence + 2, &update(sequence));
+    }
+    d.end_resume(&task);
+    assert_eq!(sequences(&rx), [1, 2, 3]);
+}

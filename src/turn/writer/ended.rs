@@ -12,6 +12,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use chatd_protocol::{ErrorCode, ServerMessage};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
@@ -103,9 +104,27 @@ impl EndedLogs {
     }
 }
 
+/// Whether `entries` are a taken-over turn's `node_lost` ending written into an empty log:
+/// no device heard of that turn (frames go out once logged), save one told of it as
+/// running when it sent its message again. Written back to a store that came back
+/// without its data, it reached devices after the client's copy of the message had been
+/// taken as new (the record that the ending settled the message was lost with the rest)
+/// and answered: the message was answered twice (chaos run AE: 6 times, and 4 devices
+/// "missed" that ending).
+fn an_unheard_turns_ending(entries: &[(u64, Vec<u8>)]) -> bool {
+    let decoded = recent::decode(entries.iter().take(1).map(|(i, e)| (*i, e.as_slice())));
+    let first = log::frames(&decoded).next();
+    matches!(first, Some((1, _, ServerMessage::Error(e))) if e.code == ErrorCode::NodeLost)
+}
+
 impl Outlet {
-    /// Keeps the log of a turn that ended here (see the module's header).
+    /// Keeps the log of a turn that ended here (see the module's header), unless it is
+    /// only the ending another node's turn got here when taken over before any of its
+    /// frames was logged ([`an_unheard_turns_ending`]).
     pub(super) fn keep_ended(&self, key: &TurnKey, began_ms: i64, entries: Vec<(u64, Vec<u8>)>) {
+        if an_unheard_turns_ending(&entries) {
+            return;
+        }
         let kept = self.ended.keep(EndedLog::new(key, began_ms, entries));
         self.metrics.turn_logs_kept.set(kept as i64);
     }
@@ -171,5 +190,47 @@ impl Outlet {
                 .await;
         }
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use chatd_protocol::{ChatId, MessageId, TaskId};
+
+    use super::*;
+    use crate::delivery::frames::{self, Head, LostTurn};
+    use crate::delivery::outbox::EncodedFrame;
+
+    /// A lost turn's ending after `logged` frames, as the taker's writer logs it.
+    fn ending(logged: u64, text: &str) -> Vec<(u64, Vec<u8>)> {
+        let head = Head {
+            chat_id: ChatId::parse("c1").unwrap(),
+            task_id: TaskId::parse("t1").unwrap(),
+            user_message_id: MessageId::parse("m1").unwrap(),
+            model_name: None,
+            category: None,
+        };
+        let lost = LostTurn {
+            head,
+            text: text.into(),
+        };
+        let frames = frames::node_lost(lost, logged + 1);
+        (logged + 1..)
+            .zip(frames)
+            .map(|(i, (audience, msg))| {
+                let wire = EncodedFrame::new(&msg);
+                (
+                    i,
+                    log::LogEntry::encode(&audience, &msg, wire.text.as_str(), ""),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn only_an_ending_written_into_an_empty_log_is_an_unheard_turns() {
+        assert!(an_unheard_turns_ending(&ending(0, "")));
+        assert!(!an_unheard_turns_ending(&ending(3, "Some text")));
+        assert!(!an_unheard_turns_ending(&[]));
     }
 }
