@@ -139,9 +139,7 @@ impl Device {
     pub fn begin_resume(&self, task: &TaskId) {
         let mut turns = self.positions();
         let pos = turns.at(task);
-        pos.index = 0;
-        pos.sequence = 0;
-        pos.resumed = true;
+        pos.restart();
         pos.held.get_or_insert_with(Vec::new);
     }
 

@@ -29,7 +29,7 @@ pub(super) struct TurnPosition {
     /// The final `ai_message_update` was delivered.
     ended: bool,
     /// The device resumed the turn, naming where it stood (0: from the start).
-    pub(super) resumed: bool,
+    resumed: bool,
 }
 
 impl TurnPosition {
@@ -75,6 +75,17 @@ impl TurnPosition {
     /// one, or it resumed the turn from a position it named (0: from the start).
     pub(super) fn placed(&self) -> bool {
         self.sequence > 0 || self.resumed
+    }
+
+    /// The device resumes the turn, naming where it stands: what it had is measured
+    /// against that from now on (the replay sends again what it had before). A device
+    /// that had the turn's end without its text (`ai_background_response_completed`, not
+    /// showing the chat) gets the updates too.
+    pub(super) fn restart(&mut self) {
+        self.index = 0;
+        self.sequence = 0;
+        self.ended = false;
+        self.resumed = true;
     }
 
     /// Nothing more of the turn reaches the device (held or later).

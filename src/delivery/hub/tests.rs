@@ -361,3 +361,26 @@ fn after_a_resume_from_zero_a_live_update_past_missing_ones_waits_for_a_catch_up
     d.end_resume(&task);
     assert_eq!(sequences(&rx), [1, 2, 3]);
 }
+
+/// A device not showing the chat had the turn's end as `ai_background_response_completed`;
+/// it opens the chat and resumes the turn from 0: it gets the updates and the final one
+/// (the resume used to send none: the device counted as having had the end; a test saw it
+/// when its device connected while the turn's last frames went out).
+#[test]
+fn a_resume_after_a_background_completion_gets_the_answer() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let task = TaskId::parse("t1").unwrap();
+    let done: ServerMessage = serde_json::from_value(serde_json::json!({
+        "type": "ai_background_response_completed",
+        "payload": {"chat_id": "c1", "message_id": "t1", "user_message_id": "m1",
+            "task_id": "t1", "full_content": "text 2"}
+    }))
+    .unwrap();
+    d.replay(&task, 9, &done);
+    d.begin_resume(&task);
+    d.replay(&task, 1, &update(1));
+    d.replay(&task, 2, &final_update(2));
+    d.end_resume(&task);
+    assert_eq!(sequences(&rx), [1, 2]);
+}
