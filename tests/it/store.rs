@@ -703,17 +703,10 @@ async fn readyz_reports_the_store() {
     pg.create_database("ready").await.unwrap();
     let url = pg.url("ready");
     let app = spawn_app(|c| c.store.url = url).await;
-    let http = reqwest::Client::new();
-    let body: serde_json::Value = http
-        .get(app.http_url("/readyz"))
-        .send()
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = app.readyz().await;
     assert_eq!(body["checks"]["store"], "ok", "{body}");
     drop(pg);
+    let http = reqwest::Client::new();
     let ready = http.get(app.http_url("/readyz")).send().await.unwrap();
     assert_eq!(ready.status(), 503);
     let body: serde_json::Value = ready.json().await.unwrap();

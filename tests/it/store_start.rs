@@ -24,12 +24,7 @@ async fn chatd_started_while_postgres_is_down_waits_for_it() {
     };
     let (app, ()) = tokio::join!(spawn_app(|c| c.store.url = url), database);
 
-    let body: serde_json::Value = reqwest::get(app.http_url("/readyz"))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let body = app.readyz().await;
     assert_eq!(body["checks"]["store"], "ok", "{body}");
     // Its migrations ran on the database that came back.
     let applied = pg

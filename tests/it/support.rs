@@ -87,6 +87,12 @@ impl TestApp {
         format!("http://{}{path}", self.addr)
     }
 
+    /// The body of `/readyz` (whatever its status).
+    pub async fn readyz(&self) -> serde_json::Value {
+        let ready = reqwest::get(self.http_url("/readyz")).await.unwrap();
+        ready.json().await.unwrap()
+    }
+
     pub async fn connect(&self, user: &str) -> WsClient {
         WsClient::connect(&self.ws_url(&format!("token={}", self.token(user))))
             .await

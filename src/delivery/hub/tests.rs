@@ -40,6 +40,16 @@ fn final_update(sequence: u64) -> ServerMessage {
     last
 }
 
+/// The turn's `ai_task_initiated`.
+fn started(task: &TaskId) -> ServerMessage {
+    ServerMessage::AiTaskInitiated(chatd_protocol::AiTaskInitiated {
+        chat_id: ChatId::parse("c1").unwrap(),
+        user_message_id: MessageId::parse("m1").unwrap(),
+        ai_task_id: task.clone(),
+        status: "processing_started".into(),
+    })
+}
+
 /// The sequences of the updates queued for the device.
 fn sequences(rx: &OutboxReceiver) -> Vec<u64> {
     rx.drain()
@@ -299,12 +309,7 @@ fn a_resume_from_zero_holds_a_live_update_past_updates_the_log_lacked() {
     let live = update(7);
     let frame = (EncodedFrame::new(&live), &live);
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 9), frame, false);
-    let started = ServerMessage::AiTaskInitiated(chatd_protocol::AiTaskInitiated {
-        chat_id: ChatId::parse("c1").unwrap(),
-        user_message_id: MessageId::parse("m1").unwrap(),
-        ai_task_id: task.clone(),
-        status: "processing_started".into(),
-    });
+    let started = started(&task);
     d.replay(&task, 1, &started);
     assert!(!d.end_resume_if_whole(&task), "updates 1 to 6 are missing");
     for sequence in 1..=6 {
@@ -343,12 +348,7 @@ fn after_a_resume_from_zero_a_live_update_past_missing_ones_waits_for_a_catch_up
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
     d.begin_resume(&task);
-    let started = ServerMessage::AiTaskInitiated(chatd_protocol::AiTaskInitiated {
-        chat_id: ChatId::parse("c1").unwrap(),
-        user_message_id: MessageId::parse("m1").unwrap(),
-        ai_task_id: task.clone(),
-        status: "processing_started".into(),
-    });
+    let started = started(&task);
     d.replay(&task, 1, &started);
     assert!(d.end_resume_if_whole(&task), "nothing held yet");
     let live = update(3);
