@@ -1,8 +1,8 @@
-//! Message ids a user sent before in a chat: a copy of an answered message is confirmed
-//! and nothing else; a re-send of one not answered yet goes on to admission, which tells
+//! Message ids a user sent before in a chat: a copy of an answered message is confirmed,
+//! and a device that never had that answer gets it as a resume from 0; a re-send of one not answered yet goes on to admission, which tells
 //! whether its turn runs, waits or never started.
 
-use chatd_protocol::{ChatMessageConfirmed, ErrorCode, ErrorPayload, ServerMessage};
+use chatd_protocol::{ChatMessageConfirmed, ErrorCode, ErrorPayload, ResumeAiTask, ServerMessage};
 
 use super::Session;
 use crate::cache::ai::MessageSeen;
@@ -10,7 +10,9 @@ use crate::cache::ai::MessageSeen;
 impl Session {
     /// A message id this user sent in this chat before is not answered again: the sender
     /// gets `chat_message_confirmed` (its copy arrived; a client that re-sends after a
-    /// lost confirmation is satisfied) and nothing else happens. A re-send after
+    /// lost confirmation is satisfied) and nothing is answered again; a device that never
+    /// had the answer gets that turn as it would for `resume_ai_task` from 0 (boxed: the
+    /// resume is rare, and kept out of every message's future). A re-send after
     /// `request_chat_history` or `request_chat_embeds`, or one that carries the history, is
     /// no duplicate until the message was answered (and is not counted again). The cache
     /// down: the message is taken as new (availability first).
@@ -29,6 +31,10 @@ impl Session {
                 return Seen::New;
             }
         };
+        let answered_by = match &seen {
+            MessageSeen::Answered(task) => task.clone(),
+            _ => None,
+        };
         let seen = match seen {
             MessageSeen::New => Seen::New,
             MessageSeen::AwaitingHistory => Seen::Resend { asked: true },
@@ -36,7 +42,7 @@ impl Session {
             // between taking the id and admitting it). Admission tells which (and starts it
             // in the last case); nothing is answered twice.
             MessageSeen::Sent => Seen::Resend { asked: false },
-            MessageSeen::Answered => Seen::Duplicate,
+            MessageSeen::Answered(_) => Seen::Duplicate,
         };
         let plain_copy = seen != Seen::New && msg.message_history.is_none();
         if plain_copy && self.reused(chat, msg).await {
@@ -61,6 +67,16 @@ impl Session {
                 new_last_edited_overall_timestamp: stored
                     .map_or(msg.created_at, |v| v.last_edited_overall_timestamp),
             }));
+            // A device that never had the answer (its copy came because it heard of no
+            // turn: its node was out while the message was answered) gets it now.
+            if let Some(task) = answered_by.filter(|t| !self.device.follows(t)) {
+                let resume = ResumeAiTask {
+                    chat_id: chat.clone(),
+                    task_id: task,
+                    last_sequence: 0,
+                };
+                Box::pin(self.resume_ai_task(resume)).await;
+            }
         }
         seen
     }

@@ -15,6 +15,7 @@ use super::log;
 use super::rejoin;
 use super::store::patience::patiently;
 use super::store::{CancelReason, NotedTurn};
+use super::writer::AnsweredTurn;
 use crate::crypto::UserHash;
 use crate::delivery::bus::Received;
 use crate::delivery::{Device, Inbound, NodeControl};
@@ -71,8 +72,8 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
                 // The store may have restarted and lost the logs of turns that ended here
                 // (and the keys that open them).
                 deps.outlet.log.store_may_have_restarted();
-                let outlet = deps.outlet.clone();
-                deps.tasks.spawn(async move { outlet.refill_ended().await });
+                let refill = deps.clone();
+                deps.tasks.spawn(async move { refill_ended(&refill).await });
                 catch_up(&deps, down_since_ms).await;
                 // The store may have come back without its data: the nodes that wrote
                 // the turns note them again (and write their logs back) once their own
@@ -89,6 +90,20 @@ pub async fn run(deps: Arc<TurnDeps>, mut rx: mpsc::Receiver<Received>) {
             }
         }
     }
+}
+
+/// Writes back the logs of turns that ended here and that the store lost, and the record
+/// that those turns answered their messages (a copy of one then gets that answer, not a
+/// second: chaos runs AE and AF, where the copy came after Redis forgot a `node_lost`).
+async fn refill_ended(deps: &TurnDeps) {
+    let settle = |t: AnsweredTurn| async move {
+        let cache = &deps.ai_cache;
+        let settled = cache.message_answered_unless_known(&t.owner, &t.chat, &t.message, &t.task);
+        if let Err(e) = settled.await {
+            tracing::warn!(error = %e, "cannot settle the message of a turn written back");
+        }
+    };
+    deps.outlet.refill_ended(settle).await;
 }
 
 /// After a bus outage: every device here holds the live frames of the turns it may have

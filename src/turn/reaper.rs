@@ -66,7 +66,7 @@ async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
     // written, so no copy sent on seeing it starts a second turn.
     let cache = &deps.ai_cache;
     if let Err(e) = cache
-        .message_answered(&lease.owner, &lease.chat, &lease.message)
+        .message_answered(&lease.owner, &lease.chat, &lease.message, &lease.task)
         .await
     {
         tracing::warn!(error = %e, "cannot settle a lost turn's message");

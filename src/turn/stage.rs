@@ -80,11 +80,11 @@ impl<'a> Turn<'a> {
     /// Records what became of the ticket's messages (see [`crate::cache::ai::MessageSeen`]).
     pub(super) async fn settle(&self, settled: Settled) {
         let cache = &self.deps.ai_cache;
-        let (owner, chat) = (&self.owner, self.chat);
+        let (owner, chat, task) = (&self.owner, self.chat, &self.ticket.task_id);
         for i in self.ticket.inbound.iter() {
             let id = i.message_id();
             let settled = match settled {
-                Settled::Answered => cache.message_answered(owner, chat, id).await,
+                Settled::Answered => cache.message_answered(owner, chat, id, task).await,
                 Settled::AwaitingHistory => cache.message_awaits_history(owner, chat, id).await,
                 Settled::Unanswered => cache.release_message(owner, chat, id).await,
             };

@@ -15,6 +15,7 @@
 //! (admission as a follow-up message, [`super::follow_up`]).
 
 mod ended;
+pub use ended::AnsweredTurn;
 mod flush;
 mod recent;
 

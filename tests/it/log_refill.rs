@@ -244,6 +244,28 @@ async fn an_ended_turn_whose_log_redis_lost_is_logged_again_by_its_node() {
         answer.last(),
         "the log read after the restart: {got:?}"
     );
+
+    // The store lost the record that m1 was answered too, and node 0 put it back with the
+    // log: a copy of m1 from a device that never had the answer gets that answer, not a
+    // second one (chaos runs AE and AF).
+    let mut d2 = c.connect(1, "dave").await;
+    d2.send(&user_message(chat, "m1", "remember this")).await;
+    let mut frames = Vec::new();
+    let last = d2
+        .recv_until(|m| {
+            frames.push(m.clone());
+            match m {
+                ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
+                _ => None,
+            }
+        })
+        .await;
+    assert_eq!(last.task_id, task, "{frames:#?}");
+    assert_eq!(last.full_content_so_far, "Kept in memory.");
+    let started = frames
+        .iter()
+        .any(|f| matches!(f, ServerMessage::AiTaskInitiated(_)));
+    assert!(!started, "m1 answered again: {frames:#?}");
 }
 
 /// Waits until node 0's `/metrics` holds `line`.

@@ -177,7 +177,10 @@ async fn a_copy_sent_after_a_lost_turns_node_lost_is_not_answered_again() {
     let owner = UserHash::of(&UserId::parse("alice").unwrap());
     let (chat, m1) = (chat_id("chat-lost"), MessageId::parse("m1").unwrap());
     let seen = app.state.ai_cache.claim_message(&owner, &chat, &m1).await;
-    assert!(matches!(seen, Ok(chatd::cache::ai::MessageSeen::Answered)));
+    assert!(matches!(
+        seen,
+        Ok(chatd::cache::ai::MessageSeen::Answered(_))
+    ));
 
     ws.send(&user_message("chat-lost", "m1", "first")).await;
     let confirmed = ws
@@ -197,6 +200,50 @@ async fn a_copy_sent_after_a_lost_turns_node_lost_is_not_answered_again() {
         _ => false,
     });
     assert!(!again, "m1 answered again: {frames:#?}");
+}
+
+/// A device that never had a lost turn's `node_lost` (it connected after) sends a copy of
+/// the message, as a client does for a confirmed message whose turn it never heard of: the
+/// copy is not answered again, and the device gets that ending as a resume from 0 gives it
+/// (chaos runs AE and AF: such a device's node was out when the ending went out).
+#[tokio::test]
+async fn a_copy_from_a_device_that_missed_the_node_lost_gets_that_ending() {
+    let (_fake, app) = app_with_short_leases().await;
+    let (_ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
+    let mut ws = app.connect_showing("alice", "chat-lost").await;
+    ws.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if u.task_id == ticket.task_id => {
+            u.is_final_chunk.then_some(())
+        }
+        _ => None,
+    })
+    .await;
+
+    let mut late = app.connect("alice").await;
+    late.send(&user_message("chat-lost", "m1", "first")).await;
+    let mut frames = Vec::new();
+    let last = late
+        .recv_until(|m| {
+            frames.push(m.clone());
+            match m {
+                ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
+                _ => None,
+            }
+        })
+        .await;
+    assert_eq!(last.task_id, ticket.task_id, "{frames:#?}");
+    assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
+    assert_eq!(last.full_content_so_far, "Partial answer.\n\n");
+    let confirmed = frames
+        .iter()
+        .any(|f| matches!(f, ServerMessage::ChatMessageConfirmed(_)));
+    let resumed = frames
+        .iter()
+        .any(|f| matches!(f, ServerMessage::AiTaskResumed(r) if r.recovered));
+    let started = frames
+        .iter()
+        .any(|f| matches!(f, ServerMessage::AiTaskInitiated(_)));
+    assert!(confirmed && resumed && !started, "{frames:#?}");
 }
 
 /// What the lost node logged of its turn before it went silent.

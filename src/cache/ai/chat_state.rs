@@ -2,14 +2,14 @@
 //! claimed a chat no client stored yet, which message ids were sent (so a re-used id is
 //! not answered twice), and answers no device has stored yet (sealed, until one does).
 
-use chatd_protocol::{ChatId, MessageId};
+use chatd_protocol::{ChatId, MessageId, TaskId};
 
 use super::super::backend::{CacheError, keys};
 use super::{AiCache, CacheFault};
 use crate::crypto::{Purpose, UserHash};
 
 /// What the cache knows of a message id in a chat.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Clone, PartialEq, Eq)]
 pub enum MessageSeen {
     /// First time: the id is now claimed.
     New,
@@ -17,20 +17,24 @@ pub enum MessageSeen {
     Sent,
     /// Sent before; its turn asked the client for the chat's history.
     AwaitingHistory,
-    /// Sent before and answered.
-    Answered,
+    /// Sent before and answered, by this turn when the record names it.
+    Answered(Option<TaskId>),
 }
 
 /// A message sent and not answered yet: `sent:<until>:<nonce>` (the nonce tells this
 /// call's claim from an older one); its turn asked for the history: `history:<until>`;
-/// answered: `answered`. `<until>` (ms since the epoch) is when an unsettled claim lapses:
+/// answered: `answered:<task>` (`answered` before the turn was named). `<until>` (ms since the epoch) is when an unsettled claim lapses:
 /// longer than any turn and its wait in the queue, short enough that a message whose
 /// claim was never settled (the cache failed between taking it and answering it) can be
 /// sent again later.
-const ANSWERED: &[u8] = b"answered";
+const ANSWERED: &str = "answered";
 const UNSETTLED_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 /// Message ids remembered per chat at most (a fuller chat starts over).
 const MAX_SEEN: usize = 10_000;
+
+fn answered(task: &TaskId) -> Vec<u8> {
+    format!("{ANSWERED}:{}", task.as_str()).into_bytes()
+}
 
 fn unsettled(state: &str) -> Vec<u8> {
     let until = crate::clock::unix_millis() + UNSETTLED_FOR.as_millis() as i64;
@@ -39,10 +43,16 @@ fn unsettled(state: &str) -> Vec<u8> {
 
 /// The state in a marker, `None` once an unsettled one lapsed.
 fn read(marker: &[u8]) -> Option<MessageSeen> {
-    if marker == ANSWERED {
-        return Some(MessageSeen::Answered);
-    }
     let text = std::str::from_utf8(marker).ok()?;
+    if text == ANSWERED {
+        return Some(MessageSeen::Answered(None));
+    }
+    if let Some(task) = text
+        .strip_prefix(ANSWERED)
+        .and_then(|t| t.strip_prefix(':'))
+    {
+        return Some(MessageSeen::Answered(TaskId::parse(task).ok()));
+    }
     let mut parts = text.split(':');
     let state = parts.next()?;
     let until: i64 = parts.next()?.parse().ok()?;
@@ -180,14 +190,33 @@ impl AiCache {
             .await
     }
 
-    /// The message was answered: a later copy of it is a duplicate.
+    /// The message was answered by `task`: a later copy of it is a duplicate.
     pub async fn message_answered(
         &self,
         user: &UserHash,
         chat: &ChatId,
         message: &MessageId,
+        task: &TaskId,
     ) -> Result<(), CacheError> {
-        self.set_seen(user, chat, message, ANSWERED.to_vec()).await
+        self.set_seen(user, chat, message, answered(task)).await
+    }
+
+    /// [`AiCache::message_answered`], unless the cache knows something of the message
+    /// already (a turn whose log was written back after the cache lost its data: a copy
+    /// taken as new since is left to its own turn).
+    pub async fn message_answered_unless_known(
+        &self,
+        user: &UserHash,
+        chat: &ChatId,
+        message: &MessageId,
+        task: &TaskId,
+    ) -> Result<(), CacheError> {
+        let key = keys::messages_seen(user, chat.as_str());
+        let marker = answered(task);
+        (self.backend)
+            .field_claim(&key, message.as_str(), marker, self.policy.ttl, MAX_SEEN)
+            .await
+            .map(drop)
     }
 
     /// The message's turn asked for the chat's history: the copy that brings it (or a

@@ -72,7 +72,7 @@ impl Turn<'_> {
         let inbound = &self.ticket.inbound;
         for i in inbound.iter() {
             let seen = (self.deps.ai_cache).claim_message(&self.owner, self.chat, i.message_id());
-            if !matches!(seen.await, Ok(MessageSeen::Answered)) {
+            if !matches!(seen.await, Ok(MessageSeen::Answered(_))) {
                 return false;
             }
         }

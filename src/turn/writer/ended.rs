@@ -12,7 +12,7 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
-use chatd_protocol::{ErrorCode, ServerMessage};
+use chatd_protocol::{ChatId, ErrorCode, MessageId, ServerMessage, TaskId};
 use futures_util::StreamExt;
 use tokio::time::Instant;
 
@@ -36,13 +36,42 @@ const REFILLS: usize = 16;
 pub(super) struct EndedLog {
     owner: UserHash,
     turn: NotedTurn,
+    /// The user message the turn answered.
+    message: MessageId,
     generation: u64,
     entries: Vec<(u64, Vec<u8>)>,
     bytes: usize,
     at: Instant,
 }
 
+/// A turn that answered its message (see [`Outlet::refill_ended`]).
+pub struct AnsweredTurn {
+    pub owner: UserHash,
+    pub chat: ChatId,
+    pub message: MessageId,
+    pub task: TaskId,
+}
+
 impl EndedLog {
+    /// The turn, when its final update answered the message as its node settled it: with
+    /// text and no error, or with `node_lost` (a taker's ending).
+    fn answered(&self) -> Option<AnsweredTurn> {
+        let entries = recent::decode(self.entries.iter().map(|(i, e)| (*i, e.as_slice())));
+        let answered = log::frames(&entries).any(|(_, _, frame)| match frame {
+            ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => match u.error_code {
+                Some(code) => code == ErrorCode::NodeLost,
+                None => !u.full_content_so_far.trim().is_empty(),
+            },
+            _ => false,
+        });
+        answered.then(|| AnsweredTurn {
+            owner: self.owner.clone(),
+            chat: self.turn.chat.clone(),
+            message: self.message.clone(),
+            task: self.turn.task.clone(),
+        })
+    }
+
     fn new(key: &TurnKey, began_ms: i64, entries: Vec<(u64, Vec<u8>)>) -> Self {
         let turn = NotedTurn {
             chat: key.chat.clone(),
@@ -52,6 +81,7 @@ impl EndedLog {
         Self {
             owner: key.owner.clone(),
             turn,
+            message: key.message.clone(),
             generation: key.generation,
             bytes: entries.iter().map(|(_, e)| e.len()).sum(),
             entries,
@@ -104,27 +134,9 @@ impl EndedLogs {
     }
 }
 
-/// Whether `entries` are a taken-over turn's `node_lost` ending written into an empty log:
-/// no device heard of that turn (frames go out once logged), save one told of it as
-/// running when it sent its message again. Written back to a store that came back
-/// without its data, it reached devices after the client's copy of the message had been
-/// taken as new (the record that the ending settled the message was lost with the rest)
-/// and answered: the message was answered twice (chaos run AE: 6 times, and 4 devices
-/// "missed" that ending).
-fn an_unheard_turns_ending(entries: &[(u64, Vec<u8>)]) -> bool {
-    let decoded = recent::decode(entries.iter().take(1).map(|(i, e)| (*i, e.as_slice())));
-    let first = log::frames(&decoded).next();
-    matches!(first, Some((1, _, ServerMessage::Error(e))) if e.code == ErrorCode::NodeLost)
-}
-
 impl Outlet {
-    /// Keeps the log of a turn that ended here (see the module's header), unless it is
-    /// only the ending another node's turn got here when taken over before any of its
-    /// frames was logged ([`an_unheard_turns_ending`]).
+    /// Keeps the log of a turn that ended here (see the module's header).
     pub(super) fn keep_ended(&self, key: &TurnKey, began_ms: i64, entries: Vec<(u64, Vec<u8>)>) {
-        if an_unheard_turns_ending(&entries) {
-            return;
-        }
         let kept = self.ended.keep(EndedLog::new(key, began_ms, entries));
         self.metrics.turn_logs_kept.set(kept as i64);
     }
@@ -133,12 +145,20 @@ impl Outlet {
     /// that the store lost entries or the end of gets them again, and the frames it had
     /// lost go out again to the other nodes (this node's devices had them when they were
     /// first logged).
-    pub async fn refill_ended(&self) {
+    /// A turn written back that answered its message (with text, or with `node_lost`)
+    /// goes to `settle` before it counts as written back: the store lost the record of
+    /// that answer too, and a copy of the message must not be answered again (see
+    /// [`EndedLog::answered`]).
+    pub async fn refill_ended<F, Fut>(&self, settle: F)
+    where
+        F: Fn(AnsweredTurn) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
         let logs = self.ended.fresh();
         let checked = logs.len();
         self.metrics.turn_logs_kept.set(checked as i64);
         let refilled = futures_util::stream::iter(logs)
-            .map(|l| self.refill(l))
+            .map(|l| self.refill(l, &settle))
             .buffer_unordered(REFILLS)
             .filter(|refilled| std::future::ready(*refilled))
             .count()
@@ -151,7 +171,11 @@ impl Outlet {
     }
 
     /// True when the store had lost some of `l` and got it again.
-    async fn refill(&self, l: Arc<EndedLog>) -> bool {
+    async fn refill<F, Fut>(&self, l: Arc<EndedLog>, settle: &F) -> bool
+    where
+        F: Fn(AnsweredTurn) -> Fut,
+        Fut: std::future::Future<Output = ()>,
+    {
         let (store, turn_log) = (self.log.store(), &self.log);
         let last = l.entries.last().map_or(0, |(i, _)| *i);
         let had = match patiently(None, || store.log_read(&l.turn.chat, &l.turn.task, last)).await {
@@ -178,6 +202,9 @@ impl Outlet {
         if let Err(e) = store.note_turn(&l.owner, &l.turn, turn_log.keep).await {
             tracing::debug!(error = %e, "cannot note a turn appended again");
         }
+        if let Some(answered) = l.answered() {
+            settle(answered).await;
+        }
         self.metrics.turn_logs_refilled.inc();
         tracing::info!(
             lost = last - had.min(last),
@@ -190,47 +217,5 @@ impl Outlet {
                 .await;
         }
         true
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use chatd_protocol::{ChatId, MessageId, TaskId};
-
-    use super::*;
-    use crate::delivery::frames::{self, Head, LostTurn};
-    use crate::delivery::outbox::EncodedFrame;
-
-    /// A lost turn's ending after `logged` frames, as the taker's writer logs it.
-    fn ending(logged: u64, text: &str) -> Vec<(u64, Vec<u8>)> {
-        let head = Head {
-            chat_id: ChatId::parse("c1").unwrap(),
-            task_id: TaskId::parse("t1").unwrap(),
-            user_message_id: MessageId::parse("m1").unwrap(),
-            model_name: None,
-            category: None,
-        };
-        let lost = LostTurn {
-            head,
-            text: text.into(),
-        };
-        let frames = frames::node_lost(lost, logged + 1);
-        (logged + 1..)
-            .zip(frames)
-            .map(|(i, (audience, msg))| {
-                let wire = EncodedFrame::new(&msg);
-                (
-                    i,
-                    log::LogEntry::encode(&audience, &msg, wire.text.as_str(), ""),
-                )
-            })
-            .collect()
-    }
-
-    #[test]
-    fn only_an_ending_written_into_an_empty_log_is_an_unheard_turns() {
-        assert!(an_unheard_turns_ending(&ending(0, "")));
-        assert!(!an_unheard_turns_ending(&ending(3, "Some text")));
-        assert!(!an_unheard_turns_ending(&[]));
     }
 }
