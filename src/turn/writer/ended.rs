@@ -145,6 +145,7 @@ impl Outlet {
     /// that the store lost entries or the end of gets them again, and the frames it had
     /// lost go out again to the other nodes (this node's devices had them when they were
     /// first logged).
+    ///
     /// A turn written back that answered its message (with text, or with `node_lost`)
     /// goes to `settle` before it counts as written back: the store lost the record of
     /// that answer too, and a copy of the message must not be answered again (see
