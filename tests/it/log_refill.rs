@@ -11,7 +11,7 @@ use chatd_test_harness::redis::RedisServer;
 use chatd_test_harness::process::wait_until;
 
 use crate::cluster::{Cluster, Shared, task_of, updates_until_final};
-use crate::support::{answer_task, ping, replayed_from_start, user_message};
+use crate::support::{answer_task, collect_answer, ping, replayed_from_start, user_message};
 
 const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
 
@@ -250,16 +250,7 @@ async fn an_ended_turn_whose_log_redis_lost_is_logged_again_by_its_node() {
     // second one (chaos runs AE and AF).
     let mut d2 = c.connect(1, "dave").await;
     d2.send(&user_message(chat, "m1", "remember this")).await;
-    let mut frames = Vec::new();
-    let last = d2
-        .recv_until(|m| {
-            frames.push(m.clone());
-            match m {
-                ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
-                _ => None,
-            }
-        })
-        .await;
+    let (frames, last) = collect_answer(&mut d2).await;
     assert_eq!(last.task_id, task, "{frames:#?}");
     assert_eq!(last.full_content_so_far, "Kept in memory.");
     let started = frames

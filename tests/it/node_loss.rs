@@ -13,10 +13,12 @@ use chatd::inbound::{Inbound, MessageOptions};
 use chatd::turn::log::LogEntry;
 use chatd::turn::store::LogSlot;
 use chatd::turn::{Admission, TurnTicket, Turns};
+use chatd_protocol::TaskId;
 use chatd_protocol::{
     AiMessageUpdate, AiTypingStarted, ChatMessageAdded, ErrorCode, MessageId, ServerMessage,
 };
 use chatd_test_harness::fake_llm::FakeLlm;
+use chatd_test_harness::ws_client::WsClient;
 use tokio_util::sync::CancellationToken;
 
 use crate::support::{TestApp, chat_id, collect_answer, spawn_app, use_llm, user_message};
@@ -167,13 +169,7 @@ async fn a_copy_sent_after_a_lost_turns_node_lost_is_not_answered_again() {
     let (_fake, app) = app_with_short_leases().await;
     let (_ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
-    ws.recv_until(|m| match m {
-        ServerMessage::AiMessageUpdate(u) if u.task_id == ticket.task_id => {
-            u.is_final_chunk.then_some(())
-        }
-        _ => None,
-    })
-    .await;
+    lost_turn_ended(&mut ws, &ticket.task_id).await;
     let owner = UserHash::of(&UserId::parse("alice").unwrap());
     let (chat, m1) = (chat_id("chat-lost"), MessageId::parse("m1").unwrap());
     let seen = app.state.ai_cache.claim_message(&owner, &chat, &m1).await;
@@ -211,26 +207,11 @@ async fn a_copy_from_a_device_that_missed_the_node_lost_gets_that_ending() {
     let (_fake, app) = app_with_short_leases().await;
     let (_ghost, ticket) = ghost_turn(&app, Wrote::Paragraph).await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
-    ws.recv_until(|m| match m {
-        ServerMessage::AiMessageUpdate(u) if u.task_id == ticket.task_id => {
-            u.is_final_chunk.then_some(())
-        }
-        _ => None,
-    })
-    .await;
+    lost_turn_ended(&mut ws, &ticket.task_id).await;
 
     let mut late = app.connect("alice").await;
     late.send(&user_message("chat-lost", "m1", "first")).await;
-    let mut frames = Vec::new();
-    let last = late
-        .recv_until(|m| {
-            frames.push(m.clone());
-            match m {
-                ServerMessage::AiMessageUpdate(u) if u.is_final_chunk => Some(u.clone()),
-                _ => None,
-            }
-        })
-        .await;
+    let (frames, last) = collect_answer(&mut late).await;
     assert_eq!(last.task_id, ticket.task_id, "{frames:#?}");
     assert_eq!(last.error_code, Some(ErrorCode::NodeLost));
     assert_eq!(last.full_content_so_far, "Partial answer.\n\n");
@@ -244,6 +225,15 @@ async fn a_copy_from_a_device_that_missed_the_node_lost_gets_that_ending() {
         .iter()
         .any(|f| matches!(f, ServerMessage::AiTaskInitiated(_)));
     assert!(confirmed && resumed && !started, "{frames:#?}");
+}
+
+/// Waits for the final update of the lost turn `task` (the taker ended it).
+async fn lost_turn_ended(ws: &mut WsClient, task: &TaskId) {
+    ws.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if &u.task_id == task => u.is_final_chunk.then_some(()),
+        _ => None,
+    })
+    .await;
 }
 
 /// What the lost node logged of its turn before it went silent.

@@ -3,7 +3,9 @@
 //! its data) gets them again when the bus reconnects, and the frames it had lost go out
 //! again to the other nodes, where only devices that follow the turn take them (and only
 //! what they have not had). So a device on a node that was out meanwhile, or that read
-//! the log before it was refilled, still gets the turn's end.
+//! the log before it was refilled, still gets the turn's end. A turn written back that
+//! answered its message is handed to the caller, which records that answer again (the
+//! store lost that record too).
 //!
 //! A repair copy, not a second owner: the store's log is what every node reads; this only
 //! writes back what this node had appended to it. Bounded by age, count and bytes.
