@@ -18,6 +18,8 @@ use crate::delivery::frames::{Head, LostTurn};
 
 /// Leases taken over in one look.
 const BATCH: usize = 16;
+/// How often a taker looks for a log its node puts back (see [`lost_log`]).
+const PUT_BACK_LOOK: Duration = Duration::from_millis(250);
 
 /// Looks for lost turns every `every` until shutdown.
 pub async fn run(deps: Arc<TurnDeps>, every: Duration) {
@@ -35,7 +37,7 @@ pub async fn run(deps: Arc<TurnDeps>, every: Duration) {
         match lost {
             Ok(leases) => {
                 for lease in leases {
-                    end_lost(&deps, lease).await;
+                    deps.tasks.spawn(end_lost(deps.clone(), lease));
                 }
             }
             Err(e) => tracing::debug!(error = %e, "cannot look for lost turns"),
@@ -44,22 +46,12 @@ pub async fn run(deps: Arc<TurnDeps>, every: Duration) {
 }
 
 /// Ends one lost turn and hands its chat to the queue.
-async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
+async fn end_lost(deps: Arc<TurnDeps>, lease: Lease) {
     tracing::warn!(chat_id = %lease.chat, task_id = %lease.task, node = %lease.node, "taking over a lost turn");
     deps.metrics.lost_turns.inc();
-    let log = &deps.outlet.log;
-    let logged = match log
-        .read_patiently(&lease.owner, &lease.chat, &lease.task)
-        .await
-    {
-        Ok(logged) => logged.unwrap_or_default(),
-        // Ending it from an empty log would number the ending before frames the devices
-        // had (they would drop it). The lease taken is not renewed: once it expires, the
-        // turn is taken over again.
-        Err(e) => {
-            tracing::warn!(error = %e, "cannot read a lost turn's log; it is taken over again later");
-            return;
-        }
+    let deps = &deps;
+    let Some(logged) = lost_log(deps, &lease).await else {
+        return;
     };
     // The message got its answer (the one logged, or `node_lost`): a copy sent after the
     // ending is a duplicate, not a message to answer again. Settled before the ending is
@@ -78,6 +70,47 @@ async fn end_lost(deps: &Arc<TurnDeps>, lease: Lease) {
     }
     if let Some((user, ticket)) = deps.turns.finish_lost(&lease, &deps.shutdown).await {
         super::spawn(deps.clone(), user, lease.chat.clone(), ticket);
+    }
+}
+
+/// The lost turn's log (empty when there is none). `None` when it cannot be read: ending
+/// the turn from an empty log would number the ending before frames the devices had (they
+/// would drop it), so the lease taken is not renewed and, once it expires, the turn is
+/// taken over again.
+///
+/// A store that holds no log may have lost it: Redis came back from a snapshot that held
+/// the lease but not the log, which the node that ended the turn puts back once its bus
+/// reconnects (chaos run AG: a taker that ended such a turn with `node_lost` at sequence 1
+/// fenced that write-back off, and devices that had missed the answer got `node_lost`
+/// instead). So the taker holds the lease and looks again, for up to a lease's length,
+/// until the log is back and ended. A turn logs its first frame as it begins, so a turn
+/// lost before that is rare; it ends after the wait.
+async fn lost_log(deps: &TurnDeps, lease: &Lease) -> Option<Logged> {
+    let read = || {
+        let log = &deps.outlet.log;
+        log.read_patiently(&lease.owner, &lease.chat, &lease.task)
+    };
+    let mut logged = read().await;
+    if matches!(logged, Ok(None)) {
+        let store = deps.turns.store();
+        let waited = tokio::time::Instant::now();
+        while waited.elapsed() < deps.turns.lease && !matches!(&logged, Ok(Some(l)) if l.ended) {
+            tokio::select! {
+                () = deps.shutdown.cancelled() => return None,
+                () = tokio::time::sleep(PUT_BACK_LOOK) => {}
+            }
+            if let Err(e) = store.renew(lease, deps.turns.lease).await {
+                tracing::debug!(error = %e, "cannot hold a lost turn while its log may come back");
+            }
+            logged = read().await;
+        }
+    }
+    match logged {
+        Ok(logged) => Some(logged.unwrap_or_default()),
+        Err(e) => {
+            tracing::warn!(error = %e, "cannot read a lost turn's log; it is taken over again later");
+            None
+        }
     }
 }
 

@@ -217,7 +217,9 @@ pub trait TurnStore: Send + Sync {
 
     /// Leases whose time ran out (their node stopped renewing), at most `limit`: each is
     /// moved to `node` with the next generation (same task, lease of `ttl`) and its task's
-    /// log is fenced to that generation, so exactly one node ends each lost turn.
+    /// log is fenced to that generation, so exactly one node ends each lost turn. A task
+    /// with no log gets none: the taker's first append fences it, and until then the old
+    /// node may put back a log the store lost (Redis came back holding the lease only).
     fn take_over_expired<'a>(
         &'a self,
         node: &'a NodeId,

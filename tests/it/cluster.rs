@@ -68,6 +68,14 @@ impl Shared {
             Shared::Cluster(_) => panic!("this test restarts a single redis-server"),
         }
     }
+
+    /// The single redis-server, to read and write its keys.
+    pub(crate) fn single(&self) -> &RedisServer {
+        match self {
+            Shared::Server(r) => r,
+            Shared::Cluster(_) => panic!("this test needs a single redis-server"),
+        }
+    }
 }
 
 pub(crate) struct Cluster {

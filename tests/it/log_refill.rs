@@ -259,6 +259,101 @@ async fn an_ended_turn_whose_log_redis_lost_is_logged_again_by_its_node() {
     assert!(!started, "m1 answered again: {frames:#?}");
 }
 
+/// Redis comes back from a snapshot that held a turn's lease but not its log, after the
+/// turn had ended (the snapshot was taken after an empty restart, when the writer had put
+/// its lease back but not yet its log). The node that takes the stale lease over waits for
+/// the writer to put the log back, and ends nothing itself (chaos run AG: a `node_lost` at
+/// sequence 1, for a turn answered in full, fenced the write-back off).
+#[tokio::test]
+async fn a_stale_lease_without_its_log_waits_for_the_log_to_come_back() {
+    let redis = Shared::Server(RedisServer::start().await.unwrap());
+    let c = Cluster::start_outlasting_restarts(2, redis).await;
+    let chat = "chat-stale-lease";
+    let gate = Gate::new();
+    c.fake.push(Reply::Stall {
+        chunks: text(&["Kept "]),
+        gate: gate.clone(),
+        then: Box::new(Reply::Text {
+            chunks: text(&["in memory."]),
+            delay: std::time::Duration::ZERO,
+            usage: None,
+        }),
+    });
+    let mut d0 = c.connect_showing(0, "dave", chat).await;
+    d0.send(&user_message(chat, "m1", "remember this")).await;
+    let task = task_of(&mut d0).await;
+    gate.reached().await;
+    let lease = format!("{{c:{chat}}}:lease");
+    let held = c.redis().single().cli(&["HGETALL", &lease]).await.unwrap();
+    gate.release();
+    let answer = updates_until_final(&mut d0, &task).await;
+    assert_eq!(answer.last().map(|u| u.1.as_str()), Some("Kept in memory."));
+    wait_for_metric(&c, "chatd_turn_logs_kept 1").await;
+
+    // What that snapshot holds: the lease, expired, and no log.
+    let (log, meta) = (
+        format!("{{c:{chat}}}:log:{task}"),
+        format!("{{c:{chat}}}:logmeta:{task}"),
+    );
+    let stale = "redis.call('DEL', KEYS[2], KEYS[3]) \
+        redis.call('HSET', KEYS[1], unpack(ARGV, 2)) \
+        redis.call('HSET', KEYS[1], 'until', 1) \
+        redis.call('ZADD', KEYS[4], 1, ARGV[1]) return 1";
+    let mut args = vec![
+        "EVAL",
+        stale,
+        "4",
+        &lease,
+        &log,
+        &meta,
+        "{turns}:leases",
+        chat,
+    ];
+    args.extend(held.lines().map(str::trim).filter(|l| !l.is_empty()));
+    let server = c.redis().single();
+    server.cli(&args).await.unwrap();
+    // A node takes it over (under the next generation) before the writer's bus is back.
+    let generation = |fields: &str| {
+        fields
+            .lines()
+            .skip_while(|l| l.trim() != "gen")
+            .nth(1)
+            .map(str::to_string)
+    };
+    let first = generation(&held);
+    wait_until("the stale lease taken over", || async {
+        let now = server.cli(&["HGETALL", &lease]).await.unwrap_or_default();
+        generation(&now).is_some_and(|g| Some(&g) != first.as_ref())
+    })
+    .await
+    .unwrap();
+    server
+        .cli(&["CLIENT", "KILL", "TYPE", "pubsub"])
+        .await
+        .unwrap();
+    wait_for_metric(&c, "chatd_turn_logs_refilled_total 1").await;
+    wait_until("the chat handed on", || async {
+        server
+            .cli(&["EXISTS", &lease])
+            .await
+            .is_ok_and(|o| o.trim() == "0")
+    })
+    .await
+    .unwrap();
+
+    // The log ends with the answer, for a device on either node.
+    let mut d1 = c.connect(1, "dave").await;
+    d1.send(&resume(chat, &task, 0)).await;
+    let got = updates_until_final(&mut d1, &task).await;
+    assert_eq!(
+        got.last(),
+        answer.last(),
+        "node 0 logged:\n{}\nnode 1 logged:\n{}",
+        c.node(0).log_text(),
+        c.node(1).log_text()
+    );
+}
+
 /// Waits until node 0's `/metrics` holds `line`.
 async fn wait_for_metric(c: &Cluster, line: &str) {
     wait_until(line, || async {

@@ -309,6 +309,35 @@ async fn expired_leases_are_taken_over_once(s: Arc<dyn TurnStore>) {
     assert!(s.renew(&live, LONG).await.is_ok());
 }
 
+/// A lease taken over whose task has no log (Redis came back from a snapshot that held the
+/// lease but not the log its node wrote back since): the log stays absent, so the node
+/// that ended the turn can still put it back; the taker's first append fences it.
+async fn a_lost_turn_without_a_log_can_get_it_back(s: Arc<dyn TurnStore>) {
+    let c = chat("c-unlogged");
+    let lost = started(admit(s.as_ref(), &c, "m1", "dead", SHORT, 10).await);
+    until_expired(s.as_ref(), &c).await;
+    let won = s.take_over_expired(&node("b"), LONG, 10).await.unwrap();
+    let [won] = won.as_slice() else {
+        panic!("one lease taken over: {won:?}")
+    };
+    assert!(s.log_read(&c, &lost.task, 0).await.unwrap().is_none());
+    let put_back = |generation: u64, index: u64, entry: &'static [u8]| {
+        let (s, c, t) = (s.clone(), c.clone(), lost.task.clone());
+        async move {
+            let slot = LogSlot::new(generation, index);
+            s.log_append(&c, &t, slot, entry.to_vec(), 100, LONG).await
+        }
+    };
+    assert_eq!(put_back(lost.generation, 1, b"answer").await.unwrap(), 1);
+    assert_eq!(put_back(won.generation, 2, b"node_lost").await.unwrap(), 2);
+    assert!(matches!(
+        put_back(lost.generation, 3, b"late").await,
+        Err(TurnStoreError::Fenced)
+    ));
+    let read = s.log_read(&c, &lost.task, 0).await.unwrap().unwrap();
+    assert_eq!(read.last, 2);
+}
+
 /// The log keeps the writer's numbering: a repeated index (a retried append that had
 /// landed) writes nothing, and after entries were lost (a store restarted from an older
 /// snapshot) the next frame keeps its own index, not the store's count.
@@ -519,6 +548,7 @@ contract!(
     leases_renew_expire_and_fence,
     cancel_requests_reach_the_renewal,
     expired_leases_are_taken_over_once,
+    a_lost_turn_without_a_log_can_get_it_back,
     logs_number_trim_end_and_expire,
     logs_keep_the_writers_numbering,
     recent_turns_are_noted_per_user,

@@ -160,7 +160,9 @@ impl Outlet {
         let logs = self.ended.fresh();
         let checked = logs.len();
         self.metrics.turn_logs_kept.set(checked as i64);
-        let refilled = futures_util::stream::iter(logs)
+        // Newest first: a lease the store came back holding is of a turn that ended
+        // lately, and its taker waits only a moment for the log (see `reaper::lost_log`).
+        let refilled = futures_util::stream::iter(logs.into_iter().rev())
             .map(|l| self.refill(l, &settle))
             .buffer_unordered(REFILLS)
             .filter(|refilled| std::future::ready(*refilled))

@@ -107,7 +107,8 @@ return reply('live', l)
 "#;
 
 /// KEYS: lease, gen, log meta of the lease's task. ARGV: task, node, lease ms. Moves an
-/// expired lease to this node under the next generation and fences the task's log.
+/// expired lease to this node under the next generation and fences the task's log, when
+/// there is one (an absent log stays absent: its writer may be about to put it back).
 pub const TAKE_OVER: &str = r#"
 local l = lease_of(KEYS[1])
 if not l then return {'gone'} end
@@ -118,8 +119,10 @@ l.gen = gen
 l.node = ARGV[2]
 l.untl = now + tonumber(ARGV[3])
 redis.call('HSET', KEYS[1], 'gen', gen, 'node', l.node, 'until', l.untl)
-local fence = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')
-if gen > fence then redis.call('HSET', KEYS[3], 'fence', gen) end
+if redis.call('EXISTS', KEYS[3]) == 1 then
+  local fence = tonumber(redis.call('HGET', KEYS[3], 'fence') or '0')
+  if gen > fence then redis.call('HSET', KEYS[3], 'fence', gen) end
+end
 return reply('taken', l)
 "#;
 
