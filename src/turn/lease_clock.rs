@@ -26,6 +26,8 @@ pub struct LeaseClock {
     renewal: Mutex<()>,
     /// The turn was lost before any of its frames was logged ([`LeaseClock::lost_unseen`]).
     unseen: AtomicBool,
+    /// The writer ended the turn as lost ([`LeaseClock::ended_lost`]).
+    ended_lost: AtomicBool,
 }
 
 /// Where the turn stands with the store, as the writer needs it.
@@ -60,6 +62,17 @@ impl LeaseClock {
         self.unseen.load(Ordering::Acquire)
     }
 
+    /// The writer ended the lost turn itself (with `node_lost` after its logged frames, or
+    /// without a frame): the devices did not get the answer the turn arrived at.
+    pub fn ended_lost(&self) {
+        self.ended_lost.store(true, Ordering::Release);
+    }
+
+    /// Whether [`LeaseClock::ended_lost`] was said.
+    pub fn was_ended_lost(&self) -> bool {
+        self.ended_lost.load(Ordering::Acquire)
+    }
+
     /// A lease of `ttl` granted in answer to a request sent at `asked` (counted from then:
     /// a node paused between the two must not take the answer for a fresh lease).
     pub fn new(asked: Instant, ttl: Duration) -> Self {
@@ -70,6 +83,7 @@ impl LeaseClock {
             changed: Notify::new(),
             renewal: Mutex::new(()),
             unseen: AtomicBool::new(false),
+            ended_lost: AtomicBool::new(false),
         };
         clock.renewed(clock.base, ttl);
         clock

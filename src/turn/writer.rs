@@ -27,6 +27,7 @@ use dashmap::DashMap;
 use futures_util::FutureExt;
 use tokio::sync::{mpsc, watch};
 use tokio_util::task::TaskTracker;
+use tracing::Instrument;
 
 use super::lease_clock::LeaseClock;
 use super::log::{LogEntry, TurnLog};
@@ -173,7 +174,9 @@ impl TurnWriter {
             let tip = flush::Tip::new(index, sequence);
             let progress = (flushed_tx, settled_tx);
             let flush = flush::flush(outlet.clone(), key.clone(), rx, progress, tip);
-            outlet.tasks.spawn(flush);
+            // Its warnings name the turn (chaos runs are traced by task id).
+            let span = tracing::info_span!("flush", chat_id = %key.chat, task_id = %key.task);
+            outlet.tasks.spawn(flush.instrument(span));
             Some(tx)
         };
         let writer = Arc::new(Self {

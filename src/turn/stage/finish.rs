@@ -7,6 +7,7 @@ use super::prepare::Ready;
 use super::{Settled, Turn};
 use crate::metrics::OutcomeLabel;
 use crate::turn::lease_clock::Standing;
+use chatd_protocol::MessageId;
 use std::sync::Arc;
 
 use crate::pipeline::preprocess::Preprocessed;
@@ -87,6 +88,7 @@ impl Turn<'_> {
         }
         let postprocess = label == "completed" && app.pipeline.postprocessing;
         let answer = outcome.text.clone();
+        let kept = answered.then(|| ctx.assistant_message_id());
         self.writer.emit(&ctx, TurnEvent::Finished(outcome));
         app.metrics
             .turn_seconds
@@ -99,12 +101,27 @@ impl Turn<'_> {
             let run = run_postprocessing(self.deps.clone(), self.writer.clone(), job);
             app.tasks.spawn(run);
         }
-        // The turn's frames are out (logged and published, or dropped at the store's word
-        // on a lapsed lease, which is renewed meanwhile) before the chat's next turn writes
-        // its own: devices on other nodes get them in turn order.
+        self.frames_out(label, kept).await;
+    }
+
+    /// Waits until the turn's frames are out (logged and published, or dropped at the
+    /// store's word on a lapsed lease, which is renewed meanwhile) before the chat's next
+    /// turn writes its own: devices on other nodes get them in turn order. `kept`: the
+    /// answer's id, when it was kept for devices that left.
+    async fn frames_out(&self, label: &'static str, kept: Option<MessageId>) {
+        let app = self.deps.as_ref();
         tokio::select! {
             () = self.writer.settled() => {}
             () = app.shutdown.cancelled() => {}
+        }
+        // The lease lapsed after the answer was kept (while its last frames were being
+        // logged) and the store forgot the turn: the writer ended it with `node_lost` and
+        // the text its log held, so a device that comes later must not get the whole
+        // answer as pending (chaos run AH: one device got both).
+        if let Some(id) = kept.filter(|_| self.ticket.lease_clock.was_ended_lost())
+            && let Err(e) = app.ai_cache.drop_pending(&self.owner, id.as_str()).await
+        {
+            tracing::warn!(error = %e, "cannot drop the pending answer of a lost turn");
         }
         // Counted once its ending is in the log: a device that resumes the turn on any
         // node after the count reads how it ended.

@@ -212,6 +212,7 @@ impl Outlet {
         }
         self.metrics.turn_logs_refilled.inc();
         tracing::info!(
+            task_id = %l.turn.task,
             lost = last - had.min(last),
             "an ended turn's log lost entries (the store restarted); they were appended again"
         );

@@ -202,6 +202,9 @@ impl Flusher<'_> {
         let dropped = self.waiting.len();
         self.waiting.clear();
         self.ended = true;
+        if let Some(clock) = &self.key.lease {
+            clock.ended_lost();
+        }
         if self.tip.index == 0 {
             // No device had a frame of it (frames go out once logged): no ending either.
             // The client's copy of its message may be answered by another turn already,
