@@ -9,7 +9,7 @@
 mod ending;
 mod notice;
 
-pub use ending::{Head, LostTurn, node_lost};
+pub use ending::{Head, LostTurn, after_final, node_lost};
 pub use notice::{Notice, notice};
 
 use chatd_protocol::{

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use chatd_protocol::ServerMessage;
+use chatd_protocol::{AiMessageUpdate, ServerMessage};
 
 use super::deps::TurnDeps;
 use super::log::{self, Logged};
@@ -63,10 +63,15 @@ async fn end_lost(deps: Arc<TurnDeps>, lease: Lease) {
     {
         tracing::warn!(error = %e, "cannot settle a lost turn's message");
     }
-    // A log that ended, or holds the answer's final frame (Redis came back from a snapshot
-    // taken before the turn let its lease go), tells every device how the turn ended.
-    if !logged.ended && !answered(&logged) {
-        write_node_lost(deps, &lease, &logged);
+    // A log that ended tells every device how the turn ended. One that holds the final
+    // update (Redis came back from a snapshot taken before the turn let its lease go, or
+    // its node lost the lease right after that frame) gets the rest of that ending, for
+    // the devices not showing the chat; any other, `node_lost`.
+    if !logged.ended {
+        match final_update(&logged) {
+            Some((index, last)) => write_rest_of_ending(deps, &lease, &logged, (index, last)),
+            None => write_node_lost(deps, &lease, &logged),
+        }
     }
     if let Some((user, ticket)) = deps.turns.finish_lost(&lease, &deps.shutdown).await {
         super::spawn(deps.clone(), user, lease.chat.clone(), ticket);
@@ -114,14 +119,60 @@ async fn lost_log(deps: &TurnDeps, lease: &Lease) -> Option<Logged> {
     }
 }
 
-/// Whether the log holds the answer's final `ai_message_update`.
-fn answered(logged: &Logged) -> bool {
-    logged.entries.iter().any(|(_, entry)| {
-        matches!(entry, log::LogEntry::Frame {
-            frame: ServerMessage::AiMessageUpdate(u),
-            ..
-        } if u.is_final_chunk)
-    })
+/// The answer's final `ai_message_update` and its index, when the log holds it.
+fn final_update(logged: &Logged) -> Option<(u64, AiMessageUpdate)> {
+    logged
+        .entries
+        .iter()
+        .find_map(|(index, entry)| match entry {
+            log::LogEntry::Frame {
+                frame: ServerMessage::AiMessageUpdate(u),
+                ..
+            } if u.is_final_chunk => Some((*index, u.clone())),
+            _ => None,
+        })
+}
+
+/// The frames that follow the final update in a turn's ending, those the log lacks after it
+/// (chaos run AH: a node cut off from Redis logged a cancelled turn's final update, then
+/// lost its lease; devices not showing the chat never heard that the turn had ended).
+fn write_rest_of_ending(
+    deps: &Arc<TurnDeps>,
+    lease: &Lease,
+    logged: &Logged,
+    (index, last): (u64, AiMessageUpdate),
+) {
+    let (_, last_index) = log::latest(logged);
+    let after: Vec<&ServerMessage> = (logged.entries.iter())
+        .filter(|(i, _)| *i > index)
+        .filter_map(|(_, entry)| match entry {
+            log::LogEntry::Frame { frame, .. } => Some(frame),
+            _ => None,
+        })
+        .collect();
+    let missing = |msg: &ServerMessage| {
+        let kind = std::mem::discriminant(msg);
+        !after.iter().any(|had| std::mem::discriminant(*had) == kind)
+    };
+    tracing::info!(
+        last_index,
+        "ending a lost turn after its logged final update"
+    );
+    let sequence = last.sequence;
+    let writer = TurnWriter::continuing(deps.outlet.clone(), key_of(lease), last_index, sequence);
+    writer.end_after_final(&last, missing);
+}
+
+/// The key a taker writes a lost turn's ending under.
+fn key_of(lease: &Lease) -> TurnKey {
+    TurnKey {
+        owner: lease.owner.clone(),
+        chat: lease.chat.clone(),
+        task: lease.task.clone(),
+        message: lease.message.clone(),
+        generation: lease.generation,
+        lease: None,
+    }
 }
 
 /// The lost turn's last frames, continuing its log under the taken-over generation.
@@ -146,15 +197,7 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         sequence,
         "ending a lost turn after its logged frames"
     );
-    let key = TurnKey {
-        owner: lease.owner.clone(),
-        chat: lease.chat.clone(),
-        task: lease.task.clone(),
-        message: lease.message.clone(),
-        generation: lease.generation,
-        lease: None,
-    };
-    let writer = TurnWriter::continuing(deps.outlet.clone(), key, last_index, sequence);
+    let writer = TurnWriter::continuing(deps.outlet.clone(), key_of(lease), last_index, sequence);
     writer.end_lost(LostTurn {
         head: Head {
             chat_id: lease.chat.clone(),

@@ -21,7 +21,7 @@ mod recent;
 
 use std::sync::{Arc, Mutex, PoisonError, Weak};
 
-use chatd_protocol::{ChatId, MessageId, ServerMessage, TaskId};
+use chatd_protocol::{AiMessageUpdate, ChatId, MessageId, ServerMessage, TaskId};
 
 use dashmap::DashMap;
 use futures_util::FutureExt;
@@ -216,6 +216,21 @@ impl TurnWriter {
         w.sequence += 1;
         for (audience, msg) in frames::node_lost(lost, w.sequence) {
             self.write(&mut w, audience, msg);
+        }
+    }
+
+    /// Ends a lost turn whose log holds its final update `last` but not all that follows
+    /// it: the frames of the ending the log lacks (`missing` of [`frames::after_final`]).
+    pub fn end_after_final(
+        &self,
+        last: &AiMessageUpdate,
+        missing: impl Fn(&ServerMessage) -> bool,
+    ) {
+        let mut w = self.written();
+        for (audience, msg) in frames::after_final(last) {
+            if missing(&msg) {
+                self.write(&mut w, audience, msg);
+            }
         }
     }
 

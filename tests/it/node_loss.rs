@@ -91,11 +91,14 @@ async fn a_lost_nodes_turn_ends_with_node_lost_and_its_queue_is_answered() {
 
 /// Redis came back from a snapshot taken before the turn let its lease go: the lease comes
 /// back and expires, but the log holds the final answer. The taker sends no `node_lost`
-/// (the devices had the answer) and answers the queued message.
+/// (the devices had the answer) and answers the queued message. The rest of the ending the
+/// log lacked goes out: a device not showing the chat hears that the answer is complete
+/// (chaos run AH: a cancelled turn's node lost its lease right after the final update).
 #[tokio::test]
 async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
     let (_fake, app) = app_with_short_leases().await;
     let (_ghost, ticket) = ghost_turn(&app, Wrote::Answer).await;
+    let mut away = app.connect("alice").await;
     let mut ws = app.connect_showing("alice", "chat-lost").await;
     ws.send(&user_message("chat-lost", "m2", "second")).await;
     let mut frames = Vec::new();
@@ -121,6 +124,23 @@ async fn a_lost_turn_whose_log_holds_the_answer_is_not_ended_again() {
         app.state.metrics.lost_turns.get(),
         1,
         "taken over all the same"
+    );
+    let background = away
+        .recv_until(|m| match m {
+            ServerMessage::AiBackgroundResponseCompleted(b) if b.task_id == ticket.task_id => {
+                Some(b.clone())
+            }
+            _ => None,
+        })
+        .await;
+    assert_eq!(background.full_content, "Partial answer.\n\n");
+    assert_eq!(background.error_code, None);
+    let ended = frames
+        .iter()
+        .any(|f| matches!(f, ServerMessage::AiTypingEnded(t) if t.task_id == ticket.task_id));
+    assert!(
+        ended,
+        "the showing device hears that typing ended: {frames:#?}"
     );
 }
 

@@ -104,28 +104,39 @@ pub fn finished(
             url: url.clone(),
         })
         .collect();
+    let rest = after_final(&last);
     let showing = Audience::Showing(head.chat_id.clone());
     frames.push((showing, ServerMessage::AiMessageUpdate(last)));
-    let background = ServerMessage::AiBackgroundResponseCompleted(AiBackgroundResponseCompleted {
-        chat_id: head.chat_id.clone(),
-        message_id: head.assistant_message_id(),
-        user_message_id: head.user_message_id.clone(),
-        task_id: head.task_id.clone(),
-        full_content: outcome.text.to_string(),
-        model_name: head.model_name.clone(),
-        category: head.category.clone(),
-        interrupted_by_revocation: cancelled,
-        error_code: code,
-        rejection_reason: outcome.rejection,
-    });
-    frames.push((Audience::NotShowing(head.chat_id.clone()), background));
-    let ended = ServerMessage::AiTypingEnded(AiTypingEnded {
-        chat_id: head.chat_id.clone(),
-        message_id: head.assistant_message_id(),
-        task_id: head.task_id.clone(),
-    });
-    frames.push((Audience::All, ended));
+    frames.extend(rest);
     frames
+}
+
+/// The frames of a turn's end that follow its final update `last`:
+/// `ai_background_response_completed` to the devices not showing the chat, then
+/// `ai_typing_ended` to all.
+pub fn after_final(last: &AiMessageUpdate) -> [(Audience, ServerMessage); 2] {
+    let message_id = MessageId::from(last.task_id.clone());
+    let background = ServerMessage::AiBackgroundResponseCompleted(AiBackgroundResponseCompleted {
+        chat_id: last.chat_id.clone(),
+        message_id: message_id.clone(),
+        user_message_id: last.user_message_id.clone(),
+        task_id: last.task_id.clone(),
+        full_content: last.full_content_so_far.clone(),
+        model_name: last.model_name.clone(),
+        category: last.category.clone(),
+        interrupted_by_revocation: last.interrupted_by_revocation,
+        error_code: last.error_code,
+        rejection_reason: last.rejection_reason,
+    });
+    let ended = ServerMessage::AiTypingEnded(AiTypingEnded {
+        chat_id: last.chat_id.clone(),
+        message_id,
+        task_id: last.task_id.clone(),
+    });
+    [
+        (Audience::NotShowing(last.chat_id.clone()), background),
+        (Audience::All, ended),
+    ]
 }
 
 fn error_code(e: &TurnError) -> ErrorCode {
