@@ -24,6 +24,7 @@ use tokio_util::sync::CancellationToken;
 
 use self::queued::{Queued, Work};
 use super::Inbound;
+use super::lease_clock::Standing;
 use super::store::{Admit, Admitted, Finished, Lease, TurnStore, TurnStoreError};
 use crate::auth::UserId;
 use crate::cache::ai::CacheFault;
@@ -238,6 +239,14 @@ impl Turns {
     ) -> Option<TurnTicket> {
         self.local().remove(&ticket.task_id);
         if parent.is_cancelled() {
+            return None;
+        }
+        // The store refused the lapsed lease (another node took it, or may: it expired), and
+        // the turn's frames since were dropped: the node that takes it over ends the turn
+        // from its log and hands the chat on. Freeing the chat here left that ending
+        // unwritten (chaos run AH: a cancelled turn that devices not showing the chat never
+        // heard the end of).
+        if ticket.lease_clock.standing() == Standing::Taken {
             return None;
         }
         let (next, asked) = (TaskId::random(), Instant::now());

@@ -78,3 +78,55 @@ async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_
         "node 0 logged what it wrote after its lease lapsed: {updates:?}"
     );
 }
+
+/// A lone node frozen past its lease: no other node takes the turn over meanwhile, and the
+/// store refuses the lapsed lease when the node thaws, so what the node writes after is
+/// dropped. The turn still ends, from its log, with `node_lost`: the node leaves the
+/// expired lease to be taken over (its own look for lost turns finds it) instead of
+/// freeing the chat with no ending written (chaos run AH: devices not showing the chat
+/// never heard that a cancelled turn had ended).
+#[tokio::test]
+async fn a_lapsed_turn_that_no_node_took_over_still_ends() {
+    let c = Cluster::start(1).await;
+    let chat = "chat-frozen-alone";
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut d0 = c.connect_showing(0, "carol", chat).await;
+    d0.send(&user_message(chat, "m1", "tell me a story")).await;
+    let task = task_of(&mut d0).await;
+    gate.reached().await;
+    let logged = "First part.\n\nSecond part.\n\n";
+    let seen = updates_until(&mut d0, &task, 2).await;
+    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+
+    // Frozen until the store's clock is past the lease.
+    c.node(0).pause().await.unwrap();
+    let redis = c.redis().single();
+    let lease = format!("{{c:{chat}}}:lease");
+    wait_until("the lease expired by the store's clock", || async {
+        let until = redis
+            .cli(&["HGET", &lease, "until"])
+            .await
+            .unwrap_or_default();
+        let now = redis.cli(&["TIME"]).await.unwrap_or_default();
+        let now_ms = now
+            .lines()
+            .next()
+            .and_then(|s| s.trim().parse::<u64>().ok());
+        let until_ms = until.trim().parse::<u64>().ok();
+        matches!((now_ms, until_ms), (Some(n), Some(u)) if n * 1000 > u)
+    })
+    .await
+    .unwrap();
+    gate.release();
+    c.node(0).resume().await.unwrap();
+
+    let last = updates_until_final(&mut d0, &task).await;
+    let (_, text) = last.last().cloned().unwrap_or_default();
+    assert_eq!(text, logged, "the ending holds what the log held: {last:?}");
+    d0.recv_until(|m| match m {
+        ServerMessage::AiTypingEnded(t) if t.task_id == task => Some(()),
+        _ => None,
+    })
+    .await;
+}
