@@ -88,8 +88,8 @@ async fn end_lost(deps: Arc<TurnDeps>, lease: Lease) {
 /// reconnects (chaos run AG: a taker that ended such a turn with `node_lost` at sequence 1
 /// fenced that write-back off, and devices that had missed the answer got `node_lost`
 /// instead). So the taker holds the lease and looks again, for up to a lease's length,
-/// until the log is back and ended. A turn logs its first frame as it begins, so a turn
-/// lost before that is rare; it ends after the wait.
+/// until the log is back and ended. A turn logs its first frame once it has read its
+/// history, so a turn lost before that is rare; it ends after the wait.
 async fn lost_log(deps: &TurnDeps, lease: &Lease) -> Option<Logged> {
     let read = || {
         let log = &deps.outlet.log;
