@@ -242,11 +242,12 @@ impl Turns {
             return None;
         }
         // The store refused the lapsed lease (another node took it, or may: it expired), and
-        // the turn's frames since were dropped: the node that takes it over ends the turn
-        // from its log and hands the chat on. Freeing the chat here left that ending
-        // unwritten (chaos run AH: a cancelled turn that devices not showing the chat never
-        // heard the end of).
-        if ticket.lease_clock.standing() == Standing::Taken {
+        // frames of the turn were dropped: the node that takes it over ends the turn from
+        // its log and hands the chat on. Freeing the chat here left that ending unwritten
+        // (chaos run AH: a cancelled turn that devices not showing the chat never heard the
+        // end of). A turn whose frames were all logged is over: its chat is freed.
+        let clock = &ticket.lease_clock;
+        if clock.standing() == Standing::Taken && clock.had_frames_dropped() {
             return None;
         }
         let (next, asked) = (TaskId::random(), Instant::now());

@@ -28,6 +28,8 @@ pub struct LeaseClock {
     unseen: AtomicBool,
     /// The writer ended the turn as lost ([`LeaseClock::ended_lost`]).
     ended_lost: AtomicBool,
+    /// The writer dropped frames the log never took ([`LeaseClock::dropped_frames`]).
+    dropped: AtomicBool,
 }
 
 /// Where the turn stands with the store, as the writer needs it.
@@ -73,6 +75,17 @@ impl LeaseClock {
         self.ended_lost.load(Ordering::Acquire)
     }
 
+    /// The writer dropped frames the log never took (the lease was taken, or the store
+    /// refused it once it had lapsed): the turn's log lacks the rest of it.
+    pub fn dropped_frames(&self) {
+        self.dropped.store(true, Ordering::Release);
+    }
+
+    /// Whether [`LeaseClock::dropped_frames`] was said.
+    pub fn had_frames_dropped(&self) -> bool {
+        self.dropped.load(Ordering::Acquire)
+    }
+
     /// A lease of `ttl` granted in answer to a request sent at `asked` (counted from then:
     /// a node paused between the two must not take the answer for a fresh lease).
     pub fn new(asked: Instant, ttl: Duration) -> Self {
@@ -84,6 +97,7 @@ impl LeaseClock {
             renewal: Mutex::new(()),
             unseen: AtomicBool::new(false),
             ended_lost: AtomicBool::new(false),
+            dropped: AtomicBool::new(false),
         };
         clock.renewed(clock.base, ttl);
         clock

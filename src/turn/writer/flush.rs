@@ -255,6 +255,16 @@ impl Flusher<'_> {
         }
     }
 
+    /// The turn is another node's: the frames not logged yet are dropped, and so is every
+    /// later one (see [`super::super::lease_clock::LeaseClock::dropped_frames`]).
+    fn drop_waiting(&mut self) {
+        self.fenced = true;
+        self.waiting.clear();
+        if let Some(clock) = &self.key.lease {
+            clock.dropped_frames();
+        }
+    }
+
     /// Logs and hands on the waiting frames in order, until one cannot be logged (or the
     /// lease lapsed, or was lost).
     async fn drain(&mut self) {
@@ -268,8 +278,7 @@ impl Flusher<'_> {
                 }
                 Standing::Taken => {
                     tracing::warn!("another node took the turn over; its frames here are dropped");
-                    self.fenced = true;
-                    self.waiting.clear();
+                    self.drop_waiting();
                     return;
                 }
                 Standing::Lost => {
@@ -281,8 +290,7 @@ impl Flusher<'_> {
                 Ok(refilled) => self.noted &= !refilled,
                 Err(LogError::Store(TurnStoreError::Fenced)) => {
                     tracing::warn!("turn log fenced: another node took the turn over");
-                    self.fenced = true;
-                    self.waiting.clear();
+                    self.drop_waiting();
                     return;
                 }
                 Err(e) => {
