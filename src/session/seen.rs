@@ -1,6 +1,7 @@
 //! Message ids a user sent before in a chat: a copy of an answered message is confirmed,
-//! and a device that never had that answer gets it as a resume from 0; a re-send of one not answered yet goes on to admission, which tells
-//! whether its turn runs, waits or never started.
+//! and a device that never had that answer gets it as a resume from 0; a re-send of one
+//! not answered yet goes on to admission, which tells whether its turn runs, waits or
+//! never started.
 
 use chatd_protocol::{ChatMessageConfirmed, ErrorCode, ErrorPayload, ResumeAiTask, ServerMessage};
 

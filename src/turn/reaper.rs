@@ -142,7 +142,7 @@ fn write_rest_of_ending(
     logged: &Logged,
     (index, last): (u64, AiMessageUpdate),
 ) {
-    let (_, last_index) = log::latest(logged);
+    let last_index = logged.entries.last().map_or(index, |(i, _)| *i);
     let after: Vec<&ServerMessage> = (logged.entries.iter())
         .filter(|(i, _)| *i > index)
         .filter_map(|(_, entry)| match entry {

@@ -23,10 +23,10 @@ pub enum MessageSeen {
 
 /// A message sent and not answered yet: `sent:<until>:<nonce>` (the nonce tells this
 /// call's claim from an older one); its turn asked for the history: `history:<until>`;
-/// answered: `answered:<task>` (`answered` before the turn was named). `<until>` (ms since the epoch) is when an unsettled claim lapses:
-/// longer than any turn and its wait in the queue, short enough that a message whose
-/// claim was never settled (the cache failed between taking it and answering it) can be
-/// sent again later.
+/// answered: `answered:<task>` (`answered` before the turn was named). `<until>` (ms since
+/// the epoch) is when an unsettled claim lapses: longer than any turn and its wait in the
+/// queue, short enough that a message whose claim was never settled (the cache failed
+/// between taking it and answering it) can be sent again later.
 const ANSWERED: &str = "answered";
 const UNSETTLED_FOR: std::time::Duration = std::time::Duration::from_secs(15 * 60);
 /// Message ids remembered per chat at most (a fuller chat starts over).
