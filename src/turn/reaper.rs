@@ -159,7 +159,8 @@ fn write_rest_of_ending(
         "ending a lost turn after its logged final update"
     );
     let sequence = last.sequence;
-    let writer = TurnWriter::continuing(deps.outlet.clone(), key_of(lease), last_index, sequence);
+    let (outlet, key) = (deps.outlet.clone(), key_of(lease));
+    let writer = TurnWriter::continuing(outlet, key, (last_index, sequence), &logged.entries);
     writer.end_after_final(&last, missing);
 }
 
@@ -197,7 +198,8 @@ fn write_node_lost(deps: &Arc<TurnDeps>, lease: &Lease, logged: &Logged) {
         sequence,
         "ending a lost turn after its logged frames"
     );
-    let writer = TurnWriter::continuing(deps.outlet.clone(), key_of(lease), last_index, sequence);
+    let (outlet, key) = (deps.outlet.clone(), key_of(lease));
+    let writer = TurnWriter::continuing(outlet, key, (last_index, sequence), &logged.entries);
     writer.end_lost(LostTurn {
         head: Head {
             chat_id: lease.chat.clone(),

@@ -38,6 +38,7 @@ use crate::delivery::outbox::EncodedFrame;
 use crate::delivery::{Audience, Delivery};
 use crate::metrics::{Metrics, SpeculationLabel};
 use crate::pipeline::{TurnContext, TurnEvent, TurnSink};
+use recent::Recent;
 
 /// What a skill's late result becomes: given to the outlet by whoever runs turns (the
 /// writer hands it on and starts nothing).
@@ -158,12 +159,20 @@ pub struct TurnWriter {
 impl TurnWriter {
     /// A writer for `key`'s turn; its flusher runs on the turn tracker.
     pub fn new(outlet: Arc<Outlet>, key: TurnKey) -> Arc<Self> {
-        Self::continuing(outlet, key, 0, 0)
+        Self::continuing(outlet, key, (0, 0), &[])
     }
 
-    /// A writer that goes on with a turn another node began: its frames follow the log's
-    /// newest `index` and `ai_message_update` number `sequence`.
-    pub fn continuing(outlet: Arc<Outlet>, key: TurnKey, index: u64, sequence: u64) -> Arc<Self> {
+    /// A writer that goes on with a turn another node began (a taker ending it): its frames
+    /// follow the log's newest `index` and `ai_message_update` number `sequence`. It keeps
+    /// the log's `entries` as if it had appended them: a store that loses the log while
+    /// the ending is written, or after (see `ended`), gets it back whole, not only the
+    /// ending (a device resuming from the start was told the log could not recover it).
+    pub fn continuing(
+        outlet: Arc<Outlet>,
+        key: TurnKey,
+        (index, sequence): (u64, u64),
+        entries: &[(u64, LogEntry)],
+    ) -> Arc<Self> {
         let (flushed_tx, flushed) = watch::channel(index);
         let (settled_tx, settled) = watch::channel(index);
         let key = Arc::new(key);
@@ -171,9 +180,9 @@ impl TurnWriter {
             None
         } else {
             let (tx, rx) = mpsc::unbounded_channel();
-            let tip = flush::Tip::new(index, sequence);
+            let had = (flush::Tip::new(index, sequence), Recent::of(entries));
             let progress = (flushed_tx, settled_tx);
-            let flush = flush::flush(outlet.clone(), key.clone(), rx, progress, tip);
+            let flush = flush::flush(outlet.clone(), key.clone(), rx, progress, had);
             // Its warnings name the turn (chaos runs are traced by task id).
             let span = tracing::info_span!("flush", chat_id = %key.chat, task_id = %key.task);
             outlet.tasks.spawn(flush.instrument(span));

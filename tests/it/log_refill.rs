@@ -354,15 +354,81 @@ async fn a_stale_lease_without_its_log_waits_for_the_log_to_come_back() {
     );
 }
 
+/// A turn whose node died, ended by the node that took it over with `node_lost`, whose log
+/// Redis then lost: the taker writes back the whole log it had read, not only the ending it
+/// added (a device resuming from the start was told the log could not recover it; CI: the
+/// paused-node test, when Redis lost the log while the taker wrote its ending).
+#[tokio::test]
+async fn a_taker_writes_back_the_whole_log_of_the_turn_it_ended() {
+    let mut c = Cluster::start(2).await;
+    let chat = "chat-taken-refilled";
+    let gate = Gate::new();
+    c.fake.push(crate::cluster::stall(&gate));
+    let mut d0 = c.connect_showing(0, "erin", chat).await;
+    let mut d1 = c.connect_showing(1, "erin", chat).await;
+    d0.send(&user_message(chat, "m1", "tell me a story")).await;
+    let task = task_of(&mut d0).await;
+    gate.reached().await;
+    let logged = "First part.\n\nSecond part.\n\n";
+    let seen = crate::cluster::updates_until(&mut d1, &task, 2).await;
+    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+
+    // Node 0 dies; node 1 ends the turn from its log, and keeps what it wrote.
+    c.kill(0).await;
+    let lost = final_update(&mut d1, &task).await;
+    assert_eq!(lost.full_content_so_far, logged);
+    wait_for_metric_on(&c, 1, "chatd_turn_logs_kept 1").await;
+
+    // Redis comes back empty; node 1, whose bus reconnects, writes the log back.
+    c.redis_mut().server().restart().await.unwrap();
+    wait_for_metric_on(&c, 1, "chatd_turn_logs_refilled_total 1").await;
+    let mut d2 = c.connect(1, "erin").await;
+    d2.send(&resume(chat, &task, 0)).await;
+    let recovered = d2
+        .recv_until(|m| match m {
+            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+            _ => None,
+        })
+        .await;
+    assert!(recovered, "node 1 logged:\n{}", c.node(1).log_text());
+    let got = crate::cluster::updates_until_final(&mut d2, &task).await;
+    let sequences: Vec<u64> = got.iter().map(|u| u.0).collect();
+    assert_eq!(
+        sequences,
+        (1..=lost.sequence).collect::<Vec<_>>(),
+        "{got:?}"
+    );
+    assert_eq!(got.last().map(|u| u.1.as_str()), Some(logged));
+}
+
+/// The final `ai_message_update` of `task` a device gets.
+async fn final_update(
+    ws: &mut chatd_test_harness::ws_client::WsClient,
+    task: &chatd_protocol::TaskId,
+) -> AiMessageUpdate {
+    ws.recv_until(|m| match m {
+        ServerMessage::AiMessageUpdate(u) if &u.task_id == task && u.is_final_chunk => {
+            Some(u.clone())
+        }
+        _ => None,
+    })
+    .await
+}
+
 /// Waits until node 0's `/metrics` holds `line`.
 async fn wait_for_metric(c: &Cluster, line: &str) {
+    wait_for_metric_on(c, 0, line).await;
+}
+
+/// Waits until node `node`'s `/metrics` holds `line`.
+async fn wait_for_metric_on(c: &Cluster, node: usize, line: &str) {
     wait_until(line, || async {
-        let metrics = reqwest::get(c.node(0).http_url("/metrics")).await;
+        let metrics = reqwest::get(c.node(node).http_url("/metrics")).await;
         match metrics {
             Ok(m) => m.text().await.is_ok_and(|m| m.contains(line)),
             Err(_) => false,
         }
     })
     .await
-    .unwrap_or_else(|e| panic!("{e}; node 0 logged:\n{}", c.node(0).log_text()));
+    .unwrap_or_else(|e| panic!("{e}; node {node} logged:\n{}", c.node(node).log_text()));
 }

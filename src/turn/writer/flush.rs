@@ -47,13 +47,13 @@ pub(super) async fn flush(
     key: Arc<TurnKey>,
     mut rx: mpsc::UnboundedReceiver<Logged>,
     (flushed, settled): (watch::Sender<u64>, watch::Sender<u64>),
-    tip: Tip,
+    (tip, recent): (Tip, Recent),
 ) {
     let mut flusher = Flusher {
         outlet: &outlet,
         key: &key,
         fenced: false,
-        recent: Recent::default(),
+        recent,
         waiting: VecDeque::new(),
         noted: false,
         began_ms: crate::clock::unix_millis(),

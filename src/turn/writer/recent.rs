@@ -21,6 +21,17 @@ pub(super) struct Recent {
 }
 
 impl Recent {
+    /// Entries a log held before this flusher (a taker's: see `TurnWriter::continuing`).
+    pub(super) fn of(entries: &[(u64, LogEntry)]) -> Self {
+        let mut recent = Recent::default();
+        for (index, entry) in entries {
+            if let Ok(stored) = serde_json::to_vec(entry) {
+                recent.keep(*index, stored);
+            }
+        }
+        recent
+    }
+
     pub(super) fn keep(&mut self, index: u64, entry: Vec<u8>) {
         self.bytes += entry.len();
         self.entries.push_back((index, entry));
