@@ -388,3 +388,27 @@ fn a_frame_recorded_after_its_connections_close_does_not_reopen_it() {
     h.ack(0, 1, "m1").update(0, 1, "t1", 1, true);
     assert!(!h.kinds().contains(&"missed_turn"), "{:?}", h.kinds());
 }
+
+/// A turn no device saw live, replayed later to the device that sent its message, began
+/// by its message's acknowledgement: a connection that opened after that (while the turn
+/// ran unseen, or after it ended) was not open throughout it.
+#[test]
+fn a_turn_seen_only_in_a_later_replay_began_when_its_message_was_acknowledged() {
+    let mut h = H::new();
+    h.push(0, 1, What::Connected).ack(0, 1, "m1");
+    let hello = Frame {
+        kind: "active_chat_set_ack".into(),
+        chat: CHAT.into(),
+        ..Frame::default()
+    };
+    h.frame(2, 9, hello);
+    h.update(0, 1, "t1", 3, true);
+    assert_eq!(h.kinds(), Vec::<&str>::new());
+
+    // Open before the acknowledgement, it was open throughout.
+    let mut early = H::new();
+    early.0 = h.0.clone();
+    let opened = early.0.remove(2);
+    early.0.insert(0, opened);
+    assert_eq!(early.kinds(), vec!["missed_turn"]);
+}

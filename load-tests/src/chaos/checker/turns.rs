@@ -25,7 +25,8 @@ struct Task {
 
 #[derive(Default)]
 struct Message {
-    acked: Option<usize>,
+    /// The first acknowledgement: event and ms.
+    acked: Option<(usize, u64)>,
     tasks: BTreeSet<String>,
     typed: Option<String>,
     queued: Option<(usize, String)>,
@@ -120,7 +121,7 @@ impl Seen {
         match f.kind.as_str() {
             "chat_message_confirmed" => {
                 let m = self.messages.entry(key(&f.message)).or_default();
-                m.acked.get_or_insert(at);
+                m.acked.get_or_insert((at, e.at_ms));
             }
             "message_queued" => {
                 let m = self.messages.entry(key(&f.user_message)).or_default();
@@ -186,7 +187,7 @@ impl Seen {
     fn messages_rule(&mut self, verdict: &mut Verdict) {
         let mut found = Vec::new();
         for ((user, chat, message), m) in &self.messages {
-            let Some(acked) = m.acked else { continue };
+            let Some((acked, _)) = m.acked else { continue };
             verdict.messages_acked += 1;
             if m.tasks.len() > 1 {
                 let detail = format!("message {message} of user {user} answered by {:?}", m.tasks);
@@ -215,8 +216,24 @@ impl Seen {
             .any(|(id, t)| t.user == user && t.chat == chat && t.first > *at && id != behind)
     }
 
+    /// Where each turn began at the latest: its message's first acknowledgement (a turn
+    /// no device saw live, only replayed later to a device that sent a copy of its message,
+    /// is first recorded at that replay, long after it ran).
+    fn begun(&self) -> HashMap<&str, (usize, u64)> {
+        let mut begun: HashMap<&str, (usize, u64)> = HashMap::new();
+        for m in self.messages.values() {
+            let Some(acked) = m.acked else { continue };
+            for task in &m.tasks {
+                let b = begun.entry(task.as_str()).or_insert(acked);
+                *b = (*b).min(acked);
+            }
+        }
+        begun
+    }
+
     fn tasks_rule(&mut self, verdict: &mut Verdict) {
         verdict.turns += self.tasks.len();
+        let begun = self.begun();
         let mut found = Vec::new();
         for (id, t) in &self.tasks {
             let first = t
@@ -234,30 +251,37 @@ impl Seen {
                 }
             }
             found.extend(ending_rules(id, t));
-            found.extend(self.missed(id, t));
+            let first = (t.first, t.first_ms);
+            let begun = begun.get(id.as_str()).map_or(first, |b| first.min(*b));
+            found.extend(self.missed(id, t, begun));
         }
         for (kind, at, detail) in found {
             self.violation(kind, at, detail);
         }
     }
 
-    /// Connections of the user open from before the turn began to after it ended on
-    /// every device that ended it, which got no ending of it. Excused: a connection whose
+    /// Connections of the user open from before the turn began (`begun`: event and ms) to
+    /// after it ended on every device that ended it, which got no ending of it. Excused: a connection whose
     /// node was out (paused, or cut off Redis) while the turn ran, and that closed before
     /// the node had been back for [`CATCH_UP_GRACE_MS`] (nothing comes through a frozen or
     /// cut-off node; once back, it catches its devices up).
-    fn missed(&self, id: &str, t: &Task) -> Vec<(&'static str, usize, String)> {
+    fn missed(
+        &self,
+        id: &str,
+        t: &Task,
+        begun: (usize, u64),
+    ) -> Vec<(&'static str, usize, String)> {
         let Some(last) = t.endings.iter().map(|x| x.4).max() else {
             return Vec::new();
         };
         let ended_on: HashSet<u64> = t.endings.iter().map(|x| x.1).collect();
         let mut out = Vec::new();
         for (conn, link) in &self.conns {
-            let across = link.open < t.first && link.close.is_none_or(|c| c.0 > last);
+            let across = link.open < begun.0 && link.close.is_none_or(|c| c.0 > last);
             if link.user != t.user || !across || ended_on.contains(conn) {
                 continue;
             }
-            let back = self.back_at(link.node, t.first_ms, t.last_ms);
+            let back = self.back_at(link.node, begun.1, t.last_ms);
             let excused =
                 back.is_some_and(|b| link.close.is_some_and(|c| c.1 < b + CATCH_UP_GRACE_MS));
             if !excused {
