@@ -130,3 +130,61 @@ async fn a_lapsed_turn_that_no_node_took_over_still_ends() {
     })
     .await;
 }
+
+/// A node frozen past its lease while Redis loses the turn's log (it came back empty) but
+/// not its lease: the node that takes the lease over finds no log and waits for it. When
+/// the frozen node thaws and hears the turn was taken, it puts back the entries it had
+/// logged (not its later frames), and the taker ends the turn right after them, where the
+/// devices are (chaos run AJ: the taker ended it at sequence 1 from an empty log, which
+/// the devices that had ten updates dropped, and never heard the turn had ended).
+#[tokio::test]
+async fn a_thawed_node_puts_back_the_log_the_store_lost_for_the_taker() {
+    let c = Cluster::start(2).await;
+    let chat = "chat-put-back";
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut d0 = c.connect_showing(0, "carol", chat).await;
+    let mut d1 = c.connect_showing(1, "carol", chat).await;
+    d0.send(&user_message(chat, "m1", "tell me a story")).await;
+    let task = task_of(&mut d0).await;
+    gate.reached().await;
+    let logged = "First part.\n\nSecond part.\n\n";
+    let seen = updates_until(&mut d1, &task, 2).await;
+    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+    updates_until(&mut d0, &task, 2).await;
+
+    // Node 0 freezes; the store loses the log (the lease stays, and lapses).
+    c.node(0).pause().await.unwrap();
+    let redis = c.redis().single();
+    let (log, meta) = (
+        format!("{{c:{chat}}}:log:{task}"),
+        format!("{{c:{chat}}}:logmeta:{task}"),
+    );
+    assert_eq!(redis.cli(&["DEL", &log, &meta]).await.unwrap().trim(), "2");
+    let taken = "chatd_lost_turns_total 1";
+    wait_until("node 1 took the turn over", || async {
+        let metrics = reqwest::get(c.node(1).http_url("/metrics")).await;
+        match metrics {
+            Ok(m) => m.text().await.is_ok_and(|m| m.contains(taken)),
+            Err(_) => false,
+        }
+    })
+    .await
+    .unwrap();
+
+    // Node 0 thaws with the rest of the answer on its way: it is not logged, and the
+    // turn ends after what the devices had.
+    gate.release();
+    c.node(0).resume().await.unwrap();
+    for d in [&mut d0, &mut d1] {
+        let updates = updates_until_final(d, &task).await;
+        let last = updates.last().cloned().unwrap_or_default();
+        assert_eq!(
+            last,
+            (3, logged.to_string()),
+            "{updates:?}\nnode 0 logged:\n{}\nnode 1 logged:\n{}",
+            c.node(0).log_text(),
+            c.node(1).log_text()
+        );
+    }
+}

@@ -15,7 +15,8 @@
 //!
 //! While the turn's lease lapsed by this node's clock the frames wait too, logged nowhere,
 //! until the store's word ([`Standing`]): renewed, they go on; taken by another node, they
-//! are dropped like fenced ones; lost (the store forgot the turn meanwhile), they are
+//! are dropped like fenced ones (what the store lost of the log meanwhile is put back
+//! first: `put_back`); lost (the store forgot the turn meanwhile), they are
 //! dropped and the flusher ends the turn with `node_lost` right after the log's newest
 //! frame ([`Tip`]), as another node may have done from that log (or, when none was logged,
 //! without a frame: no device heard of it); later frames are dropped.
@@ -278,6 +279,7 @@ impl Flusher<'_> {
                 }
                 Standing::Taken => {
                     tracing::warn!("another node took the turn over; its frames here are dropped");
+                    self.put_back().await;
                     self.drop_waiting();
                     return;
                 }
@@ -391,3 +393,4 @@ impl Flusher<'_> {
 }
 
 mod gaps;
+mod put_back;
