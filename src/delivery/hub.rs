@@ -133,13 +133,19 @@ impl Device {
         false
     }
 
-    /// Starts a resume of `task` from the start (`resume_ai_task`): live frames of the task
-    /// are held until [`Device::end_resume`], and the replay that follows sends again, in
-    /// order, what this device had before, up to where it says it is.
-    pub fn begin_resume(&self, task: &TaskId) {
+    /// Starts a resume of `task` after the update numbered `last_sequence`
+    /// (`resume_ai_task`): live frames of the task are held until [`Device::end_resume`],
+    /// and the replay that follows sends again, in order, what this device had before
+    /// after that position. Unless this connection was sent newer updates of the turn
+    /// while the request was on its way (chaos run AK: a node thawed from a pause and
+    /// delivered the frames published meanwhile to a device that had just connected, before
+    /// its resume): those are not sent twice.
+    pub fn begin_resume(&self, task: &TaskId, last_sequence: u64) {
         let mut turns = self.positions();
         let pos = turns.at(task);
-        pos.restart();
+        if pos.sequence <= last_sequence {
+            pos.restart();
+        }
         pos.held.get_or_insert_with(Vec::new);
     }
 

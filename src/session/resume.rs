@@ -21,7 +21,7 @@ impl Session {
     pub(super) async fn resume_ai_task(&self, m: ResumeAiTask) {
         // Held from the start: a catch-up on the task (after a bus outage) while the chat's
         // owner is checked would send frames the replay then sends again.
-        self.device.begin_resume(&m.task_id);
+        self.device.begin_resume(&m.task_id, m.last_sequence);
         if !self.stored_chat_allowed(&m.chat_id, None).await {
             return self.device.end_resume(&m.task_id);
         }

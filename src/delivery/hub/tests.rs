@@ -139,7 +139,7 @@ fn a_catch_up_leaves_a_resume_and_an_ended_turn_alone() {
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let task = TaskId::parse("t1").unwrap();
-    d.begin_resume(&task);
+    d.begin_resume(&task, 0);
     assert!(!d.begin_catch_up(&task), "a resume holds it");
     for i in 0..super::position::TRACKED_TURNS + 2 {
         let other = TaskId::parse(format!("other-{i}")).unwrap();
@@ -164,7 +164,7 @@ fn a_resume_whose_held_frames_skip_an_update_holds_them_until_the_gap_is_filled(
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
-    d.begin_resume(&task);
+    d.begin_resume(&task, 0);
     let live = update(4);
     let frame = (EncodedFrame::new(&live), &live);
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 4), frame, false);
@@ -305,7 +305,7 @@ fn a_resume_from_zero_holds_a_live_update_past_updates_the_log_lacked() {
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
-    d.begin_resume(&task);
+    d.begin_resume(&task, 0);
     let live = update(7);
     let frame = (EncodedFrame::new(&live), &live);
     hub.send_turn_minding_gaps(&user, &Audience::All, (&task, 9), frame, false);
@@ -329,7 +329,7 @@ fn a_resume_from_zero_gets_a_final_update_past_lost_updates_numbered_1() {
     let (resumed, rx) = device(&hub);
     let (joined, joined_rx) = device(&hub);
     let task = TaskId::parse("t1").unwrap();
-    resumed.begin_resume(&task);
+    resumed.begin_resume(&task, 0);
     resumed.replay(&task, 5, &final_update(4));
     resumed.end_resume(&task);
     assert_eq!(sequences(&rx), [1]);
@@ -347,7 +347,7 @@ fn after_a_resume_from_zero_a_live_update_past_missing_ones_waits_for_a_catch_up
     let hub = Hub::default();
     let (d, rx) = device(&hub);
     let (user, task) = (d.user_hash.clone(), TaskId::parse("t1").unwrap());
-    d.begin_resume(&task);
+    d.begin_resume(&task, 0);
     let started = started(&task);
     d.replay(&task, 1, &started);
     assert!(d.end_resume_if_whole(&task), "nothing held yet");
@@ -378,9 +378,40 @@ fn a_resume_after_a_background_completion_gets_the_answer() {
     }))
     .unwrap();
     d.replay(&task, 9, &done);
-    d.begin_resume(&task);
+    d.begin_resume(&task, 0);
     d.replay(&task, 1, &update(1));
     d.replay(&task, 2, &final_update(2));
     d.end_resume(&task);
     assert_eq!(sequences(&rx), [1, 2]);
+}
+
+/// A device whose connection was sent updates past the position its resume names (they
+/// went out while the request was on its way: chaos run AK, a node that thawed from a
+/// pause sent a just-connected device the frames published meanwhile, then read its
+/// resume) is not sent them again; a resume from where the connection stands replays as
+/// before.
+#[test]
+fn a_resume_behind_what_the_connection_was_sent_sends_nothing_twice() {
+    let hub = Hub::default();
+    let (d, rx) = device(&hub);
+    let task = TaskId::parse("t1").unwrap();
+    for sequence in 1..=3 {
+        d.replay(&task, sequence, &update(sequence));
+    }
+    assert_eq!(sequences(&rx), [1, 2, 3]);
+    d.begin_resume(&task, 1);
+    d.skip_to(&task, 1, 1);
+    d.replay(&task, 2, &update(2));
+    d.replay(&task, 3, &update(3));
+    d.end_resume(&task);
+    d.replay(&task, 4, &final_update(4));
+    assert_eq!(sequences(&rx), [4], "updates 2 and 3 were sent once");
+
+    let (fresh, fresh_rx) = device(&hub);
+    fresh.replay(&task, 1, &update(1));
+    fresh.begin_resume(&task, 1);
+    fresh.skip_to(&task, 1, 1);
+    fresh.replay(&task, 2, &update(2));
+    fresh.end_resume(&task);
+    assert_eq!(sequences(&fresh_rx), [1, 2]);
 }
