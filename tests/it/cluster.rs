@@ -272,6 +272,37 @@ pub(crate) async fn updates_until(
     }
 }
 
+/// The text [`stall`] answers before its gate.
+pub(crate) const HALF_WRITTEN: &str = "First part.\n\nSecond part.\n\n";
+
+/// A turn on node 0 whose model stalls at its gate after two chunks (see [`stall`]), once
+/// every device (one showing `chat` on each of `nodes`, for `user`) had both: the gate,
+/// the task and the devices.
+pub(crate) async fn half_written(
+    c: &Cluster,
+    user: &str,
+    chat: &str,
+    nodes: &[usize],
+) -> (Gate, TaskId, Vec<WsClient>) {
+    let gate = Gate::new();
+    c.fake.push(stall(&gate));
+    let mut devices = Vec::new();
+    for node in nodes {
+        devices.push(c.connect_showing(*node, user, chat).await);
+    }
+    let first = devices.first_mut().expect("a device");
+    first
+        .send(&crate::support::user_message(chat, "m1", "tell me a story"))
+        .await;
+    let task = task_of(first).await;
+    gate.reached().await;
+    for d in &mut devices {
+        let seen = updates_until(d, &task, 2).await;
+        assert_eq!(seen.last().map(|u| u.1.as_str()), Some(HALF_WRITTEN));
+    }
+    (gate, task, devices)
+}
+
 pub(crate) async fn updates_until_final(ws: &mut WsClient, task: &TaskId) -> Vec<(u64, String)> {
     updates_until(ws, task, u64::MAX).await
 }

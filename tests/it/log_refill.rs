@@ -10,7 +10,7 @@ use chatd_test_harness::redis::RedisServer;
 
 use chatd_test_harness::process::wait_until;
 
-use crate::cluster::{Cluster, Shared, task_of, updates_until_final};
+use crate::cluster::{Cluster, HALF_WRITTEN, Shared, half_written, task_of, updates_until_final};
 use crate::support::{answer_task, collect_answer, ping, replayed_from_start, user_message};
 
 const WHOLE: &str = "First part.\n\nSecond part.\n\nThird part.\n\nThe end.";
@@ -362,20 +362,12 @@ async fn a_stale_lease_without_its_log_waits_for_the_log_to_come_back() {
 async fn a_taker_writes_back_the_whole_log_of_the_turn_it_ended() {
     let mut c = Cluster::start(2).await;
     let chat = "chat-taken-refilled";
-    let gate = Gate::new();
-    c.fake.push(crate::cluster::stall(&gate));
-    let mut d0 = c.connect_showing(0, "erin", chat).await;
-    let mut d1 = c.connect_showing(1, "erin", chat).await;
-    d0.send(&user_message(chat, "m1", "tell me a story")).await;
-    let task = task_of(&mut d0).await;
-    gate.reached().await;
-    let logged = "First part.\n\nSecond part.\n\n";
-    let seen = crate::cluster::updates_until(&mut d1, &task, 2).await;
-    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+    let (_gate, task, mut devices) = half_written(&c, "erin", chat, &[0, 1]).await;
+    let (d1, logged) = (&mut devices[1], HALF_WRITTEN);
 
     // Node 0 dies; node 1 ends the turn from its log, and keeps what it wrote.
     c.kill(0).await;
-    let lost = final_update(&mut d1, &task).await;
+    let lost = final_update(d1, &task).await;
     assert_eq!(lost.full_content_so_far, logged);
     wait_for_metric_on(&c, 1, "chatd_turn_logs_kept 1").await;
 

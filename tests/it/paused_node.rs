@@ -6,27 +6,18 @@
 //! texts for one turn).
 
 use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage};
-use chatd_test_harness::fake_llm::Gate;
 
-use crate::cluster::{Cluster, stall, task_of, updates_until, updates_until_final};
+use crate::cluster::{Cluster, HALF_WRITTEN, half_written, updates_until_final};
 use chatd_test_harness::process::wait_until;
 
-use crate::support::{chat_id, user_message};
+use crate::support::chat_id;
 
 #[tokio::test]
 async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_text() {
     let mut c = Cluster::start(2).await;
     let chat = "chat-frozen";
-    let gate = Gate::new();
-    c.fake.push(stall(&gate));
-    let mut d0 = c.connect_showing(0, "carol", chat).await;
-    let mut d1 = c.connect_showing(1, "carol", chat).await;
-    d0.send(&user_message(chat, "m1", "tell me a story")).await;
-    let task = task_of(&mut d0).await;
-    gate.reached().await;
-    let logged = "First part.\n\nSecond part.\n\n";
-    let seen = updates_until(&mut d1, &task, 2).await;
-    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+    let (gate, task, mut devices) = half_written(&c, "carol", chat, &[0, 1]).await;
+    let (d1, logged) = (&mut devices[1], HALF_WRITTEN);
 
     // Node 0 freezes with the answer half written; node 1 ends the turn from its log.
     c.node(0).pause().await.unwrap();
@@ -89,15 +80,8 @@ async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_
 async fn a_lapsed_turn_that_no_node_took_over_still_ends() {
     let c = Cluster::start(1).await;
     let chat = "chat-frozen-alone";
-    let gate = Gate::new();
-    c.fake.push(stall(&gate));
-    let mut d0 = c.connect_showing(0, "carol", chat).await;
-    d0.send(&user_message(chat, "m1", "tell me a story")).await;
-    let task = task_of(&mut d0).await;
-    gate.reached().await;
-    let logged = "First part.\n\nSecond part.\n\n";
-    let seen = updates_until(&mut d0, &task, 2).await;
-    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
+    let (gate, task, mut devices) = half_written(&c, "carol", chat, &[0]).await;
+    let (d0, logged) = (&mut devices[0], HALF_WRITTEN);
 
     // Frozen until the store's clock is past the lease.
     c.node(0).pause().await.unwrap();
@@ -121,7 +105,7 @@ async fn a_lapsed_turn_that_no_node_took_over_still_ends() {
     gate.release();
     c.node(0).resume().await.unwrap();
 
-    let last = updates_until_final(&mut d0, &task).await;
+    let last = updates_until_final(d0, &task).await;
     let (_, text) = last.last().cloned().unwrap_or_default();
     assert_eq!(text, logged, "the ending holds what the log held: {last:?}");
     d0.recv_until(|m| match m {
@@ -141,17 +125,8 @@ async fn a_lapsed_turn_that_no_node_took_over_still_ends() {
 async fn a_thawed_node_puts_back_the_log_the_store_lost_for_the_taker() {
     let c = Cluster::start(2).await;
     let chat = "chat-put-back";
-    let gate = Gate::new();
-    c.fake.push(stall(&gate));
-    let mut d0 = c.connect_showing(0, "carol", chat).await;
-    let mut d1 = c.connect_showing(1, "carol", chat).await;
-    d0.send(&user_message(chat, "m1", "tell me a story")).await;
-    let task = task_of(&mut d0).await;
-    gate.reached().await;
-    let logged = "First part.\n\nSecond part.\n\n";
-    let seen = updates_until(&mut d1, &task, 2).await;
-    assert_eq!(seen.last().map(|u| u.1.as_str()), Some(logged));
-    updates_until(&mut d0, &task, 2).await;
+    let (gate, task, mut devices) = half_written(&c, "carol", chat, &[0, 1]).await;
+    let logged = HALF_WRITTEN;
 
     // Node 0 freezes; the store loses the log (the lease stays, and lapses).
     c.node(0).pause().await.unwrap();
@@ -176,7 +151,7 @@ async fn a_thawed_node_puts_back_the_log_the_store_lost_for_the_taker() {
     // turn ends after what the devices had.
     gate.release();
     c.node(0).resume().await.unwrap();
-    for d in [&mut d0, &mut d1] {
+    for d in &mut devices {
         let updates = updates_until_final(d, &task).await;
         let last = updates.last().cloned().unwrap_or_default();
         assert_eq!(
