@@ -11,6 +11,7 @@ use chatd_protocol::{ClientMessage, ErrorCode, ResumeAiTask, ServerMessage, Task
 use chatd_test_harness::chatd_proc::ChatdProcess;
 use chatd_test_harness::fake_llm::{FakeLlm, Gate, Reply};
 use chatd_test_harness::postgres::Postgres;
+use chatd_test_harness::process::wait_until;
 use chatd_test_harness::redis::RedisServer;
 use chatd_test_harness::redis_cluster::RedisCluster;
 use chatd_test_harness::ws_client::WsClient;
@@ -207,6 +208,20 @@ lease = "{lease}"
 
     pub(crate) fn redis_mut(&mut self) -> &mut Shared {
         &mut self.redis
+    }
+
+    /// Waits until node `node`'s `/metrics` holds `line` (panics with its log after the
+    /// harness's wait).
+    pub(crate) async fn wait_for_metric(&self, node: usize, line: &str) {
+        let url = self.node(node).http_url("/metrics");
+        wait_until(line, || async {
+            match reqwest::get(&url).await {
+                Ok(m) => m.text().await.is_ok_and(|m| m.contains(line)),
+                Err(_) => false,
+            }
+        })
+        .await
+        .unwrap_or_else(|e| panic!("{e}; node {node} logged:\n{}", self.node(node).log_text()));
     }
 
     /// SIGKILLs node `i`: its sockets drop and its turns' leases are no longer renewed.

@@ -135,12 +135,7 @@ async fn after_an_empty_restart_a_resume_waits_for_the_running_turn_and_keeps_it
     let mut gone = c.connect(1, "bob").await;
     gone.send(&resume(chat, &task, 1)).await;
     gone.send(&ping()).await;
-    let recovered = gone
-        .recv_until(|m| match m {
-            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
-            _ => None,
-        })
-        .await;
+    let recovered = recovered(&mut gone).await;
     assert!(!recovered, "no log while the model is silent past a lease");
     gone.recv_until(|m| matches!(m, ServerMessage::Pong(_)).then_some(()))
         .await;
@@ -218,20 +213,16 @@ async fn an_ended_turn_whose_log_redis_lost_is_logged_again_by_its_node() {
     assert_eq!(answer.last().map(|u| u.1.as_str()), Some("Kept in memory."));
 
     // The turn is over on node 0 (its log ended, and is kept there).
-    wait_for_metric(&c, "chatd_turn_logs_kept 1").await;
+    c.wait_for_metric(0, "chatd_turn_logs_kept 1").await;
     // Redis comes back without the turn's log; node 0, whose bus reconnects, writes it again.
     c.redis_mut().server().restart().await.unwrap();
-    wait_for_metric(&c, "chatd_turn_logs_refilled_total 1").await;
+    c.wait_for_metric(0, "chatd_turn_logs_refilled_total 1")
+        .await;
 
     // A device on the other node (one that was out meanwhile) gets the whole turn from it.
     let mut d1 = c.connect(1, "dave").await;
     d1.send(&resume(chat, &task, 0)).await;
-    let recovered = d1
-        .recv_until(|m| match m {
-            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
-            _ => None,
-        })
-        .await;
+    let recovered = recovered(&mut d1).await;
     assert!(
         recovered,
         "node 0 logged:\n{}\nnode 1 logged:\n{}",
@@ -288,7 +279,7 @@ async fn a_stale_lease_without_its_log_waits_for_the_log_to_come_back() {
     gate.release();
     let answer = updates_until_final(&mut d0, &task).await;
     assert_eq!(answer.last().map(|u| u.1.as_str()), Some("Kept in memory."));
-    wait_for_metric(&c, "chatd_turn_logs_kept 1").await;
+    c.wait_for_metric(0, "chatd_turn_logs_kept 1").await;
 
     // What that snapshot holds: the lease, expired, and no log.
     let (log, meta) = (
@@ -331,7 +322,8 @@ async fn a_stale_lease_without_its_log_waits_for_the_log_to_come_back() {
         .cli(&["CLIENT", "KILL", "TYPE", "pubsub"])
         .await
         .unwrap();
-    wait_for_metric(&c, "chatd_turn_logs_refilled_total 1").await;
+    c.wait_for_metric(0, "chatd_turn_logs_refilled_total 1")
+        .await;
     wait_until("the chat handed on", || async {
         server
             .cli(&["EXISTS", &lease])
@@ -369,21 +361,17 @@ async fn a_taker_writes_back_the_whole_log_of_the_turn_it_ended() {
     c.kill(0).await;
     let lost = final_update(d1, &task).await;
     assert_eq!(lost.full_content_so_far, logged);
-    wait_for_metric_on(&c, 1, "chatd_turn_logs_kept 1").await;
+    c.wait_for_metric(1, "chatd_turn_logs_kept 1").await;
 
     // Redis comes back empty; node 1, whose bus reconnects, writes the log back.
     c.redis_mut().server().restart().await.unwrap();
-    wait_for_metric_on(&c, 1, "chatd_turn_logs_refilled_total 1").await;
+    c.wait_for_metric(1, "chatd_turn_logs_refilled_total 1")
+        .await;
     let mut d2 = c.connect(1, "erin").await;
     d2.send(&resume(chat, &task, 0)).await;
-    let recovered = d2
-        .recv_until(|m| match m {
-            ServerMessage::AiTaskResumed(r) => Some(r.recovered),
-            _ => None,
-        })
-        .await;
+    let recovered = recovered(&mut d2).await;
     assert!(recovered, "node 1 logged:\n{}", c.node(1).log_text());
-    let got = crate::cluster::updates_until_final(&mut d2, &task).await;
+    let got = updates_until_final(&mut d2, &task).await;
     let sequences: Vec<u64> = got.iter().map(|u| u.0).collect();
     assert_eq!(
         sequences,
@@ -391,6 +379,15 @@ async fn a_taker_writes_back_the_whole_log_of_the_turn_it_ended() {
         "{got:?}"
     );
     assert_eq!(got.last().map(|u| u.1.as_str()), Some(logged));
+}
+
+/// Whether the device's `resume_ai_task` was answered `recovered: true`.
+async fn recovered(ws: &mut chatd_test_harness::ws_client::WsClient) -> bool {
+    ws.recv_until(|m| match m {
+        ServerMessage::AiTaskResumed(r) => Some(r.recovered),
+        _ => None,
+    })
+    .await
 }
 
 /// The final `ai_message_update` of `task` a device gets.
@@ -405,22 +402,4 @@ async fn final_update(
         _ => None,
     })
     .await
-}
-
-/// Waits until node 0's `/metrics` holds `line`.
-async fn wait_for_metric(c: &Cluster, line: &str) {
-    wait_for_metric_on(c, 0, line).await;
-}
-
-/// Waits until node `node`'s `/metrics` holds `line`.
-async fn wait_for_metric_on(c: &Cluster, node: usize, line: &str) {
-    wait_until(line, || async {
-        let metrics = reqwest::get(c.node(node).http_url("/metrics")).await;
-        match metrics {
-            Ok(m) => m.text().await.is_ok_and(|m| m.contains(line)),
-            Err(_) => false,
-        }
-    })
-    .await
-    .unwrap_or_else(|e| panic!("{e}; node {node} logged:\n{}", c.node(node).log_text()));
 }

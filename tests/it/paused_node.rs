@@ -40,16 +40,8 @@ async fn a_thawed_node_whose_lost_turn_the_store_forgot_ends_it_with_the_logged_
 
     // Once node 0 ended the turn, its log tells a device that resumes it what node 1 told
     // its devices: nothing past the logged text.
-    let ended = r#"chatd_turns_total{outcome="error"} 1"#;
-    wait_until("node 0 ended the turn", || async {
-        let metrics = reqwest::get(c.node(0).http_url("/metrics")).await;
-        match metrics {
-            Ok(m) => m.text().await.is_ok_and(|m| m.contains(ended)),
-            Err(_) => false,
-        }
-    })
-    .await
-    .unwrap();
+    c.wait_for_metric(0, r#"chatd_turns_total{outcome="error"} 1"#)
+        .await;
     let mut d2 = c.connect(1, "carol").await;
     d2.send(&ClientMessage::ResumeAiTask(ResumeAiTask {
         chat_id: chat_id(chat),
@@ -136,16 +128,7 @@ async fn a_thawed_node_puts_back_the_log_the_store_lost_for_the_taker() {
         format!("{{c:{chat}}}:logmeta:{task}"),
     );
     assert_eq!(redis.cli(&["DEL", &log, &meta]).await.unwrap().trim(), "2");
-    let taken = "chatd_lost_turns_total 1";
-    wait_until("node 1 took the turn over", || async {
-        let metrics = reqwest::get(c.node(1).http_url("/metrics")).await;
-        match metrics {
-            Ok(m) => m.text().await.is_ok_and(|m| m.contains(taken)),
-            Err(_) => false,
-        }
-    })
-    .await
-    .unwrap();
+    c.wait_for_metric(1, "chatd_lost_turns_total 1").await;
 
     // Node 0 thaws with the rest of the answer on its way: it is not logged, and the
     // turn ends after what the devices had.

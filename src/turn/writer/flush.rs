@@ -368,15 +368,11 @@ impl Flusher<'_> {
             Err(LogError::Store(TurnStoreError::Behind { last })) => last,
             done => return done.map(|()| false),
         };
-        let again: Vec<_> = self.recent.after(last).collect();
         tracing::info!(
             lost = index - 1 - last,
-            again = again.len(),
             "the turn log lost entries (the store restarted); appending them again"
         );
-        for (i, e) in again {
-            self.put(LogSlot::new(self.key.generation, i), e).await?;
-        }
+        self.put_kept_after(last).await?;
         self.put(LogSlot::new(self.key.generation, index), entry)
             .await
             .map(|()| true)

@@ -1,5 +1,6 @@
-//! A flusher's newest appended entries, to append again to a log that lost them (the store
-//! restarted from an older snapshot, or without its data).
+//! A flusher's newest appended entries (a taker's also the ones it read from the log), to
+//! append again to a log that lost them (the store restarted from an older snapshot, or
+//! without its data).
 
 use std::collections::VecDeque;
 

@@ -1,6 +1,8 @@
-//! A flusher whose turn another node took over while the store had lost the log: the
-//! entries it had logged go back in their places, so the taker ends the turn after them.
+//! A flusher putting back the entries it keeps ([`super::Recent`]) that a log lost: before
+//! its next append, or when another node took its turn over while the store had lost the
+//! log (so the taker ends the turn after them).
 
+use super::super::super::log::LogError;
 use super::super::super::store::LogSlot;
 use super::Flusher;
 
@@ -29,16 +31,23 @@ impl Flusher<'_> {
         if had >= last {
             return;
         }
-        for (index, entry) in self.recent.after(had) {
-            if let Err(e) = self.put(LogSlot::new(k.generation, index), entry).await {
-                tracing::info!(error = %e, "a taken-over turn's log cannot be put back");
-                return;
-            }
+        if let Err(e) = self.put_kept_after(had).await {
+            tracing::info!(error = %e, "a taken-over turn's log cannot be put back");
+            return;
         }
         tracing::info!(
             had,
             last,
             "the store lost a taken-over turn's log; its logged entries were put back"
         );
+    }
+
+    /// Appends again, in their places, the kept entries after the log's index `last`.
+    pub(super) async fn put_kept_after(&self, last: u64) -> Result<(), LogError> {
+        for (index, entry) in self.recent.after(last) {
+            self.put(LogSlot::new(self.key.generation, index), entry)
+                .await?;
+        }
+        Ok(())
     }
 }
